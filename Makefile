@@ -1,0 +1,45 @@
+# Every target that runs code installs the project first, so each works on a fresh machine.
+PYTHON ?= python
+# The CPU build of torch (a local wheel on the project's machines); GPU users: see README.
+TORCH ?= torch==2.13.0
+PIP_INSTALL = $(PYTHON) -m pip install --quiet --disable-pip-version-check
+
+.DEFAULT_GOAL := help
+.PHONY: help install install-dev train test test-slow lint format typecheck check toy-data clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install:  ## install torch (CPU) and the package
+	$(PIP_INSTALL) "$(TORCH)" -e .
+
+install-dev:  ## install torch (CPU), the package and the dev tools
+	$(PIP_INSTALL) "$(TORCH)" -e ".[dev]"
+
+train: install  ## train the default model (additive attention, toy task)
+	$(PYTHON) train.py $(ARGS)
+
+test: install-dev  ## run the default test suite (what CI runs)
+	$(PYTHON) -m pytest -q
+
+test-slow: install-dev  ## run the slow end-to-end tests too
+	$(PYTHON) -m pytest -q -m "slow or not slow"
+
+lint:  ## ruff lint and format check
+	ruff check seq2seq tests scripts train.py
+	ruff format --check seq2seq tests scripts train.py
+
+format:  ## apply ruff's formatting and safe fixes
+	ruff check --fix seq2seq tests scripts train.py
+	ruff format seq2seq tests scripts train.py
+
+typecheck:  ## mypy over the package
+	mypy seq2seq
+
+check: lint typecheck test  ## everything CI and review expect
+
+toy-data:  ## write the toy task's splits to data/toy
+	$(PYTHON) scripts/make_toy_data.py --out data/toy
+
+clean:  ## remove caches (not runs: outputs/ and multirun/ are yours)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build *.egg-info

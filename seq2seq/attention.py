@@ -1,0 +1,220 @@
+"""Attention scoring functions behind one interface, sharing one masked softmax.
+
+Shape legend: B batch, Tq queries, Tk keys, Dq/Dk/Dv query/key/value sizes, A attention hidden size.
+
+Every scoring function is an ``nn.Module`` with
+
+    forward(queries (B,Tq,Dq), keys (B,Tk,Dk), values (B,Tk,Dv), valid_lens=None, *,
+            projected_keys=None) -> (context (B,Tq,Dv), weights (B,Tq,Tk))
+
+and differs from the others only in ``score``. ``valid_lens`` follows the convention of the
+scoring-function chapter this project grew from: ``None`` (no padding), ``(B,)`` (one length per
+sequence) or ``(B, Tq)`` (one length per query); key positions ``>= valid_len`` are padding.
+
+The part of a score that does not depend on the query (``W_k k`` for additive attention) is
+worth computing once per source batch rather than at every decoder step. ``project_keys(keys)``
+returns it; the caller passes it back through ``projected_keys``. Modules keep no state between
+calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def valid_key_mask(valid_lens: Tensor, num_queries: int, num_keys: int) -> Tensor:
+    """Boolean mask (B, Tq, Tk), True where a key is a real token, from (B,) or (B, Tq) lengths."""
+    if valid_lens.dim() == 1:
+        valid_lens = valid_lens[:, None].expand(-1, num_queries)  # (B,) -> (B, Tq)
+    elif valid_lens.dim() != 2:
+        raise ValueError(
+            f"valid_lens must have shape (B,) or (B, Tq), got {tuple(valid_lens.shape)}; pass one "
+            "length per sequence or one per query."
+        )
+    positions = torch.arange(num_keys, device=valid_lens.device)  # (Tk,)
+    return positions[None, None, :] < valid_lens[:, :, None]  # (B, Tq, Tk)
+
+
+def masked_softmax(scores: Tensor, valid_lens: Tensor | None) -> Tensor:
+    """Softmax over the last axis of ``scores`` (B, Tq, Tk) that ignores padded keys.
+
+    Padded keys get weight exactly 0.0, rows with at least one valid key sum to 1, and rows with
+    ``valid_len == 0`` are all zeros (never NaN, never uniform). The softmax runs in float32 and
+    is cast back, so float16 and bfloat16 inputs behave like float32 ones.
+    """
+    scores_fp32 = scores.float()
+    if valid_lens is None:
+        return F.softmax(scores_fp32, dim=-1).to(scores.dtype)
+    is_valid = valid_key_mask(valid_lens, scores.shape[1], scores.shape[2])  # (B, Tq, Tk)
+    # The most negative finite float32, not -inf: a fully padded row then stays finite (uniform
+    # before the multiplication below) instead of computing -inf - -inf = NaN.
+    filled = scores_fp32.masked_fill(~is_valid, torch.finfo(torch.float32).min)
+    weights = F.softmax(filled, dim=-1) * is_valid  # exact zeros at padding and in empty rows
+    return weights.to(scores.dtype)
+
+
+class Attention(nn.Module):
+    """Base class: subclasses define ``score`` and, if useful, ``project_keys``.
+
+    ``needs_equal_sizes`` tells the model that keys must have the query size (dot products), so it
+    projects encoder outputs to the decoder size once per batch when they differ.
+    """
+
+    needs_equal_sizes: ClassVar[bool] = False
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """The query-independent part of the score, computed once per source batch."""
+        return keys
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk)."""
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)
+        scores = self.score(queries, projected_keys)  # (B, Tq, Tk)
+        weights = masked_softmax(scores, valid_lens)  # (B, Tq, Tk)
+        # Dropout regularises which keys are read; the weights returned are the undropped ones.
+        context = torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
+        return context, weights
+
+    def context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> Tensor:
+        """Only the context (B, Tq, Dv), for callers that do not need the weights (training)."""
+        return self.forward(queries, keys, values, valid_lens, projected_keys=projected_keys)[0]
+
+
+class AdditiveAttention(Attention):
+    """Bahdanau et al. (2015), eq. (6): ``score(q, k) = w_vᵀ tanh(W_q q + W_k k)``."""
+
+    def __init__(
+        self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0
+    ) -> None:
+        super().__init__(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.W_k(keys)  # (B, Tk, Dk) -> (B, Tk, A)
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        # Broadcast every query against every key: (B,Tq,1,A) + (B,1,Tk,A) -> (B,Tq,Tk,A).
+        features = torch.tanh(self.W_q(queries)[:, :, None, :] + projected_keys[:, None, :, :])
+        return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
+
+
+class DotProductAttention(Attention):
+    """Luong et al. (2015) "dot" and Vaswani et al. (2017) eq. (1): q·k, or q·k/√d if scaled.
+
+    It has no parameters. ``query_size`` and ``key_size`` are accepted, and unused, so that every
+    scoring function is built by the same call; when they differ, the model projects the encoder
+    outputs to the query size as keys (see ``needs_equal_sizes``).
+    """
+
+    needs_equal_sizes = True
+
+    def __init__(
+        self,
+        dropout: float = 0.0,
+        scaled: bool = True,
+        *,
+        query_size: int | None = None,
+        key_size: int | None = None,
+    ) -> None:
+        super().__init__(dropout)
+        self.scaled = scaled
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        _check_equal_sizes(queries.shape[-1], projected_keys.shape[-1])
+        # (B,Tq,D) @ (B,D,Tk) -> (B,Tq,Tk)
+        scores = torch.bmm(queries, projected_keys.transpose(1, 2))
+        if self.scaled:
+            scores = scores / math.sqrt(queries.shape[-1])
+        return scores
+
+    def context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> Tensor:
+        # The fused kernel wins on accelerators; on CPU the readable path measured faster forward
+        # and equal forward+backward, so it stays the reference there.
+        if queries.device.type == "cpu" or (self.training and self.dropout.p > 0):
+            return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        keys = keys if projected_keys is None else projected_keys
+        _check_equal_sizes(queries.shape[-1], keys.shape[-1])
+        return sdpa_context(queries, keys, values, valid_lens, scaled=self.scaled)
+
+
+class MultiplicativeAttention(Attention):
+    """Luong et al. (2015) "general" (bilinear): ``score(q, k) = qᵀ W k``."""
+
+    def __init__(self, query_size: int, key_size: int, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        self.W = nn.Linear(key_size, query_size, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.W(keys)  # (B, Tk, Dk) -> (B, Tk, Dq): W k, computed once per batch
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        return torch.bmm(queries, projected_keys.transpose(1, 2))  # (B,Tq,Dq)@(B,Dq,Tk)
+
+
+def sdpa_context(
+    queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None, scaled: bool = True
+) -> Tensor:
+    """Dot-product attention context (B, Tq, Dv) through ``F.scaled_dot_product_attention``.
+
+    Same result as ``DotProductAttention`` (including all-zero rows where ``valid_len == 0``), but
+    without the weights.
+    """
+    scale = None if scaled else 1.0  # None: SDPA's own 1/√d
+    if valid_lens is None:
+        return F.scaled_dot_product_attention(queries, keys, values, scale=scale)
+    # SDPA's boolean mask means "may attend" (True = valid), the polarity of valid_key_mask.
+    has_valid_key = valid_key_mask(valid_lens, queries.shape[1], 1)  # (B, Tq, 1)
+    # A row with no valid key makes SDPA return NaN; let it attend to key 0 and zero it afterwards.
+    is_valid = valid_key_mask(valid_lens.clamp(min=1), queries.shape[1], keys.shape[1])
+    context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=is_valid, scale=scale)
+    return context * has_valid_key  # (B, Tq, Dv)
+
+
+def _check_equal_sizes(query_size: int, key_size: int) -> None:
+    if query_size != key_size:
+        raise ValueError(
+            f"dot-product attention needs queries and keys of the same size, got query size "
+            f"{query_size} and key size {key_size}. Use attention=general (a learned bilinear map "
+            f"between the sizes), or let the model project the encoder outputs to the decoder "
+            f"size as keys."
+        )

@@ -1,0 +1,1 @@
+"""Corpora, toy tasks, tokenizers and batching."""

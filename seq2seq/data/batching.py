@@ -1,0 +1,131 @@
+"""Padded batches, built once in the collate function, and a length-bucketed sampler.
+
+Shape legend: B batch, S source length, T target length (EOS or BOS included).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    """One batch. Padding is described once, by lengths: positions ``>= src_lens`` are padding.
+
+    ``tgt_in`` is BOS + target (what the decoder reads), ``tgt_out`` is target + EOS (what it must
+    predict); both are PAD-filled beyond ``tgt_lens``.
+    """
+
+    src: Tensor  # (B, S) source ids
+    src_lens: Tensor  # (B,) number of real source tokens
+    tgt_in: Tensor  # (B, T)
+    tgt_out: Tensor  # (B, T)
+    tgt_lens: Tensor  # (B,) target tokens + 1 (for BOS/EOS)
+    indices: Tensor  # (B,) positions of the examples in their dataset
+    src_text: list[str]
+    tgt_text: list[str]
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    src_ids: list[int]
+    tgt_ids: list[int]
+    src_text: str
+    tgt_text: str
+
+
+class EncodedDataset(Dataset[tuple[int, EncodedExample]]):
+    """Examples already turned into ids; items carry their index so outputs can be put back."""
+
+    def __init__(self, examples: Sequence[EncodedExample]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> tuple[int, EncodedExample]:
+        return index, self.examples[index]
+
+    def lengths(self) -> list[int]:
+        """Bucketing key: the longer side of each pair."""
+        return [max(len(ex.src_ids), len(ex.tgt_ids) + 1) for ex in self.examples]
+
+
+def pad(sequences: Sequence[Sequence[int]]) -> Tensor:
+    """(B, max length) tensor of ``sequences``, PAD-filled."""
+    padded = torch.full((len(sequences), max(map(len, sequences))), PAD_ID, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        padded[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    return padded
+
+
+def collate(items: Sequence[tuple[int, EncodedExample]]) -> Batch:
+    examples = [example for _, example in items]
+    return Batch(
+        src=pad([ex.src_ids for ex in examples]),
+        src_lens=torch.tensor([len(ex.src_ids) for ex in examples], dtype=torch.long),
+        tgt_in=pad([[BOS_ID, *ex.tgt_ids] for ex in examples]),
+        tgt_out=pad([[*ex.tgt_ids, EOS_ID] for ex in examples]),
+        tgt_lens=torch.tensor([len(ex.tgt_ids) + 1 for ex in examples], dtype=torch.long),
+        indices=torch.tensor([index for index, _ in items], dtype=torch.long),
+        src_text=[ex.src_text for ex in examples],
+        tgt_text=[ex.tgt_text for ex in examples],
+    )
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length, so little of each batch is padding.
+
+    With ``shuffle``, each epoch draws a permutation from ``seed + epoch``, sorts it by length in
+    windows of ``bucket_batches`` batches, and shuffles the batch order; without, the whole set is
+    sorted by length once (for evaluation, where order does not matter but padding does).
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        bucket_batches: int = 50,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}.")
+        self.lengths = torch.tensor(lengths, dtype=torch.long)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.bucket_size = batch_size * bucket_batches if shuffle else max(1, len(lengths))
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning before each epoch so every epoch has its own order."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        n = len(self.lengths)
+        order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
+        batches: list[list[int]] = []
+        for start in range(0, n, self.bucket_size):
+            window = order[start : start + self.bucket_size]
+            # Stable sort keeps the random order among equal lengths.
+            window = window[torch.argsort(self.lengths[window], stable=True)]
+            batches.extend(chunk.tolist() for chunk in window.split(self.batch_size))
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
+        return iter(batches)
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        full_windows, rest = divmod(n, self.bucket_size)
+        per_window = math.ceil(self.bucket_size / self.batch_size)
+        return full_windows * per_window + math.ceil(rest / self.batch_size)

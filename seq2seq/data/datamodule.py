@@ -1,0 +1,108 @@
+"""LightningDataModule: corpus -> tokenizers -> id sequences -> bucketed batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import pytorch_lightning as pl
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
+
+from seq2seq.data.batching import BucketBatchSampler, EncodedDataset, EncodedExample, collate
+from seq2seq.data.tokenization import encode_batch, train_word_tokenizer
+from seq2seq.data.toy import Example
+
+
+class Corpus(Protocol):
+    """Anything that yields named splits of text pairs (``train``, ``val``, ``test``, ...)."""
+
+    def splits(self) -> dict[str, list[Example]]: ...
+
+
+class Seq2SeqDataModule(pl.LightningDataModule):
+    """Builds word-level vocabularies on the training split and serves length-bucketed batches.
+
+    Pass ``src_tokenizer``/``tgt_tokenizer`` to reuse existing vocabularies (a resumed or loaded
+    model) instead of training new ones.
+    """
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        batch_size: int = 64,
+        eval_batch_size: int = 256,
+        bucket_batches: int = 50,
+        min_frequency: int = 1,
+        max_vocab_size: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        src_tokenizer: Tokenizer | None = None,
+        tgt_tokenizer: Tokenizer | None = None,
+    ) -> None:
+        super().__init__()
+        self.corpus = corpus
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.bucket_batches = bucket_batches
+        self.min_frequency = min_frequency
+        self.max_vocab_size = max_vocab_size
+        self.num_workers = num_workers
+        self.seed = seed
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.datasets: dict[str, EncodedDataset] = {}
+        self.alignments: dict[str, list[tuple[tuple[int, int], ...] | None]] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:  # Lightning calls setup again after the pipeline did
+            return
+        splits = self.corpus.splits()
+        if not splits.get("train"):
+            raise ValueError("the corpus has no training examples: check data.* in the config.")
+        train = splits["train"]
+        if self.src_tokenizer is None:
+            self.src_tokenizer = self._train_tokenizer([ex.src for ex in train])
+        if self.tgt_tokenizer is None:
+            self.tgt_tokenizer = self._train_tokenizer([ex.tgt for ex in train])
+        for name, examples in splits.items():
+            self.datasets[name] = self._encode(examples)
+            self.alignments[name] = [ex.alignment for ex in examples]
+
+    def _train_tokenizer(self, texts: Sequence[str]) -> Tokenizer:
+        return train_word_tokenizer(texts, self.min_frequency, self.max_vocab_size)
+
+    def _encode(self, examples: Sequence[Example]) -> EncodedDataset:
+        assert self.src_tokenizer is not None and self.tgt_tokenizer is not None
+        src_ids = encode_batch(self.src_tokenizer, [ex.src for ex in examples])
+        tgt_ids = encode_batch(self.tgt_tokenizer, [ex.tgt for ex in examples])
+        return EncodedDataset(
+            [
+                EncodedExample(src, tgt, ex.src, ex.tgt)
+                for src, tgt, ex in zip(src_ids, tgt_ids, examples, strict=True)
+            ]
+        )
+
+    def _loader(
+        self, split: str, batch_size: int, shuffle: bool
+    ) -> DataLoader[tuple[int, EncodedExample]]:
+        dataset = self.datasets[split]
+        sampler = BucketBatchSampler(
+            dataset.lengths(), batch_size, shuffle, self.seed, self.bucket_batches
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
+        return self._loader("val", self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
+        return self._loader("test", self.eval_batch_size, shuffle=False)

@@ -1,0 +1,131 @@
+"""Entry points behind ``train.py`` and the scripts: build everything from the config and run it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
+from tokenizers import Tokenizer
+
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.tokenization import PAD_ID, check_special_tokens
+from seq2seq.lit_module import CHECKPOINT_FORMAT, CHECKPOINT_KEY, LitSeq2Seq
+from seq2seq.model import Seq2Seq
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics."""
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    pl.seed_everything(cfg.seed, workers=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module)
+    datamodule.setup("fit")
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
+    datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
+
+    model_config = build_model_config(
+        cfg,
+        datamodule.src_tokenizer.get_vocab_size(),
+        datamodule.tgt_tokenizer.get_vocab_size(),
+    )
+    module = LitSeq2Seq(
+        model=instantiate(model_config),
+        src_tokenizer=datamodule.src_tokenizer,
+        tgt_tokenizer=datamodule.tgt_tokenizer,
+        model_config=model_config,
+        optimizer=instantiate(cfg.optim.optimizer),
+        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+        grad_clip=cfg.optim.grad_clip,
+        max_len_a=cfg.decoding.max_len_a,
+        max_len_b=cfg.decoding.max_len_b,
+        bleu_tokenize=cfg.data.bleu_tokenize,
+    )
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="best",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer,
+        default_root_dir=str(run_dir),
+        callbacks=[checkpoint],
+        logger=instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False,
+    )
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+
+    metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    best_score = checkpoint.best_model_score
+    result = {
+        "best_val_bleu": float(best_score) if best_score is not None else None,
+        "best_checkpoint": checkpoint.best_model_path or None,
+        "last_checkpoint": checkpoint.last_model_path or None,
+        "metrics": metrics,
+        "run_dir": str(run_dir),
+    }
+    if trainer.is_global_zero:
+        print(
+            f"Best val BLEU: {result['best_val_bleu']}\n"
+            f"Best checkpoint: {result['best_checkpoint']}"
+        )
+    return result
+
+
+def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:
+    """The resolved ``Seq2Seq`` config: ``cfg.model`` plus vocabulary sizes and the attention."""
+    model_config = OmegaConf.to_container(cfg.model, resolve=True)
+    attention_config = OmegaConf.to_container(cfg.attention, resolve=True)
+    assert isinstance(model_config, dict) and isinstance(attention_config, dict)
+    model_config.update(
+        src_vocab_size=src_vocab_size,
+        tgt_vocab_size=tgt_vocab_size,
+        padding_idx=PAD_ID,
+        attention=attention_config,
+    )
+    return {str(key): value for key, value in model_config.items()}
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> LitSeq2Seq:
+    """Rebuild the trained module from a checkpoint alone (weights, config and vocabularies).
+
+    The checkpoint is read with ``weights_only=True``: loading it runs no code from the file.
+    """
+    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if meta is None or meta.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"{path} is not a seq2seq checkpoint of format {CHECKPOINT_FORMAT} (no "
+            f"'{CHECKPOINT_KEY}' entry of that format): pass a checkpoint written by train.py."
+        )
+    src_tokenizer = Tokenizer.from_str(meta["src_tokenizer"])
+    tgt_tokenizer = Tokenizer.from_str(meta["tgt_tokenizer"])
+    check_special_tokens(src_tokenizer, f"the source tokenizer in {path}")
+    check_special_tokens(tgt_tokenizer, f"the target tokenizer in {path}")
+    model: Seq2Seq = instantiate(meta["model_config"])
+    module = LitSeq2Seq(
+        model=model,
+        src_tokenizer=src_tokenizer,
+        tgt_tokenizer=tgt_tokenizer,
+        model_config=meta["model_config"],
+        **meta["decoding"],
+    )
+    module.load_state_dict(checkpoint["state_dict"])
+    module.eval()
+    return module

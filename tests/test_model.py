@@ -1,0 +1,139 @@
+"""The encoder, decoder and Seq2Seq: teacher forcing equals stepping, padding changes nothing."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from torch import nn
+
+from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
+from seq2seq.decoder import AttentionFactory
+from seq2seq.model import Seq2Seq
+from seq2seq.search import greedy_search
+
+ATTENTIONS: dict[str, AttentionFactory] = {
+    "additive": partial(AdditiveAttention, num_hiddens=12),
+    "scaled_dot": partial(DotProductAttention, scaled=True),
+    "dot": partial(DotProductAttention, scaled=False),
+    "general": MultiplicativeAttention,
+}
+BOS, EOS, PAD = 2, 3, 0
+
+
+def make_model(attention: str = "additive", lstm: bool = False, **sizes: int) -> Seq2Seq:
+    torch.manual_seed(0)
+    return Seq2Seq(
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        attention=ATTENTIONS[attention],
+        embedding_size=sizes.get("embedding_size", 8),
+        hidden_size=sizes.get("hidden_size", 16),
+        encoder_hidden_size=sizes.get("encoder_hidden_size"),
+        dropout=0.3,
+        rnn=nn.LSTM if lstm else nn.GRU,
+        cell=nn.LSTMCell if lstm else nn.GRUCell,
+    ).eval()
+
+
+def make_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    src_lens = torch.tensor([5, 2, 4])
+    src = torch.randint(4, 13, (3, 5))
+    src[torch.arange(5)[None, :] >= src_lens[:, None]] = PAD
+    tgt_in = torch.cat([torch.full((3, 1), BOS), torch.randint(4, 11, (3, 5))], dim=1)
+    return src, src_lens, tgt_in
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_teacher_forcing_equals_stepping_decode_step(attention: str, lstm: bool) -> None:
+    model = make_model(attention, lstm)
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)  # (B, T, V), (B, T, S)
+    assert logits.shape == (3, 6, 11) and weights.shape == (3, 6, 5)
+
+    source, state = model.encode(src, src_lens)
+    for t in range(tgt_in.shape[1]):
+        step_logits, state, step_weights = model.decode_step(tgt_in[:, t], state, source)
+        torch.testing.assert_close(step_logits, logits[:, t])
+        torch.testing.assert_close(step_weights, weights[:, t])
+    # Attention never reads source padding.
+    assert (weights[1, :, 2:] == 0).all() and (weights[2, :, 4:] == 0).all()
+
+
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_appended_source_padding_changes_nothing(attention: str) -> None:
+    model = make_model(attention)
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)
+    longer_src = torch.cat([src, torch.full((3, 3), PAD)], dim=1)
+    longer_logits, longer_weights = model(longer_src, src_lens, tgt_in)
+    torch.testing.assert_close(longer_logits, logits)
+    torch.testing.assert_close(longer_weights[..., :5], weights)
+
+
+def test_each_sentence_is_independent_of_its_batch() -> None:
+    model = make_model("general")
+    src, src_lens, tgt_in = make_batch()
+    logits, _ = model(src, src_lens, tgt_in)
+    for b in range(3):
+        n = int(src_lens[b])
+        alone, _ = model(src[b : b + 1, :n], src_lens[b : b + 1], tgt_in[b : b + 1])
+        torch.testing.assert_close(alone[0], logits[b], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["scaled_dot", "dot"])
+def test_dot_product_projects_keys_when_encoder_and_decoder_sizes_differ(attention: str) -> None:
+    model = make_model(attention, hidden_size=16, encoder_hidden_size=5)  # memory 10, queries 16
+    projection = model.decoder.key_projection
+    assert isinstance(projection, nn.Linear) and projection.weight.shape == (16, 10)
+    src, src_lens, tgt_in = make_batch()
+    logits, _ = model(src, src_lens, tgt_in)
+    assert torch.isfinite(logits).all()
+
+
+def test_matching_sizes_need_no_key_projection() -> None:
+    model = make_model("scaled_dot", hidden_size=16)  # encoder 2 x 8 = 16
+    assert isinstance(model.decoder.key_projection, nn.Identity)
+
+
+def test_dropout_is_active_only_in_training() -> None:
+    model = make_model("additive")
+    src, src_lens, tgt_in = make_batch()
+    eval_logits, _ = model(src, src_lens, tgt_in)
+    model.train()
+    torch.manual_seed(1)
+    train_logits, _ = model(src, src_lens, tgt_in)
+    assert not torch.allclose(train_logits, eval_logits)
+
+
+@pytest.mark.parametrize("attention", ["additive", "scaled_dot"])
+def test_greedy_batch_equals_one_by_one(attention: str) -> None:
+    model = make_model(attention)
+    src, src_lens, _ = make_batch()
+    batch = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
+    for b in range(3):
+        n = int(src_lens[b])
+        alone = greedy_search(model, src[b : b + 1, :n], src_lens[b : b + 1], BOS, EOS, PAD, 1.0, 3)
+        length = int(alone.lengths[0])
+        assert int(batch.lengths[b]) == length <= n + 3
+        assert batch.tokens[b, :length].tolist() == alone.tokens[0, :length].tolist()
+        assert (batch.tokens[b, length:] == PAD).all()
+        torch.testing.assert_close(
+            batch.attention[b, :length, :n], alone.attention[0, :length], atol=1e-5, rtol=1e-5
+        )
+
+
+def test_greedy_follows_the_argmax_of_decode_step() -> None:
+    model = make_model("general")
+    src, src_lens, _ = make_batch()
+    hypotheses = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=0.0, max_len_b=4)
+    source, state = model.encode(src, src_lens)
+    prev = torch.full((3,), BOS)
+    for t in range(4):
+        logits, state, _ = model.decode_step(prev, state, source)
+        prev = logits.argmax(-1)
+        for b in range(3):
+            if t < int(hypotheses.lengths[b]):
+                assert int(hypotheses.tokens[b, t]) == int(prev[b])
