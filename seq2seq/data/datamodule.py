@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytorch_lightning as pl
 from tokenizers import Tokenizer
@@ -11,7 +11,9 @@ from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import BucketBatchSampler, EncodedDataset, EncodedExample, collate
 from seq2seq.data.tokenization import encode_batch, train_word_tokenizer
-from seq2seq.data.toy import Example
+
+if TYPE_CHECKING:
+    from seq2seq.data.toy import Example
 
 
 class Corpus(Protocol):
