@@ -85,24 +85,43 @@ class BahdanauDecoder(nn.Module):
         return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
 
     def step(
-        self, embedded: Tensor, state: DecoderState, source: EncodedSource
-    ) -> tuple[DecoderState, Tensor, Tensor]:
-        """One step: embedded (B, E) previous token -> new state, context (B, M), weights (B, S)."""
+        self,
+        embedded: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        need_weights: bool = True,
+    ) -> tuple[DecoderState, Tensor, Tensor | None]:
+        """One step: embedded (B, E) previous token -> new state, context (B, M), weights (B, S).
+
+        With ``need_weights=False`` the weights are None and the scoring function may take a fused
+        path (``Attention.context``).
+        """
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
-        context, weights = self.attention(
-            query,
-            source.keys,
-            source.memory,
-            source.src_lens,
-            projected_keys=source.projected_keys,
-        )  # (B, 1, M), (B, 1, S)
-        context, weights = context[:, 0], weights[:, 0]  # (B, M), (B, S)
+        if need_weights:
+            context, weights = self.attention(
+                query,
+                source.keys,
+                source.memory,
+                source.src_lens,
+                projected_keys=source.projected_keys,
+            )  # (B, 1, M), (B, 1, S)
+            step_weights: Tensor | None = weights[:, 0]  # (B, S)
+        else:
+            context = self.attention.context(
+                query,
+                source.keys,
+                source.memory,
+                source.src_lens,
+                projected_keys=source.projected_keys,
+            )  # (B, 1, M)
+            step_weights = None
+        context = context[:, 0]  # (B, M)
         cell_input = torch.cat([embedded, context], dim=-1)  # (B, E + M)
         if self.is_lstm:
             new_state: DecoderState = self.cell(cell_input, (state[0], state[1]))
         else:
             new_state = (self.cell(cell_input, state[0]),)
-        return new_state, context, weights
+        return new_state, context, step_weights
 
     def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
@@ -110,19 +129,20 @@ class BahdanauDecoder(nn.Module):
         return self.output_layer(self.dropout(features))  # (..., V)
 
     def forward(
-        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
-    ) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), attention weights (B, T, S)."""
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         hiddens, contexts, weights = [], [], []
         for t in range(tgt_in.shape[1]):
-            state, context, step_weights = self.step(embedded[:, t], state, source)
+            state, context, step_weights = self.step(embedded[:, t], state, source, need_weights)
             hiddens.append(state[0])
             contexts.append(context)
-            weights.append(step_weights)
+            if step_weights is not None:
+                weights.append(step_weights)
         # One matmul over all steps: (B, T, H + M + E) @ (H + M + E, V).
         logits = self.output(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)
-        return logits, torch.stack(weights, dim=1)  # (B, T, V), (B, T, S)
+        return logits, torch.stack(weights, dim=1) if need_weights else None
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
@@ -130,4 +150,5 @@ class BahdanauDecoder(nn.Module):
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
         state, context, weights = self.step(embedded, state, source)
+        assert weights is not None  # asked for by default
         return self.output(state[0], context, embedded), state, weights

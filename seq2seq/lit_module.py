@@ -67,7 +67,8 @@ class LitSeq2Seq(pl.LightningModule):
 
     def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed token cross-entropy (in float32) and the number of target tokens."""
-        logits, _ = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, V)
+        # The loss needs no attention weights, which lets dot-product attention use fused SDPA.
+        logits, _ = self.model(batch.src, batch.src_lens, batch.tgt_in, need_weights=False)
         loss_sum = F.cross_entropy(
             logits.float().flatten(0, 1),  # (B*T, V)
             batch.tgt_out.flatten(),  # (B*T,)

@@ -77,7 +77,9 @@ class Seq2Seq(nn.Module):
         """prev_tokens (B,) -> logits (B, V), next state, attention weights (B, S)."""
         return self.decoder.decode_step(prev_tokens, state, source)
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S)."""
+    def forward(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S) or None."""
         source, state = self.encode(src, src_lens)
-        return self.decoder(tgt_in, state, source)
+        return self.decoder(tgt_in, state, source, need_weights)

@@ -137,3 +137,13 @@ def test_greedy_follows_the_argmax_of_decode_step() -> None:
         for b in range(3):
             if t < int(hypotheses.lengths[b]):
                 assert int(hypotheses.tokens[b, t]) == int(prev[b])
+
+
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_skipping_the_weights_changes_no_logit(attention: str) -> None:
+    model = make_model(attention)
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)
+    fast_logits, no_weights = model(src, src_lens, tgt_in, need_weights=False)
+    assert weights is not None and no_weights is None
+    torch.testing.assert_close(fast_logits, logits)

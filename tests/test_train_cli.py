@@ -1,0 +1,58 @@
+"""``python train.py`` as a user runs it, end to end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq.pipeline import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_train(run_dir: Path, *overrides: str, timeout: int) -> str:
+    completed = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout
+
+
+def best_of(stdout: str) -> tuple[float, Path]:
+    bleu = re.search(r"Best val BLEU: ([0-9.]+)", stdout)
+    path = re.search(r"Best checkpoint: (\S+)", stdout)
+    assert bleu and path, stdout[-2000:]
+    return float(bleu.group(1)), Path(path.group(1))
+
+
+def test_small_configuration_trains_and_reports_its_best_checkpoint(tmp_path: Path) -> None:
+    """The small configuration other checks use: 4,000 pairs, 2 epochs."""
+    stdout = run_train(
+        tmp_path,
+        "data.train_size=4000",
+        "trainer.max_epochs=2",
+        "model.hidden_size=64",
+        timeout=600,
+    )
+    bleu, best = best_of(stdout)
+    assert 0 <= bleu <= 100
+    assert best == tmp_path / "checkpoints" / "best.ckpt" and best.is_file()
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert load_checkpoint(best).model.decoder.attention.__class__.__name__ == "AdditiveAttention"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["additive", "scaled_dot"])
+def test_default_model_learns_the_toy_task(tmp_path: Path, attention: str) -> None:
+    """The acceptance bar, on two epochs instead of the default five: val BLEU >= 90."""
+    stdout = run_train(tmp_path, f"attention={attention}", "trainer.max_epochs=2", timeout=1200)
+    bleu, _ = best_of(stdout)
+    assert bleu >= 90
