@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from seq2seq.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
 from seq2seq.model import Seq2Seq
@@ -23,16 +24,13 @@ from seq2seq.search import greedy_search
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
-CHECKPOINT_KEY = "seq2seq"
-CHECKPOINT_FORMAT = 1
-
 
 class LitSeq2Seq(pl.LightningModule):
     """Trains a ``Seq2Seq`` with teacher forcing and validates it by greedy decoding.
 
     ``model_config`` is the resolved constructor config of ``model``; it travels in every checkpoint
     together with both tokenizers, so a checkpoint alone rebuilds the model
-    (``seq2seq.pipeline.load_checkpoint``).
+    (``seq2seq.bundle.load``, ``seq2seq.pipeline.load_checkpoint``).
     """
 
     def __init__(
@@ -46,6 +44,7 @@ class LitSeq2Seq(pl.LightningModule):
         grad_clip: float | None = 1.0,
         max_len_a: float = 2.0,
         max_len_b: int = 10,
+        max_src_len: int = 256,
         bleu_tokenize: str = "13a",
     ) -> None:
         super().__init__()
@@ -58,6 +57,7 @@ class LitSeq2Seq(pl.LightningModule):
         self.grad_clip = grad_clip
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
+        self.max_src_len = max_src_len
         self.bleu_tokenize = bleu_tokenize
         # Per-validation accumulators, reset at the start of every validation run.
         self._val_loss_sum = torch.zeros(())
@@ -148,5 +148,24 @@ class LitSeq2Seq(pl.LightningModule):
             "model_config": self.model_config,
             "src_tokenizer": self.src_tokenizer.to_str(),
             "tgt_tokenizer": self.tgt_tokenizer.to_str(),
-            "decoding": {"max_len_a": self.max_len_a, "max_len_b": self.max_len_b},
+            "decoding": {
+                "max_len_a": self.max_len_a,
+                "max_len_b": self.max_len_b,
+                "max_src_len": self.max_src_len,
+            },
+            "metrics": self._metrics_for_checkpoint(),
         }
+
+    def _metrics_for_checkpoint(self) -> dict[str, float]:
+        """The latest logged metrics, and the best val BLEU so far, as plain floats."""
+        if self._trainer is None:
+            return {}
+        metrics = {
+            name: float(value)
+            for name, value in self.trainer.callback_metrics.items()
+            if value.numel() == 1
+        }
+        best = self.trainer.checkpoint_callback
+        if best is not None and getattr(best, "best_model_score", None) is not None:
+            metrics["best/val_bleu"] = float(best.best_model_score)  # type: ignore[attr-defined]
+        return metrics

@@ -11,12 +11,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
-from tokenizers import Tokenizer
 
+from seq2seq.bundle import build_model, load
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.data.tokenization import PAD_ID, check_special_tokens
-from seq2seq.lit_module import CHECKPOINT_FORMAT, CHECKPOINT_KEY, LitSeq2Seq
-from seq2seq.model import Seq2Seq
+from seq2seq.data.tokenization import PAD_ID
+from seq2seq.lit_module import LitSeq2Seq
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         datamodule.tgt_tokenizer.get_vocab_size(),
     )
     module = LitSeq2Seq(
-        model=instantiate(model_config),
+        model=build_model(model_config),
         src_tokenizer=datamodule.src_tokenizer,
         tgt_tokenizer=datamodule.tgt_tokenizer,
         model_config=model_config,
@@ -51,6 +50,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         grad_clip=cfg.optim.grad_clip,
         max_len_a=cfg.decoding.max_len_a,
         max_len_b=cfg.decoding.max_len_b,
+        max_src_len=cfg.decoding.max_src_len,
         bleu_tokenize=cfg.data.bleu_tokenize,
     )
     checkpoint = ModelCheckpoint(
@@ -107,25 +107,14 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
     The checkpoint is read with ``weights_only=True``: loading it runs no code from the file.
     """
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    meta = checkpoint.get(CHECKPOINT_KEY)
-    if meta is None or meta.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"{path} is not a seq2seq checkpoint of format {CHECKPOINT_FORMAT} (no "
-            f"'{CHECKPOINT_KEY}' entry of that format): pass a checkpoint written by train.py."
-        )
-    src_tokenizer = Tokenizer.from_str(meta["src_tokenizer"])
-    tgt_tokenizer = Tokenizer.from_str(meta["tgt_tokenizer"])
-    check_special_tokens(src_tokenizer, f"the source tokenizer in {path}")
-    check_special_tokens(tgt_tokenizer, f"the target tokenizer in {path}")
-    model: Seq2Seq = instantiate(meta["model_config"])
+    trained = load(path, map_location)
     module = LitSeq2Seq(
-        model=model,
-        src_tokenizer=src_tokenizer,
-        tgt_tokenizer=tgt_tokenizer,
-        model_config=meta["model_config"],
-        **meta["decoding"],
+        model=trained.model,
+        src_tokenizer=trained.src_tokenizer,
+        tgt_tokenizer=trained.tgt_tokenizer,
+        model_config=trained.model_config,
+        max_len_a=trained.decoding.get("max_len_a", 2.0),
+        max_len_b=trained.decoding.get("max_len_b", 10),
+        max_src_len=trained.decoding.get("max_src_len", 256),
     )
-    module.load_state_dict(checkpoint["state_dict"])
-    module.eval()
-    return module
+    return module.eval()

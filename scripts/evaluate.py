@@ -1,0 +1,98 @@
+"""Translate a source file and score it against references with sacreBLEU (BLEU and chrF).
+
+    python scripts/evaluate.py --model RUN/checkpoints/best.ckpt --src test.de --ref test.en \
+        --beam-size 5 [--hyp-out hyp.txt] [--json]
+
+The BLEU is sacreBLEU's corpus BLEU with its default settings, the same number that
+``sacrebleu REF -i HYP`` prints for the written hypotheses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from sacrebleu.metrics import BLEU, CHRF
+
+from seq2seq import Translator
+from seq2seq.cli import UsageError, check_writable, read_lines, run
+
+log = logging.getLogger("seq2seq.evaluate")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--beam-size 0`` is refused here)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
+    parser.add_argument("--src", type=Path, required=True, help="source sentences, one per line")
+    parser.add_argument("--ref", type=Path, required=True, help="references, line-parallel")
+    parser.add_argument("--hyp-out", type=Path, help="write the translations here")
+    parser.add_argument("--beam-size", type=positive_int, default=5, help="1 = greedy (5)")
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences (64)")
+    parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    sources = read_lines(args.src, "the source file")
+    references = read_lines(args.ref, "the reference file")
+    if len(sources) != len(references):
+        raise UsageError(
+            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: source "
+            "and reference files must be line-parallel."
+        )
+    if args.hyp_out is not None:
+        check_writable(args.hyp_out, "the hypotheses")
+    if args.device != "cpu" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device} asked for, but torch sees no GPU; use cpu.")
+    translator = Translator.load(args.model, device=args.device)
+    start = time.perf_counter()
+    hypotheses = translator.translate(sources, args.beam_size, args.length_penalty, args.batch_size)
+    seconds = time.perf_counter() - start
+    if args.hyp_out is not None:
+        args.hyp_out.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+
+    bleu_metric, chrf_metric = BLEU(tokenize=args.tokenize), CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    log.info(
+        "%d sentences in %.1f s (%.1f sentences/s)", len(sources), seconds, len(sources) / seconds
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": "BLEU",
+                    "score": bleu.score,
+                    "signature": str(bleu_metric.get_signature()),
+                    "verbose_score": bleu.format(score_only=False, signature=""),
+                    "chrf": chrf.score,
+                    "chrf_signature": str(chrf_metric.get_signature()),
+                    "sentences": len(sources),
+                    "beam_size": args.beam_size,
+                }
+            )
+        )
+    else:
+        print(bleu.format(signature=str(bleu_metric.get_signature())))
+        print(chrf.format(signature=str(chrf_metric.get_signature())))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,31 @@
+"""Export a checkpoint as a pickle-free bundle directory for inference.
+
+    python scripts/export.py --checkpoint RUN/checkpoints/best.ckpt --out bundle/
+
+The bundle holds model.safetensors, config.json, src_tokenizer.json and tgt_tokenizer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from seq2seq.bundle import export_bundle, load
+from seq2seq.cli import run
+
+log = logging.getLogger("seq2seq.export")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a train.py checkpoint")
+    parser.add_argument("--out", type=Path, required=True, help="the bundle directory to write")
+    args = parser.parse_args()
+    out_dir = export_bundle(load(args.checkpoint), args.out)
+    log.info("wrote the bundle %s (from %s)", out_dir, args.checkpoint)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

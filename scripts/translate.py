@@ -1,0 +1,109 @@
+"""Translate text: one output line per input line, in order, streamed.
+
+    python scripts/translate.py --model bundle/ --beam-size 5 < input.txt > output.txt
+    echo "a sentence" | python scripts/translate.py --model bundle/ --attention-plot attn.png
+
+Log messages go to stderr; stdout carries translations only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, suppress
+from pathlib import Path
+
+import torch
+
+from seq2seq import Translator
+from seq2seq.cli import UsageError, check_writable, run
+from seq2seq.plotting import plot_attention
+from seq2seq.translator import translate_stream
+
+log = logging.getLogger("seq2seq.translate")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--beam-size 0`` is refused here)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
+    parser.add_argument("--input", type=Path, help="read this file instead of stdin")
+    parser.add_argument("--output", type=Path, help="write this file instead of stdout")
+    parser.add_argument("--beam-size", type=positive_int, default=1, help="1 = greedy (1)")
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences (64)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
+    parser.add_argument(
+        "--attention-plot", type=Path, help="save the attention heatmap of the first sentence"
+    )
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.device != "cpu" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device} asked for, but torch sees no GPU; use cpu.")
+    for path, what in [(args.output, "the translations"), (args.attention_plot, "the plot")]:
+        if path is not None:
+            check_writable(path, what)
+    translator = Translator.load(args.model, device=args.device)
+    first_sentence: list[str] = []  # the first non-blank input line, for --attention-plot
+
+    def remember_first(lines: Iterable[bytes]) -> Iterator[bytes]:
+        for raw in lines:
+            if not first_sentence and raw.strip() and b"\0" not in raw:
+                with suppress(UnicodeDecodeError):  # such a line is reported by translate_stream
+                    first_sentence.append(raw.decode("utf-8").rstrip("\r\n"))
+            yield raw
+
+    with ExitStack() as stack:
+        try:
+            source = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
+        except OSError as error:
+            raise UsageError(f"cannot read the input {args.input} ({error.strerror}).") from None
+        target = (
+            stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            if args.output
+            else sys.stdout
+        )
+        translate_stream(
+            translator,
+            remember_first(source),
+            target.write,
+            args.beam_size,
+            args.length_penalty,
+            args.batch_size,
+        )
+    if args.attention_plot is not None:
+        plot_sentence(translator, first_sentence, args)
+    return 0
+
+
+def plot_sentence(translator: Translator, sentence: list[str], args: argparse.Namespace) -> None:
+    """Plot the attention of ``sentence`` (a list of at most one line) as it was translated."""
+    if not sentence:
+        raise UsageError("--attention-plot needs at least one non-blank input line.")
+    [translation] = translator.translate_detailed(
+        sentence, args.beam_size, args.length_penalty, with_attention=True
+    )
+    assert translation.src_tokens is not None and translation.tgt_tokens is not None
+    assert translation.attention is not None
+    plot_attention(
+        translation.src_tokens, translation.tgt_tokens, translation.attention, args.attention_plot
+    )
+    log.info(
+        "wrote the attention of %r -> %r to %s", sentence[0], translation.text, args.attention_plot
+    )
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,167 @@
+"""scripts/translate.py, evaluate.py and export.py as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from seq2seq.data.toy import ToyTranslation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(script: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, f"scripts/{script}", *map(str, args)],
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "bundle"
+    completed = run_script("export.py", "--checkpoint", tiny_checkpoint, "--out", out)
+    assert completed.returncode == 0, completed.stderr.decode()
+    return out
+
+
+def test_translate_keeps_one_line_per_input_line_in_order(bundle: Path) -> None:
+    overlong = " ".join(["the dog sees a cat and"] * 4) + " ."  # > 8 tokens, the model's maximum
+    lines = [
+        b"the dog sees a cat .",
+        b"",
+        b"   \t ",
+        "the caf\u00e9 \u2028 \u00fcber dog .".encode(),  # unicode, incl. a line separator
+        overlong.encode(),
+        b"the dog \xff\xfe sees .",  # invalid UTF-8
+        b"the dog\x00 sees .",  # NUL byte
+        b"a cat sleeps .",
+        overlong.encode(),
+    ]
+    completed = run_script("translate.py", "--model", bundle, stdin=b"\n".join(lines) + b"\n")
+    assert completed.returncode == 0, completed.stderr.decode()
+    output = completed.stdout.decode().split("\n")
+    assert output[-1] == "" and len(output) - 1 == len(lines)
+    assert output[1] == output[2] == output[5] == output[6] == ""
+    assert output[0] and output[7] and output[4]
+    assert output[4] == output[8]  # same input, same output, wherever it stands
+    stderr = completed.stderr.decode()
+    assert "line 6: invalid UTF-8" in stderr and "line 7: NUL byte" in stderr
+    assert stderr.count("were cut") == 1 and "2 line(s)" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_translate_matches_the_library_and_reads_files(
+    bundle: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from seq2seq import Translator
+
+    sentences = [example.src for example in ToyTranslation(train_size=10).splits()["test"][:40]]
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    outputs = {}
+    for model in (bundle, tiny_checkpoint):
+        out = tmp_path / f"{Path(model).name}.out"
+        completed = run_script(
+            "translate.py",
+            "--model",
+            model,
+            "--input",
+            source,
+            "--output",
+            out,
+            "--batch-size",
+            "7",
+        )
+        assert completed.returncode == 0, completed.stderr.decode()
+        assert completed.stdout == b""
+        outputs[model] = out.read_text(encoding="utf-8").splitlines()
+    assert outputs[bundle] == outputs[tiny_checkpoint]
+    assert outputs[bundle] == Translator.load(bundle).translate(sentences)
+
+
+def test_attention_plot_is_written(bundle: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "attention.png"
+    completed = run_script(
+        "translate.py", "--model", bundle, "--attention-plot", plot, stdin=b"the dog sees a cat .\n"
+    )
+    assert completed.returncode == 0, completed.stderr.decode()
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(completed.stdout.decode().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--beam-size", "0"], "--beam-size: must be at least 1, got 0"),
+        (["--model", "/nonexistent/model.ckpt"], "does not exist"),
+        (["--output", "/nonexistent/dir/out.txt"], "directory /nonexistent/dir does not exist"),
+    ],
+)
+def test_translate_bad_input_gets_one_clean_message(
+    bundle: Path, args: list[str], message: str
+) -> None:
+    model_args = [] if "--model" in args else ["--model", str(bundle)]
+    completed = run_script("translate.py", *model_args, *args, stdin=b"a dog .\n")
+    assert completed.returncode == 2
+    stderr = completed.stderr.decode()
+    assert message in stderr and "Traceback" not in stderr
+    assert completed.stdout == b""
+
+
+def test_evaluate_bleu_equals_the_sacrebleu_cli(bundle: Path, tmp_path: Path) -> None:
+    test = ToyTranslation(train_size=10).splits()["test"][:60]
+    src, ref, hyp = tmp_path / "test.src", tmp_path / "test.ref", tmp_path / "hyp.txt"
+    src.write_text("".join(f"{example.src}\n" for example in test), encoding="utf-8")
+    ref.write_text("".join(f"{example.tgt}\n" for example in test), encoding="utf-8")
+    completed = run_script(
+        "evaluate.py",
+        "--model",
+        bundle,
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--beam-size",
+        "1",
+        "--hyp-out",
+        hyp,
+        "--json",
+    )
+    assert completed.returncode == 0, completed.stderr.decode()
+    result = json.loads(completed.stdout)
+    assert len(hyp.read_text(encoding="utf-8").splitlines()) == 60
+    cli = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "-w", "6"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result["score"] == pytest.approx(json.loads(cli.stdout)["score"], abs=1e-6)
+    assert result["signature"] == json.loads(cli.stdout)["signature"]
+    chrf = sacrebleu.corpus_chrf(
+        hyp.read_text(encoding="utf-8").splitlines(), [[example.tgt for example in test]]
+    )
+    assert result["chrf"] == pytest.approx(chrf.score)
+
+
+def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Path) -> None:
+    src, ref = tmp_path / "a.src", tmp_path / "a.ref"
+    src.write_text("a dog .\na cat .\n", encoding="utf-8")
+    ref.write_bytes(b"kodan .\n\xff\n")
+    completed = run_script("evaluate.py", "--model", bundle, "--src", src, "--ref", ref)
+    assert completed.returncode == 2
+    assert f"{ref}:2: invalid UTF-8 at byte offset 8" in completed.stderr.decode()
+    ref.write_text("kodan .\n", encoding="utf-8")
+    completed = run_script("evaluate.py", "--model", bundle, "--src", src, "--ref", ref)
+    assert completed.returncode == 2
+    assert "has 2 lines but" in completed.stderr.decode()
+    assert "Traceback" not in completed.stderr.decode()
