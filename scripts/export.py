@@ -3,6 +3,7 @@
     python scripts/export.py --checkpoint RUN/checkpoints/best.ckpt --out bundle/
 
 The bundle holds model.safetensors, config.json, src_tokenizer.json and tgt_tokenizer.json.
+With --onnx it also holds encoder.onnx and decoder_step.onnx (pip install -e ".[onnx]").
 """
 
 from __future__ import annotations
@@ -21,9 +22,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="a train.py checkpoint")
     parser.add_argument("--out", type=Path, required=True, help="the bundle directory to write")
+    parser.add_argument(
+        "--onnx", action="store_true", help="also export the encoder and decoder step to ONNX"
+    )
     args = parser.parse_args()
-    out_dir = export_bundle(load(args.checkpoint), args.out)
+    trained = load(args.checkpoint)
+    out_dir = export_bundle(trained, args.out)
     log.info("wrote the bundle %s (from %s)", out_dir, args.checkpoint)
+    if args.onnx:
+        from seq2seq.onnx_export import export_onnx  # only this option needs the exporter
+
+        for path in export_onnx(trained.model, out_dir):
+            log.info("wrote %s", path)
     return 0
 
 
