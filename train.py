@@ -3,13 +3,15 @@
 import hydra
 from omegaconf import DictConfig
 
+from seq2seq.cli import exit_on_user_error
 from seq2seq.pipeline import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    # The return value is what Hydra's sweepers optimise.
-    return train(cfg)["best_val_bleu"]
+    with exit_on_user_error():
+        # The return value is what Hydra's sweepers optimise.
+        return train(cfg)["best_val_bleu"]
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from torch import nn
 import seq2seq
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
+from seq2seq.errors import Seq2SeqError
 from seq2seq.model import Seq2Seq
 
 CHECKPOINT_KEY = "seq2seq"  # our entry in a Lightning checkpoint
@@ -48,7 +49,7 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
 }
 
 
-class ModelFileError(ValueError):
+class ModelFileError(Seq2SeqError, ValueError):
     """A checkpoint or bundle that cannot be used; the message says which file and what to do."""
 
 
@@ -242,7 +243,10 @@ def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file in the same directory, fsync, then rename over ``path``."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(handle)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide the bundle from others
         write(Path(temporary))
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())

@@ -4,26 +4,50 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from seq2seq.bundle import ModelFileError
+from hydra.errors import InstantiationException
+
+from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq")
 
 
-class UsageError(ValueError):
+class UsageError(Seq2SeqError, ValueError):
     """Bad input to a command; the message names the file, line or option and the fix."""
+
+
+# Errors caused by what the user gave us; their messages say what to fix, so no traceback.
+USER_ERRORS = (Seq2SeqError,)
+
+
+@contextmanager
+def exit_on_user_error() -> Iterator[None]:
+    """Turn a user error into ``error: <one paragraph>`` on stderr and exit status 2.
+
+    Hydra wraps errors raised while building an object from the config; the cause is unwrapped
+    when it is one of ours, and Hydra's own message (which names the config key) is kept otherwise.
+    """
+    try:
+        yield
+    except USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except InstantiationException as error:
+        cause = error.__cause__
+        message = str(cause) if isinstance(cause, USER_ERRORS) else str(error)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run(main: Callable[[], int]) -> None:
     """Run a script's ``main``: known errors become one paragraph on stderr and exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
-        status = main()
-    except (UsageError, ModelFileError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        status = 2
+        with exit_on_user_error():
+            status = main()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         status = 130

@@ -15,6 +15,7 @@ from seq2seq.decoder import (
     EncodedSource,
 )
 from seq2seq.encoder import RNNEncoder, RNNFactory
+from seq2seq.errors import ConfigError
 
 
 class Seq2Seq(nn.Module):
@@ -43,7 +44,7 @@ class Seq2Seq(nn.Module):
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
             if size < 1:
-                raise ValueError(f"model.{name} must be a positive integer, got {size}.")
+                raise ConfigError(f"model.{name} must be a positive integer, got {size}.")
         if encoder_hidden_size is None:
             encoder_hidden_size = max(1, hidden_size // 2)
         self.encoder = RNNEncoder(

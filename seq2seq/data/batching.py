@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Sampler
 
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import ConfigError
 
 
 @dataclass
@@ -98,7 +99,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         bucket_batches: int = 50,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}.")
+            raise ConfigError(f"data.batch_size must be a positive integer, got {batch_size}.")
         self.lengths = torch.tensor(lengths, dtype=torch.long)
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from seq2seq.data.toy import Example
+from seq2seq.errors import ConfigError, Seq2SeqError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ _SPACES = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2009": " ", "\u200b": 
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 
 
-class DataError(Exception):
+class DataError(Seq2SeqError):
     """A corpus file is missing, unreadable or malformed; the message says which and what to do."""
 
 
@@ -252,13 +253,13 @@ def filter_pairs(
 def _target_size(size: int | float, total: int, name: str) -> int:
     """A split size as a number of pairs: an int is a count, a float a fraction of ``total``."""
     if isinstance(size, bool) or not isinstance(size, int | float):
-        raise ValueError(f"{name} must be a count (int) or a fraction (float), got {size!r}.")
+        raise ConfigError(f"{name} must be a count (int) or a fraction (float), got {size!r}.")
     if isinstance(size, float):
         if not 0.0 <= size < 1.0:
-            raise ValueError(f"{name} as a fraction must be in [0, 1), got {size}.")
+            raise ConfigError(f"{name} as a fraction must be in [0, 1), got {size}.")
         return round(size * total)
     if size < 0:
-        raise ValueError(f"{name} must be >= 0, got {size}.")
+        raise ConfigError(f"{name} must be >= 0, got {size}.")
     return size
 
 

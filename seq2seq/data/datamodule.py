@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import BucketBatchSampler, EncodedDataset, EncodedExample, collate
 from seq2seq.data.tokenization import encode_batch, train_word_tokenizer
+from seq2seq.errors import ConfigError
 
 if TYPE_CHECKING:
     from seq2seq.data.toy import Example
@@ -43,6 +44,9 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         tgt_tokenizer: Tokenizer | None = None,
     ) -> None:
         super().__init__()
+        for key, value in [("batch_size", batch_size), ("eval_batch_size", eval_batch_size)]:
+            if value < 1:  # checked here so that it fails before any data is read
+                raise ConfigError(f"data.{key} must be a positive integer, got {value}.")
         self.corpus = corpus
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -61,7 +65,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             return
         splits = self.corpus.splits()
         if not splits.get("train"):
-            raise ValueError("the corpus has no training examples: check data.* in the config.")
+            raise ConfigError("the corpus has no training examples: check data.* in the config.")
         train = splits["train"]
         if self.src_tokenizer is None:
             self.src_tokenizer = self._train_tokenizer([ex.src for ex in train])

@@ -36,6 +36,8 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from seq2seq.errors import ConfigError
+
 SPLITS = ("train", "val", "test", "test_long")
 # Held-out splits are drawn first, so their sentences do not change with train_size.
 _GENERATION_ORDER = ("test_long", "test", "val", "train")
@@ -431,7 +433,7 @@ def _toy_example(rng: random.Random, shape: _Shape) -> Example | None:
 def _check_sizes(sizes: dict[str, int]) -> None:
     for split, size in sizes.items():
         if size < 0:
-            raise ValueError(f"{split}_size must be >= 0, got {size}.")
+            raise ConfigError(f"{split}_size must be >= 0, got {size}.")
 
 
 def _split_rngs(seed: int) -> dict[str, random.Random]:
@@ -454,7 +456,7 @@ def _sample_unique(
     budget = 100 * size + 10_000
     while len(examples) < size:
         if budget == 0:
-            raise ValueError(
+            raise ConfigError(
                 f"could not generate {size} distinct {what} sentences (found {len(examples)}) "
                 "that are not already in another split: the task cannot produce that many "
                 "unique sentences. Ask for fewer, or widen the task (lengths, vocabulary)."
@@ -524,13 +526,13 @@ class _SymbolTask:
     def __post_init__(self) -> None:
         _check_sizes(self._sizes())
         if self.vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {self.vocab_size}.")
+            raise ConfigError(f"vocab_size must be >= 1, got {self.vocab_size}.")
         if not 1 <= self.min_len <= self.max_len:
-            raise ValueError(
+            raise ConfigError(
                 f"need 1 <= min_len <= max_len, got min_len={self.min_len}, max_len={self.max_len}."
             )
         if not self.max_len < self.long_min_len <= self.long_max_len:
-            raise ValueError(
+            raise ConfigError(
                 "test_long must be strictly longer than the other splits: need max_len < "
                 f"long_min_len <= long_max_len, got max_len={self.max_len}, "
                 f"long_min_len={self.long_min_len}, long_max_len={self.long_max_len}."
@@ -567,7 +569,7 @@ class _SymbolTask:
         ):
             available = sum(self.vocab_size**n for n in range(low, high + 1))
             if wanted > available:
-                raise ValueError(
+                raise ConfigError(
                     f"{type(self).__name__}: {what} needs {wanted} distinct sequences but only "
                     f"{available} exist with vocab_size={self.vocab_size} and lengths "
                     f"{low}..{high}."
