@@ -18,8 +18,7 @@ from torch import Tensor
 from seq2seq.bundle import TrainedModel, load
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode, encode_batch
-from seq2seq import search
-from seq2seq.search import Hypotheses, greedy_search
+from seq2seq.search import Hypotheses, beam_search, greedy_search
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +109,7 @@ class Translator:
             return greedy_search(
                 self.model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, self.max_len_a, self.max_len_b
             )
-        return search.beam_search(
+        return beam_search(
             self.model,
             src,
             src_lens,
