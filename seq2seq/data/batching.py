@@ -88,6 +88,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     With ``shuffle``, each epoch draws a permutation from ``seed + epoch``, sorts it by length in
     windows of ``bucket_batches`` batches, and shuffles the batch order; without, the whole set is
     sorted by length once (for evaluation, where order does not matter but padding does).
+
+    A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
+    padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
     """
 
     def __init__(
@@ -97,11 +100,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
         seed: int = 0,
         bucket_batches: int = 50,
+        max_tokens: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be a positive integer, got {batch_size}.")
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError(f"data.max_tokens must be a positive integer, got {max_tokens}.")
         self.lengths = torch.tensor(lengths, dtype=torch.long)
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
         self.bucket_size = batch_size * bucket_batches if shuffle else max(1, len(lengths))
@@ -111,7 +118,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         """Called by Lightning before each epoch so every epoch has its own order."""
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def batches(self) -> list[list[int]]:
+        """This epoch's batches of dataset indices, in the order they are served."""
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         n = len(self.lengths)
         order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
@@ -120,13 +128,41 @@ class BucketBatchSampler(Sampler[list[int]]):
             window = order[start : start + self.bucket_size]
             # Stable sort keeps the random order among equal lengths.
             window = window[torch.argsort(self.lengths[window], stable=True)]
-            batches.extend(chunk.tolist() for chunk in window.split(self.batch_size))
+            if self.max_tokens is None:
+                batches.extend(chunk.tolist() for chunk in window.split(self.batch_size))
+            else:
+                batches.extend(self._split_by_tokens(window.tolist(), self.max_tokens))
         if self.shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
-        return iter(batches)
+        return batches
+
+    def _split_by_tokens(self, sorted_indices: list[int], max_tokens: int) -> list[list[int]]:
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        for index in sorted_indices:
+            # Sorted ascending, so this sentence is the longest of the batch it would join.
+            if batch and (len(batch) + 1) * int(self.lengths[index]) > max_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append(index)
+        if batch:
+            batches.append(batch)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
 
     def __len__(self) -> int:
+        if self.max_tokens is not None:
+            return len(self.batches())  # depends on the lengths drawn together; count them
         n = len(self.lengths)
         full_windows, rest = divmod(n, self.bucket_size)
         per_window = math.ceil(self.bucket_size / self.batch_size)
         return full_windows * per_window + math.ceil(rest / self.batch_size)
+
+
+def padding_ratio(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> float:
+    """The share of padded positions when ``batches`` of sequences of ``lengths`` are padded."""
+    real = sum(lengths[i] for batch in batches for i in batch)
+    padded = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches if batch)
+    return 1.0 - real / padded if padded else 0.0

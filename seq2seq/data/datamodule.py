@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -9,12 +10,20 @@ import pytorch_lightning as pl
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
-from seq2seq.data.batching import BucketBatchSampler, EncodedDataset, EncodedExample, collate
+from seq2seq.data.batching import (
+    BucketBatchSampler,
+    EncodedDataset,
+    EncodedExample,
+    collate,
+    padding_ratio,
+)
 from seq2seq.data.tokenization import encode_batch, train_word_tokenizer
 from seq2seq.errors import ConfigError
 
 if TYPE_CHECKING:
     from seq2seq.data.toy import Example
+
+log = logging.getLogger(__name__)
 
 
 class Corpus(Protocol):
@@ -34,6 +43,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         self,
         corpus: Corpus,
         batch_size: int = 64,
+        max_tokens: int | None = None,
         eval_batch_size: int = 256,
         bucket_batches: int = 50,
         min_frequency: int = 1,
@@ -49,6 +59,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
                 raise ConfigError(f"data.{key} must be a positive integer, got {value}.")
         self.corpus = corpus
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
         self.eval_batch_size = eval_batch_size
         self.bucket_batches = bucket_batches
         self.min_frequency = min_frequency
@@ -74,6 +85,21 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         for name, examples in splits.items():
             self.datasets[name] = self._encode(examples)
             self.alignments[name] = [ex.alignment for ex in examples]
+        self._log_padding()
+
+    def _log_padding(self) -> None:
+        """How much of the first epoch's training batches is padding, per side."""
+        dataset = self.datasets["train"]
+        batches = self._sampler("train", self.batch_size, shuffle=True).batches()
+        src_lengths = [len(ex.src_ids) for ex in dataset.examples]
+        tgt_lengths = [len(ex.tgt_ids) + 1 for ex in dataset.examples]  # + BOS or EOS
+        log.info(
+            "train: %d pairs in %d batches; padding: %.1f%% of source, %.1f%% of target tokens",
+            len(dataset),
+            len(batches),
+            100 * padding_ratio(batches, src_lengths),
+            100 * padding_ratio(batches, tgt_lengths),
+        )
 
     def _train_tokenizer(self, texts: Sequence[str]) -> Tokenizer:
         return train_word_tokenizer(texts, self.min_frequency, self.max_vocab_size)
@@ -89,16 +115,23 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             ]
         )
 
+    def _sampler(self, split: str, batch_size: int, shuffle: bool) -> BucketBatchSampler:
+        # The token budget shapes training batches; evaluation batches count sentences.
+        return BucketBatchSampler(
+            self.datasets[split].lengths(),
+            batch_size,
+            shuffle,
+            self.seed,
+            self.bucket_batches,
+            max_tokens=self.max_tokens if shuffle else None,
+        )
+
     def _loader(
         self, split: str, batch_size: int, shuffle: bool
     ) -> DataLoader[tuple[int, EncodedExample]]:
-        dataset = self.datasets[split]
-        sampler = BucketBatchSampler(
-            dataset.lengths(), batch_size, shuffle, self.seed, self.bucket_batches
-        )
         return DataLoader(
-            dataset,
-            batch_sampler=sampler,
+            self.datasets[split],
+            batch_sampler=self._sampler(split, batch_size, shuffle),
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -1,0 +1,88 @@
+"""The length-bucketed batch sampler and the collate function."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from seq2seq.data.batching import (
+    BucketBatchSampler,
+    EncodedExample,
+    collate,
+    padding_ratio,
+)
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import ConfigError
+
+_rng = random.Random(0)
+LENGTHS = [_rng.randint(1, 40) for _ in range(1000)]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 300])
+def test_every_index_once_per_epoch_and_reproducible(max_tokens: int | None) -> None:
+    sampler = BucketBatchSampler(LENGTHS, batch_size=16, seed=3, max_tokens=max_tokens)
+    epoch0 = list(sampler)
+    assert sorted(i for batch in epoch0 for i in batch) == list(range(len(LENGTHS)))
+    assert len(sampler) == len(epoch0)
+    assert list(BucketBatchSampler(LENGTHS, 16, seed=3, max_tokens=max_tokens)) == epoch0
+    sampler.set_epoch(1)
+    assert list(sampler) != epoch0  # a new order every epoch, from the seed
+    sampler.set_epoch(0)
+    assert list(sampler) == epoch0
+
+
+def test_sentence_batches_have_the_batch_size() -> None:
+    batches = list(BucketBatchSampler(LENGTHS, batch_size=16, bucket_batches=10))
+    assert all(len(batch) <= 16 for batch in batches)
+    assert sum(len(batch) == 16 for batch in batches) >= len(batches) - 7  # window remainders
+
+
+def test_token_budget_bounds_padded_batch_size() -> None:
+    long = [*LENGTHS, 500]  # longer than the budget on its own
+    batches = list(BucketBatchSampler(long, batch_size=16, max_tokens=300))
+    for batch in batches:
+        padded = len(batch) * max(long[i] for i in batch)
+        assert padded <= 300 or len(batch) == 1
+    assert [len(LENGTHS)] in batches
+
+
+def test_bucketing_pads_less_than_random_batches() -> None:
+    bucketed = list(BucketBatchSampler(LENGTHS, batch_size=32, seed=1))
+    order = list(range(len(LENGTHS)))
+    random.Random(1).shuffle(order)
+    unsorted = [order[i : i + 32] for i in range(0, len(order), 32)]
+    assert padding_ratio(bucketed, LENGTHS) < padding_ratio(unsorted, LENGTHS) / 3
+
+
+def test_padding_ratio_counts_padded_positions() -> None:
+    assert padding_ratio([[0, 1], [2]], [2, 4, 3]) == pytest.approx(1 - 9 / 11)
+
+
+def test_evaluation_order_is_sorted_and_fixed() -> None:
+    batches = list(BucketBatchSampler(LENGTHS, batch_size=50, shuffle=False))
+    flat = [i for batch in batches for i in batch]
+    assert [LENGTHS[i] for i in flat] == sorted(LENGTHS)
+
+
+def test_bad_sizes_name_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"data\.batch_size"):
+        BucketBatchSampler(LENGTHS, batch_size=0)
+    with pytest.raises(ConfigError, match=r"data\.max_tokens"):
+        BucketBatchSampler(LENGTHS, batch_size=4, max_tokens=0)
+
+
+def test_collate_builds_teacher_forcing_pairs_and_lengths() -> None:
+    items = [
+        (7, EncodedExample([5, 6, 7], [8, 9], "a b c", "x y")),
+        (2, EncodedExample([5], [8, 9, 10], "a", "x y z")),
+    ]
+    batch = collate(items)
+    assert batch.src.tolist() == [[5, 6, 7], [5, PAD_ID, PAD_ID]]
+    assert batch.src_lens.tolist() == [3, 1]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 8, 9, PAD_ID], [BOS_ID, 8, 9, 10]]
+    assert batch.tgt_out.tolist() == [[8, 9, EOS_ID, PAD_ID], [8, 9, 10, EOS_ID]]
+    assert batch.tgt_lens.tolist() == [3, 4]
+    assert torch.equal(batch.indices, torch.tensor([7, 2]))
+    assert batch.tgt_text == ["x y", "x y z"]
