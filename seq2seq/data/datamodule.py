@@ -17,7 +17,7 @@ from seq2seq.data.batching import (
     collate,
     padding_ratio,
 )
-from seq2seq.data.tokenization import encode_batch, train_word_tokenizer
+from seq2seq.data.tokenization import TokenizerSpec, encode_batch, train_tokenizers
 from seq2seq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class Corpus(Protocol):
 
 
 class Seq2SeqDataModule(pl.LightningDataModule):
-    """Builds word-level vocabularies on the training split and serves length-bucketed batches.
+    """Trains the tokenizers on the training split and serves length-bucketed batches.
 
     Pass ``src_tokenizer``/``tgt_tokenizer`` to reuse existing vocabularies (a resumed or loaded
     model) instead of training new ones.
@@ -46,8 +46,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         max_tokens: int | None = None,
         eval_batch_size: int = 256,
         bucket_batches: int = 50,
-        min_frequency: int = 1,
-        max_vocab_size: int | None = None,
+        tokenizer: TokenizerSpec | None = None,
+        joint_vocab: bool = False,
         num_workers: int = 0,
         seed: int = 0,
         src_tokenizer: Tokenizer | None = None,
@@ -62,8 +62,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         self.max_tokens = max_tokens
         self.eval_batch_size = eval_batch_size
         self.bucket_batches = bucket_batches
-        self.min_frequency = min_frequency
-        self.max_vocab_size = max_vocab_size
+        self.tokenizer_spec = tokenizer or TokenizerSpec()
+        self.joint_vocab = joint_vocab
         self.num_workers = num_workers
         self.seed = seed
         self.src_tokenizer = src_tokenizer
@@ -78,10 +78,14 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         if not splits.get("train"):
             raise ConfigError("the corpus has no training examples: check data.* in the config.")
         train = splits["train"]
-        if self.src_tokenizer is None:
-            self.src_tokenizer = self._train_tokenizer([ex.src for ex in train])
-        if self.tgt_tokenizer is None:
-            self.tgt_tokenizer = self._train_tokenizer([ex.tgt for ex in train])
+        if self.src_tokenizer is None or self.tgt_tokenizer is None:
+            # Vocabularies come from the training split only, never from val or test.
+            self.src_tokenizer, self.tgt_tokenizer = train_tokenizers(
+                self.tokenizer_spec,
+                [ex.src for ex in train],
+                [ex.tgt for ex in train],
+                joint=self.joint_vocab,
+            )
         for name, examples in splits.items():
             self.datasets[name] = self._encode(examples)
             self.alignments[name] = [ex.alignment for ex in examples]
@@ -100,9 +104,6 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             100 * padding_ratio(batches, src_lengths),
             100 * padding_ratio(batches, tgt_lengths),
         )
-
-    def _train_tokenizer(self, texts: Sequence[str]) -> Tokenizer:
-        return train_word_tokenizer(texts, self.min_frequency, self.max_vocab_size)
 
     def _encode(self, examples: Sequence[Example]) -> EncodedDataset:
         assert self.src_tokenizer is not None and self.tgt_tokenizer is not None
