@@ -6,6 +6,7 @@ Shape legend: B batch, S source length, T target length, V target vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -62,7 +63,7 @@ class LitSeq2Seq(pl.LightningModule):
         # Per-validation accumulators, reset at the start of every validation run.
         self._val_loss_sum = torch.zeros(())
         self._val_tokens = torch.zeros(())
-        self._val_hypotheses: list[str] = []
+        self._val_hypotheses: list[tuple[int, str]] = []  # (dataset index, translation)
         self._val_references: list[str] = []
 
     def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
@@ -92,17 +93,29 @@ class LitSeq2Seq(pl.LightningModule):
         loss_sum, num_tokens = self.loss(batch)
         self._val_loss_sum += loss_sum.detach()
         self._val_tokens += num_tokens
-        self._val_hypotheses.extend(self.translate_batch(batch))
+        hypotheses = self.translate_batch(batch)
+        self._val_hypotheses.extend(zip(batch.indices.tolist(), hypotheses, strict=True))
         self._val_references.extend(batch.tgt_text)
 
     def on_validation_epoch_end(self) -> None:
+        hypotheses = [hypothesis for _, hypothesis in self._val_hypotheses]
         bleu = sacrebleu.corpus_bleu(
-            self._val_hypotheses, [self._val_references], tokenize=self.bleu_tokenize
+            hypotheses, [self._val_references], tokenize=self.bleu_tokenize
         )
+        if not self.trainer.sanity_checking and self.trainer.is_global_zero:
+            self._write_hypotheses(Path(self.trainer.default_root_dir) / "val_hypotheses.txt")
         # Token-weighted mean, not a mean of batch means.
         val_loss = self._val_loss_sum / self._val_tokens.clamp(min=1)
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/bleu", bleu.score, prog_bar=True)
+
+    def _write_hypotheses(self, path: Path) -> None:
+        """This validation's translations in dataset order, one per line (atomically replaced),
+        so that ``sacrebleu REF -i val_hypotheses.txt`` can check ``val/bleu``."""
+        ordered = sorted(self._val_hypotheses)  # validation batches come sorted by length
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text("".join(f"{text}\n" for _, text in ordered), encoding="utf-8")
+        temporary.replace(path)
 
     def translate_batch(self, batch: Batch) -> list[str]:
         """Greedy translations of a batch, detokenized."""

@@ -15,6 +15,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from seq2seq.bundle import build_model, load
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
+from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,12 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics."""
+    missing = missing_keys(cfg)
+    if missing:
+        raise ConfigError(
+            f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
+            f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
+        )
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
@@ -86,6 +93,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Keys whose value is ``???``, found without resolving interpolations (which would fail)."""
+    missing = []
+    for key in map(str, cfg):
+        if OmegaConf.is_missing(cfg, key):
+            missing.append(f"{prefix}{key}")
+            continue
+        child = cfg._get_node(key)  # the node itself: reading the value would resolve it
+        if isinstance(child, DictConfig) and not OmegaConf.is_interpolation(cfg, key):
+            missing.extend(missing_keys(child, f"{prefix}{key}."))
+    return missing
 
 
 def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:
