@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,21 @@ from hydra import compose, initialize_config_dir
 from seq2seq.pipeline import train
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_cache_in_a_temporary_directory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Keep the data cache (data.cache_dir) of every test, and of the scripts they start, out of
+    the working tree."""
+    previous = os.environ.get("SEQ2SEQ_CACHE_DIR")
+    os.environ["SEQ2SEQ_CACHE_DIR"] = str(tmp_path_factory.mktemp("data_cache"))
+    yield
+    if previous is None:
+        del os.environ["SEQ2SEQ_CACHE_DIR"]
+    else:
+        os.environ["SEQ2SEQ_CACHE_DIR"] = previous
 
 
 @pytest.fixture(scope="session")

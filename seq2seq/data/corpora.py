@@ -354,6 +354,18 @@ class ParallelCorpus:
             "(or copy the files there by hand)."
         )
 
+    def source_files(self) -> list[Path]:
+        """The six files ``splits`` reads, source then target of train, val and test.
+
+        The data cache hashes their contents, so they must be exactly what ``splits`` opens.
+        """
+        root = Path(self.root).expanduser().absolute()
+        return [
+            root / f"{file_stem}.{lang}"
+            for file_stem in (self.train, self.val, self.test)
+            for lang in (self.src_lang, self.tgt_lang)
+        ]
+
     def splits(self) -> dict[str, list[Example]]:
         """The "train", "val" and "test" examples, read from the files named by the config."""
         root = Path(self.root).expanduser().absolute()
@@ -430,6 +442,10 @@ class TsvCorpus:
             f"Get it with: python scripts/download_data.py {self.download_name} --root "
             f"{path.parent} (or copy the file there by hand)."
         )
+
+    def source_files(self) -> list[Path]:
+        """The one file ``splits`` reads (the data cache hashes its contents)."""
+        return [Path(self.path).expanduser().absolute()]
 
     def splits(self) -> dict[str, list[Example]]:
         """The "train", "val" and "test" examples of the file, split by source sentence."""

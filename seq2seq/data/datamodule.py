@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pytorch_lightning as pl
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
+from seq2seq.data import cache
 from seq2seq.data.batching import (
     BucketBatchSampler,
     EncodedDataset,
@@ -36,7 +38,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
     """Trains the tokenizers on the training split and serves length-bucketed batches.
 
     Pass ``src_tokenizer``/``tgt_tokenizer`` to reuse existing vocabularies (a resumed or loaded
-    model) instead of training new ones.
+    model) instead of training new ones. With ``cache_dir``, the tokenizers and encoded splits of
+    a corpus read from files are cached there (``seq2seq.data.cache``); None or "" disables it.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         seed: int = 0,
         src_tokenizer: Tokenizer | None = None,
         tgt_tokenizer: Tokenizer | None = None,
+        cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
         for key, value in [("batch_size", batch_size), ("eval_batch_size", eval_batch_size)]:
@@ -68,12 +72,29 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         self.seed = seed
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
+        # "" too, so that SEQ2SEQ_CACHE_DIR= (set but empty) turns the cache off.
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         self.datasets: dict[str, EncodedDataset] = {}
         self.alignments: dict[str, list[tuple[tuple[int, int], ...] | None]] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:  # Lightning calls setup again after the pipeline did
             return
+        entry = self._cache_entry()
+        if entry is not None:
+            key, path = entry
+            cached = cache.load(path, key)
+            if cached is not None:
+                log.info("data cache hit: %s (%s)", key, path)
+                if self.src_tokenizer is None or self.tgt_tokenizer is None:
+                    self.src_tokenizer, self.tgt_tokenizer = (
+                        cached.src_tokenizer,
+                        cached.tgt_tokenizer,
+                    )
+                self.datasets, self.alignments = cached.datasets, cached.alignments
+                self._log_padding()
+                return
+            log.info("data cache miss: writing %s", path)
         splits = self.corpus.splits()
         if not splits.get("train"):
             raise ConfigError("the corpus has no training examples: check data.* in the config.")
@@ -89,7 +110,26 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         for name, examples in splits.items():
             self.datasets[name] = self._encode(examples)
             self.alignments[name] = [ex.alignment for ex in examples]
+        if entry is not None:
+            key, path = entry
+            data = cache.CachedData(
+                self.src_tokenizer, self.tgt_tokenizer, self.datasets, self.alignments
+            )
+            cache.save(path, key, data)
         self._log_padding()
+
+    def _cache_entry(self) -> tuple[str, Path] | None:
+        """The cache key and file of this module's data, or None if it is not cached."""
+        if self.cache_dir is None:
+            return None
+        given = None
+        if self.src_tokenizer is not None and self.tgt_tokenizer is not None:
+            # Ids encoded with other vocabularies must not be served: key on these ones.
+            given = (self.src_tokenizer, self.tgt_tokenizer)
+        key = cache.cache_key(self.corpus, self.tokenizer_spec, self.joint_vocab, given)
+        if key is None:
+            return None
+        return key, cache.cache_path(self.cache_dir, self.corpus, key)
 
     def _log_padding(self) -> None:
         """How much of the first epoch's training batches is padding, per side."""
