@@ -16,19 +16,9 @@ import logging
 import sys
 from pathlib import Path
 
+from seq2seq.cli import int_at_least
 from seq2seq.data.corpora import DataError
 from seq2seq.data.download import DATASETS, download
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,7 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--base-url", default=None, help="fetch from here instead (a mirror)")
     parser.add_argument(
-        "--retries", type=non_negative_int, default=3, help="retries per file after a failure (3)"
+        "--retries", type=int_at_least(0), default=3, help="retries per file after a failure (3)"
     )
     parser.add_argument(
         "--backoff", type=float, default=1.0, help="seconds before the first retry, doubling (1)"

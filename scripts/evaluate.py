@@ -19,17 +19,9 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_writable, read_lines, run
+from seq2seq.cli import UsageError, check_writable, int_at_least, read_lines, run
 
 log = logging.getLogger("seq2seq.evaluate")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--beam-size 0`` is refused here)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,9 +30,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--src", type=Path, required=True, help="source sentences, one per line")
     parser.add_argument("--ref", type=Path, required=True, help="references, line-parallel")
     parser.add_argument("--hyp-out", type=Path, help="write the translations here")
-    parser.add_argument("--beam-size", type=positive_int, default=5, help="1 = greedy (5)")
+    parser.add_argument("--beam-size", type=int_at_least(1), default=5, help="1 = greedy (5)")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
-    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences (64)")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -13,6 +13,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from seq2seq.cli import int_at_least
 from seq2seq.data.toy import FILE_SUFFIXES, Copy, Reverse, Sort, ToyTranslation, write_splits
 
 TASKS: dict[str, type[ToyTranslation] | type[Reverse] | type[Copy] | type[Sort]] = {
@@ -23,24 +24,16 @@ TASKS: dict[str, type[ToyTranslation] | type[Reverse] | type[Copy] | type[Sort]]
 }
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory to write the files to")
     parser.add_argument("--task", choices=list(TASKS), default="toy", help="which task (toy)")
     parser.add_argument("--seed", type=int, default=1, help="generation seed (1)")
     parser.add_argument(
-        "--train-size", type=positive_int, default=None, help="training pairs (the task's default)"
+        "--train-size",
+        type=int_at_least(1),
+        default=None,
+        help="training pairs (the task's default)",
     )
     return parser.parse_args(argv)
 

@@ -18,19 +18,11 @@ from pathlib import Path
 import torch
 
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_writable, run
+from seq2seq.cli import UsageError, check_writable, int_at_least, run
 from seq2seq.plotting import plot_attention
 from seq2seq.translator import translate_stream
 
 log = logging.getLogger("seq2seq.translate")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--beam-size 0`` is refused here)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,9 +30,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
     parser.add_argument("--input", type=Path, help="read this file instead of stdin")
     parser.add_argument("--output", type=Path, help="write this file instead of stdout")
-    parser.add_argument("--beam-size", type=positive_int, default=1, help="1 = greedy (1)")
+    parser.add_argument("--beam-size", type=int_at_least(1), default=1, help="1 = greedy (1)")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
-    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences (64)")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument(
         "--attention-plot", type=Path, help="save the attention heatmap of the first sentence"

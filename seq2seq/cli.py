@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -40,6 +41,21 @@ def exit_on_user_error() -> Iterator[None]:
         message = str(cause) if isinstance(cause, USER_ERRORS) else str(error)
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum`` (so ``--beam-size 0`` is refused early)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def run(main: Callable[[], int]) -> None:
