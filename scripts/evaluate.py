@@ -19,7 +19,8 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_writable, int_at_least, read_lines, run
+from seq2seq.cli import UsageError, check_writable, int_at_least, run
+from seq2seq.data.corpora import read_lines
 
 log = logging.getLogger("seq2seq.evaluate")
 

@@ -70,31 +70,6 @@ def run(main: Callable[[], int]) -> None:
     sys.exit(status)
 
 
-def read_lines(path: Path, what: str) -> list[str]:
-    """Lines of a UTF-8 text file, split on "\\n" only; errors name the file, line and byte."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path} does not exist; check the path.") from None
-    except OSError as error:
-        raise UsageError(f"{what} {path} cannot be read ({error.strerror}).") from None
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line does not start another
-    texts = []
-    offset = 0
-    for number, raw in enumerate(lines, start=1):
-        try:
-            texts.append(raw.removesuffix(b"\r").decode("utf-8"))
-        except UnicodeDecodeError as error:
-            raise UsageError(
-                f"{path}:{number}: invalid UTF-8 at byte offset {offset + error.start} of the file "
-                f"(byte 0x{raw[error.start]:02x}). Convert {what} to UTF-8 (e.g. with iconv)."
-            ) from None
-        offset += len(raw) + 1
-    return texts
-
-
 def check_writable(path: Path, what: str) -> None:
     """Fail early, before any decoding, if ``path`` cannot be written."""
     directory = path.parent if path.parent != Path("") else Path(".")

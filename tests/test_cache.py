@@ -95,7 +95,7 @@ def forbid_reading(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(ParallelCorpus, "splits", fail)
     monkeypatch.setattr(TsvCorpus, "splits", fail)
-    monkeypatch.setattr(corpora, "_read_lines", fail)
+    monkeypatch.setattr(corpora, "read_lines", fail)
     monkeypatch.setattr("seq2seq.data.datamodule.train_tokenizers", fail)
     monkeypatch.setattr("seq2seq.data.datamodule.encode_batch", fail)
 

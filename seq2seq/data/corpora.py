@@ -75,7 +75,7 @@ def _missing_file(path: Path, what: str, how_to_get: str) -> DataError:
     )
 
 
-def _read_lines(path: Path, what: str, how_to_get: str = "") -> list[str]:
+def read_lines(path: Path, what: str, how_to_get: str = "") -> list[str]:
     """The decoded lines of ``path``, split on ``\\n`` only; a trailing ``\\r`` is dropped.
 
     ``what`` describes the file for the missing-file message ("the Multi30k training source file
@@ -124,8 +124,8 @@ def _read_parallel(
     what: tuple[str, str] = ("the source file", "the target file"),
     how_to_get: str = "",
 ) -> list[Pair]:
-    src_lines = _read_lines(src_path, what[0], how_to_get)
-    tgt_lines = _read_lines(tgt_path, what[1], how_to_get)
+    src_lines = read_lines(src_path, what[0], how_to_get)
+    tgt_lines = read_lines(tgt_path, what[1], how_to_get)
     if len(src_lines) != len(tgt_lines):
         raise DataError(
             f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}: "
@@ -153,7 +153,7 @@ def _read_tsv(
     pairs: list[Pair] = []
     line_numbers: list[int] = []
     blank = 0
-    for line_number, line in enumerate(_read_lines(path, what, how_to_get), start=1):
+    for line_number, line in enumerate(read_lines(path, what, how_to_get), start=1):
         if not line.strip():
             blank += 1
             continue
