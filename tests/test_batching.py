@@ -86,3 +86,26 @@ def test_collate_builds_teacher_forcing_pairs_and_lengths() -> None:
     assert batch.tgt_lens.tolist() == [3, 4]
     assert torch.equal(batch.indices, torch.tensor([7, 2]))
     assert batch.tgt_text == ["x y", "x y z"]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 300])
+@pytest.mark.parametrize("num_replicas", [2, 3])
+def test_ranks_get_disjoint_shards_of_equal_length(
+    num_replicas: int, max_tokens: int | None
+) -> None:
+    samplers = [
+        BucketBatchSampler(
+            LENGTHS, 16, seed=5, max_tokens=max_tokens, num_replicas=num_replicas, rank=rank
+        )
+        for rank in range(num_replicas)
+    ]
+    whole = BucketBatchSampler(LENGTHS, 16, seed=5, max_tokens=max_tokens).batches()
+    shards = [sampler.batches() for sampler in samplers]
+    assert len({len(shard) for shard in shards}) == 1  # no rank waits for another
+    assert all(len(sampler) == len(shard) for sampler, shard in zip(samplers, shards, strict=True))
+    served = [tuple(batch) for shard in shards for batch in shard]
+    assert set(served) == {tuple(batch) for batch in whole}  # every batch served...
+    assert len(served) - len(whole) < num_replicas  # ...and at most a few twice, as padding
+    for sampler in samplers:
+        sampler.set_epoch(1)
+    assert [s.batches() for s in samplers] != shards  # reshuffled together each epoch

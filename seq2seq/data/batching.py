@@ -91,6 +91,11 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
     padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
+
+    Under DDP each of ``num_replicas`` ranks serves every ``num_replicas``-th batch of the same
+    epoch order, starting at its ``rank``. The batch list is first padded by repeating its first
+    batches so that every rank gets the same number of batches: a rank that ran out early would
+    leave the others waiting forever at their next gradient all-reduce.
     """
 
     def __init__(
@@ -101,7 +106,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         bucket_batches: int = 50,
         max_tokens: int | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas}).")
         if batch_size < 1:
             raise ConfigError(f"data.batch_size must be a positive integer, got {batch_size}.")
         if max_tokens is not None and max_tokens < 1:
@@ -111,6 +120,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.bucket_size = batch_size * bucket_batches if shuffle else max(1, len(lengths))
         self.epoch = 0
 
@@ -119,7 +130,16 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def batches(self) -> list[list[int]]:
-        """This epoch's batches of dataset indices, in the order they are served."""
+        """This epoch's batches of dataset indices for this rank, in the order they are served."""
+        batches = self._all_batches()
+        if self.num_replicas == 1:
+            return batches
+        shortfall = -len(batches) % self.num_replicas
+        batches += batches[:shortfall]  # repeats are rare and only as many as there are ranks
+        return batches[self.rank :: self.num_replicas]
+
+    def _all_batches(self) -> list[list[int]]:
+        """This epoch's batches for all ranks; the same on every rank (same seed and epoch)."""
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         n = len(self.lengths)
         order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
@@ -154,11 +174,13 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         if self.max_tokens is not None:
-            return len(self.batches())  # depends on the lengths drawn together; count them
-        n = len(self.lengths)
-        full_windows, rest = divmod(n, self.bucket_size)
-        per_window = math.ceil(self.bucket_size / self.batch_size)
-        return full_windows * per_window + math.ceil(rest / self.batch_size)
+            total = len(self._all_batches())  # depends on the lengths drawn together; count them
+        else:
+            n = len(self.lengths)
+            full_windows, rest = divmod(n, self.bucket_size)
+            per_window = math.ceil(self.bucket_size / self.batch_size)
+            total = full_windows * per_window + math.ceil(rest / self.batch_size)
+        return math.ceil(total / self.num_replicas)
 
 
 def padding_ratio(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> float:

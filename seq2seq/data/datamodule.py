@@ -157,7 +157,10 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         )
 
     def _sampler(self, split: str, batch_size: int, shuffle: bool) -> BucketBatchSampler:
-        # The token budget shapes training batches; evaluation batches count sentences.
+        # The token budget shapes training batches; evaluation batches count sentences. Training
+        # batches are sharded across DDP ranks; evaluation sees the whole split on every rank.
+        trainer = self.trainer
+        ranks = (trainer.world_size, trainer.global_rank) if trainer and shuffle else (1, 0)
         return BucketBatchSampler(
             self.datasets[split].lengths(),
             batch_size,
@@ -165,6 +168,8 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             self.seed,
             self.bucket_batches,
             max_tokens=self.max_tokens if shuffle else None,
+            num_replicas=ranks[0],
+            rank=ranks[1],
         )
 
     def _loader(
