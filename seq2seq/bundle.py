@@ -9,9 +9,7 @@ in ``ALLOWED_TARGETS``, never from an arbitrary import path written in the file.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,6 +23,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 import seq2seq
+from seq2seq.atomic import write_atomic
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
 from seq2seq.errors import Seq2SeqError
@@ -225,35 +224,14 @@ def export_bundle(trained: TrainedModel, out_dir: str | Path) -> Path:
         name: tensor.detach().cpu().contiguous()
         for name, tensor in trained.model.state_dict().items()
     }
-    _write_atomic(out_dir / "model.safetensors", lambda path: save_file(weights, str(path)))
-    _write_atomic(
+    write_atomic(out_dir / "model.safetensors", lambda path: save_file(weights, str(path)))
+    write_atomic(
         out_dir / "config.json",
         lambda path: path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"),
     )
-    _write_atomic(
-        out_dir / "src_tokenizer.json", lambda path: trained.src_tokenizer.save(str(path))
-    )
-    _write_atomic(
-        out_dir / "tgt_tokenizer.json", lambda path: trained.tgt_tokenizer.save(str(path))
-    )
+    write_atomic(out_dir / "src_tokenizer.json", lambda path: trained.src_tokenizer.save(str(path)))
+    write_atomic(out_dir / "tgt_tokenizer.json", lambda path: trained.tgt_tokenizer.save(str(path)))
     return out_dir
-
-
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Write through a temporary file in the same directory, fsync, then rename over ``path``."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(handle)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide the bundle from others
-        write(Path(temporary))
-        with open(temporary, "rb") as written:
-            os.fsync(written.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _tokenizer_from_str(serialized: str, origin: str) -> Tokenizer:

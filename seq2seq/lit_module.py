@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from seq2seq.atomic import write_atomic
 from seq2seq.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.data.batching import Batch
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
@@ -113,9 +114,8 @@ class LitSeq2Seq(pl.LightningModule):
         """This validation's translations in dataset order, one per line (atomically replaced),
         so that ``sacrebleu REF -i val_hypotheses.txt`` can check ``val/bleu``."""
         ordered = sorted(self._val_hypotheses)  # validation batches come sorted by length
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text("".join(f"{text}\n" for _, text in ordered), encoding="utf-8")
-        temporary.replace(path)
+        text = "".join(f"{hypothesis}\n" for _, hypothesis in ordered)
+        write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
     def translate_batch(self, batch: Batch) -> list[str]:
         """Greedy translations of a batch, detokenized."""

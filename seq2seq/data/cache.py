@@ -33,8 +33,6 @@ import inspect
 import itertools
 import json
 import logging
-import os
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from seq2seq.atomic import write_atomic
 from seq2seq.data import tokenization
 from seq2seq.data.batching import EncodedDataset, EncodedExample
 from seq2seq.data.tokenization import TokenizerSpec
@@ -187,6 +186,11 @@ def _encode_split(
     }
 
 
+def _save_payload(payload: dict[str, Any], path: Path) -> None:
+    with open(path, "wb") as file:
+        torch.save(payload, file)
+
+
 def save(path: Path, key: str, data: CachedData) -> None:
     """Write ``data`` as the entry ``key`` at ``path`` atomically; a failure is only logged."""
     payload = {
@@ -200,21 +204,10 @@ def save(path: Path, key: str, data: CachedData) -> None:
             for name, dataset in data.datasets.items()
         },
     }
-    # Unique per process and call, so that concurrent writers of one key never share a file; in
-    # the same directory, so that os.replace is a rename within one file system.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(temporary, "xb") as file:
-                torch.save(payload, file)
-                file.flush()
-                os.fsync(file.fileno())  # the data must be on disk before the name points at it
-            os.replace(temporary, path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        _fsync_directory(path.parent)
+        # A unique temporary file per call, so concurrent writers of one key never share one.
+        write_atomic(path, lambda temporary: _save_payload(payload, temporary))
     except OSError as error:
         # The data is in memory already: a full disk or a read-only directory costs only speed.
         log.warning(
@@ -223,17 +216,6 @@ def save(path: Path, key: str, data: CachedData) -> None:
             path,
             error.strerror or error,
         )
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); not possible, and not needed, on Windows."""
-    if os.name != "posix":
-        return
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 # --- Reading ------------------------------------------------------------------------------------

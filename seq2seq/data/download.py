@@ -28,6 +28,7 @@ from email.message import Message
 from pathlib import Path
 from typing import IO, Literal
 
+from seq2seq.atomic import fsync_directory
 from seq2seq.data.corpora import DataError
 
 log = logging.getLogger(__name__)
@@ -145,20 +146,6 @@ def sha256_of(path: Path) -> str:
 def _by_hand(dataset: Dataset, root: Path) -> str:
     paths = ", ".join(str(root / name) for name in dataset.files())
     return f"Or put the files in place by hand: {paths}; to get them, {dataset.by_hand}."
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _cannot_write(path: Path, error: OSError) -> DataError:
@@ -381,7 +368,7 @@ def download(
                     f"again, or another mirror with --base-url. {by_hand}"
                 )
             os.replace(part, target)
-            _fsync_dir(root)
+            fsync_directory(root)
             log.info("wrote %s (sha256 verified)", target)
         archive.unlink(missing_ok=True)
     return paths
