@@ -48,6 +48,10 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
 }
 
 
+# Decoding settings for files that do not carry one (the training config's defaults).
+DEFAULT_DECODING: dict[str, Any] = {"max_len_a": 2.0, "max_len_b": 10, "max_src_len": 256}
+
+
 class ModelFileError(Seq2SeqError, ValueError):
     """A checkpoint or bundle that cannot be used; the message says which file and what to do."""
 
@@ -60,7 +64,7 @@ class TrainedModel:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     model_config: dict[str, Any]
-    decoding: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_DECODING))
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -146,7 +150,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Tra
         src_tokenizer=_tokenizer_from_str(meta["src_tokenizer"], f"the source tokenizer in {path}"),
         tgt_tokenizer=_tokenizer_from_str(meta["tgt_tokenizer"], f"the target tokenizer in {path}"),
         model_config=meta["model_config"],
-        decoding=dict(meta.get("decoding", {})),
+        decoding={**DEFAULT_DECODING, **meta.get("decoding", {})},
         metrics=dict(meta.get("metrics", {})),
     )
     prefix = "model."  # the LightningModule holds the Seq2Seq as .model
@@ -184,7 +188,7 @@ def load_bundle(directory: Path, map_location: str | torch.device = "cpu") -> Tr
         src_tokenizer=_tokenizer_from_file(directory / "src_tokenizer.json"),
         tgt_tokenizer=_tokenizer_from_file(directory / "tgt_tokenizer.json"),
         model_config=config["model"],
-        decoding=dict(config.get("decoding", {})),
+        decoding={**DEFAULT_DECODING, **config.get("decoding", {})},
         metrics=dict(config.get("metrics", {})),
     )
     try:

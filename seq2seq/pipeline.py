@@ -133,8 +133,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         src_tokenizer=trained.src_tokenizer,
         tgt_tokenizer=trained.tgt_tokenizer,
         model_config=trained.model_config,
-        max_len_a=trained.decoding.get("max_len_a", 2.0),
-        max_len_b=trained.decoding.get("max_len_b", 10),
-        max_src_len=trained.decoding.get("max_src_len", 256),
+        max_len_a=trained.decoding["max_len_a"],
+        max_len_b=trained.decoding["max_len_b"],
+        max_src_len=trained.decoding["max_src_len"],
     )
     return module.eval()

@@ -42,9 +42,9 @@ class Translator:
         self.model = trained.model.to(self.device).eval()
         self.src_tokenizer = trained.src_tokenizer
         self.tgt_tokenizer = trained.tgt_tokenizer
-        self.max_len_a = float(trained.decoding.get("max_len_a", 2.0))
-        self.max_len_b = int(trained.decoding.get("max_len_b", 10))
-        self.max_src_len = int(trained.decoding.get("max_src_len", 256))
+        self.max_len_a = float(trained.decoding["max_len_a"])
+        self.max_len_b = int(trained.decoding["max_len_b"])
+        self.max_src_len = int(trained.decoding["max_src_len"])
         self.metrics = trained.metrics
 
     @classmethod
