@@ -1,9 +1,12 @@
 """Train an attention encoder–decoder: ``python train.py attention=scaled_dot``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from seq2seq.cli import exit_on_user_error
+from seq2seq.distributed import hydra_overrides_for_rank
 from seq2seq.pipeline import train
 
 
@@ -15,4 +18,6 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    # DDP processes other than rank zero share rank zero's run directory and write nothing there.
+    sys.argv += hydra_overrides_for_rank(sys.argv[1:])
     main()

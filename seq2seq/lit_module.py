@@ -1,30 +1,49 @@
-"""LightningModule: loss, optimizer and schedule, greedy validation with corpus BLEU.
+"""LightningModule: loss, optimizer and schedule, greedy validation with corpus metrics.
 
 Shape legend: B batch, S source length, T target length, V target vocabulary.
+
+Validation (and testing) scores every sentence on its own (``score_batch``) and computes corpus
+BLEU, chrF, loss, attention entropy and AER once from the scores of all DDP ranks
+(``seq2seq.metrics``), so they equal what one process gets on the same split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import sacrebleu
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from seq2seq.alignment import GoldAlignment, argmax_links, count_links
 from seq2seq.atomic import write_atomic
 from seq2seq.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.data.batching import Batch
+from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
+from seq2seq.distributed import gather_objects
+from seq2seq.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
 from seq2seq.model import Seq2Seq
 from seq2seq.search import greedy_search
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+
+
+def attention_entropy(weights: Tensor, tgt_lens: Tensor) -> Tensor:
+    """Summed entropy (nats) of the attention rows of each sentence's real target steps.
+
+    weights (B, T, S), tgt_lens (B,) -> (B,). Padded keys have weight 0 and add 0·log 0 = 0.
+    """
+    weights = weights.float()
+    entropy = -torch.special.xlogy(weights, weights).sum(dim=-1)  # (B, T)
+    steps = torch.arange(weights.shape[1], device=weights.device)  # (T,)
+    return (entropy * (steps[None, :] < tgt_lens[:, None])).sum(dim=-1)  # (B,)
 
 
 class LitSeq2Seq(pl.LightningModule):
@@ -61,11 +80,16 @@ class LitSeq2Seq(pl.LightningModule):
         self.max_len_b = max_len_b
         self.max_src_len = max_src_len
         self.bleu_tokenize = bleu_tokenize
-        # Per-validation accumulators, reset at the start of every validation run.
-        self._val_loss_sum = torch.zeros(())
-        self._val_tokens = torch.zeros(())
-        self._val_hypotheses: list[tuple[int, str]] = []  # (dataset index, translation)
-        self._val_references: list[str] = []
+        # Sentence scores of the running evaluation, reset when each one starts.
+        self._eval_scores: list[SentenceScore] = []
+        # Training throughput since the last validation: target tokens, and seconds spent
+        # training (the clock stops while validating).
+        self._train_tokens = torch.zeros((), dtype=torch.long)
+        self._train_seconds = 0.0
+        self._train_clock: float | None = None
+        # The whole fit's totals over all ranks, for the run summary.
+        self.total_train_tokens = 0
+        self.total_train_seconds = 0.0
 
     def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed token cross-entropy (in float32) and the number of target tokens."""
@@ -81,40 +105,136 @@ class LitSeq2Seq(pl.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss_sum, num_tokens = self.loss(batch)
-        loss = loss_sum / num_tokens
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch.src_lens))
-        return loss
+        self._train_tokens += num_tokens.detach()
+        # Logged over all ranks and weighted by tokens (each rank's gradient still uses its own
+        # batch mean; DDP averages those).
+        totals = torch.stack([loss_sum.detach(), num_tokens.to(loss_sum.dtype)])  # (2,)
+        totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=len(batch.src_lens))
+        return loss_sum / num_tokens
+
+    def on_fit_start(self) -> None:
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+
+    def on_train_epoch_start(self) -> None:
+        self._train_clock = time.perf_counter()
 
     def on_validation_epoch_start(self) -> None:
-        self._val_loss_sum = torch.zeros((), device=self.device)
-        self._val_tokens = torch.zeros((), device=self.device)
-        self._val_hypotheses, self._val_references = [], []
+        self._stop_train_clock()
+        self._eval_scores = []
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_scores = []
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        loss_sum, num_tokens = self.loss(batch)
-        self._val_loss_sum += loss_sum.detach()
-        self._val_tokens += num_tokens
-        hypotheses = self.translate_batch(batch)
-        self._val_hypotheses.extend(zip(batch.indices.tolist(), hypotheses, strict=True))
-        self._val_references.extend(batch.tgt_text)
+        self._eval_scores.extend(self.score_batch(batch, "val"))
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_scores.extend(self.score_batch(batch, "test"))
 
     def on_validation_epoch_end(self) -> None:
-        hypotheses = [hypothesis for _, hypothesis in self._val_hypotheses]
-        bleu = sacrebleu.corpus_bleu(
-            hypotheses, [self._val_references], tokenize=self.bleu_tokenize
-        )
-        if not self.trainer.sanity_checking and self.trainer.is_global_zero:
-            self._write_hypotheses(Path(self.trainer.default_root_dir) / "val_hypotheses.txt")
-        # Token-weighted mean, not a mean of batch means.
-        val_loss = self._val_loss_sum / self._val_tokens.clamp(min=1)
-        self.log("val/loss", val_loss, prog_bar=True)
-        self.log("val/bleu", bleu.score, prog_bar=True)
+        metrics = self._corpus_metrics("val")
+        if not self.trainer.sanity_checking:
+            metrics.update(self._training_rates())
+        self._log_pooled(metrics)
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self._train_clock = time.perf_counter()  # training resumes after this validation
 
-    def _write_hypotheses(self, path: Path) -> None:
+    def on_test_epoch_end(self) -> None:
+        self._log_pooled(self._corpus_metrics("test"))
+
+    def _log_pooled(self, metrics: dict[str, float]) -> None:
+        """Log metrics that every rank computed from the same pooled scores. They are equal on
+        all ranks already; the max over ranks keeps them exactly so (a mean of equal float32
+        values need not be) and tells Lightning they are synchronized."""
+        for name, value in metrics.items():
+            prog_bar = name in ("val/loss", "val/bleu")
+            self.log(name, value, prog_bar=prog_bar, sync_dist=True, reduce_fx="max")
+
+    def score_batch(self, batch: Batch, split: str) -> list[SentenceScore]:
+        """Teacher-forced loss, attention entropy and alignment, and the greedy translation, of
+        every sentence in ``batch`` (of the dataset ``split``)."""
+        logits, weights = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B,T,V), (B,T,S)
+        assert weights is not None  # asked for by default
+        token_losses = F.cross_entropy(
+            logits.float().flatten(0, 1),  # (B*T, V)
+            batch.tgt_out.flatten(),  # (B*T,)
+            ignore_index=PAD_ID,
+            reduction="none",
+        ).view_as(batch.tgt_out)  # (B, T)
+        loss_sums = token_losses.sum(dim=1).tolist()
+        entropy_sums = attention_entropy(weights, batch.tgt_lens).tolist()
+        hypotheses = self.translate_batch(batch)
+        gold = self._gold_alignments(split)
+        src_lens, tgt_lens = batch.src_lens.tolist(), batch.tgt_lens.tolist()
+        scores = []
+        for row, index in enumerate(batch.indices.tolist()):
+            counts = None
+            links = gold[index] if gold is not None else None
+            if links is not None:
+                # The attention of the step that predicts target word j is row j (EOS excluded).
+                predicted = argmax_links(weights[row], src_lens[row], tgt_lens[row] - 1)
+                counts = count_links(predicted, GoldAlignment.from_links(links))
+            scores.append(
+                SentenceScore(
+                    index=index,
+                    hypothesis=hypotheses[row],
+                    reference=batch.tgt_text[row],
+                    loss_sum=loss_sums[row],
+                    tokens=tgt_lens[row],
+                    entropy_sum=entropy_sums[row],
+                    alignment=counts,
+                )
+            )
+        return scores
+
+    def _gold_alignments(self, split: str) -> Sequence[Sequence[tuple[int, int]] | None] | None:
+        """Gold word alignments of ``split`` (the toy tasks have them) when tokens are words."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        if not isinstance(datamodule, Seq2SeqDataModule):
+            return None
+        # Alignments link words; with a subword tokenizer token positions are not word positions.
+        if datamodule.tokenizer_spec.level != "whitespace":
+            return None
+        return datamodule.alignments.get(split)
+
+    def _corpus_metrics(self, split: str) -> dict[str, float]:
+        """Every rank's sentence scores pooled, deduplicated and put in dataset order; the corpus
+        metrics computed once from them (the same on every rank)."""
+        scores = merge_sentence_scores(gather_objects(self._eval_scores))
+        self._eval_scores = []
+        if split == "val" and not self.trainer.sanity_checking and self.trainer.is_global_zero:
+            self._write_hypotheses(
+                [score.hypothesis for score in scores],
+                Path(self.trainer.default_root_dir) / "val_hypotheses.txt",
+            )
+        metrics = corpus_metrics(scores, self.bleu_tokenize)
+        return {f"{split}/{name}": value for name, value in metrics.items()}
+
+    def _stop_train_clock(self) -> None:
+        if self._train_clock is not None:
+            self._train_seconds += time.perf_counter() - self._train_clock
+            self._train_clock = None
+
+    def _training_rates(self) -> dict[str, float]:
+        """Learning rate, and training throughput (target tokens/s of all ranks together) since
+        the previous validation."""
+        gathered = gather_objects((int(self._train_tokens), self._train_seconds))
+        tokens, seconds = [count for count, _ in gathered], [spent for _, spent in gathered]
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        self._train_seconds = 0.0
+        self.total_train_tokens += sum(tokens)
+        self.total_train_seconds += max(seconds)
+        rates = {"train/lr": float(self.trainer.optimizers[0].param_groups[0]["lr"])}
+        if max(seconds) > 0:
+            rates["train/tokens_per_s"] = sum(tokens) / max(seconds)
+        return rates
+
+    @staticmethod
+    def _write_hypotheses(hypotheses: list[str], path: Path) -> None:
         """This validation's translations in dataset order, one per line (atomically replaced),
         so that ``sacrebleu REF -i val_hypotheses.txt`` can check ``val/bleu``."""
-        ordered = sorted(self._val_hypotheses)  # validation batches come sorted by length
-        text = "".join(f"{hypothesis}\n" for _, hypothesis in ordered)
+        text = "".join(f"{hypothesis}\n" for hypothesis in hypotheses)
         write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
     def translate_batch(self, batch: Batch) -> list[str]:

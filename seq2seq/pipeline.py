@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from seq2seq.atomic import write_atomic
 from seq2seq.bundle import build_model, load
+from seq2seq.callbacks import ValidationExamples
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
+from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
+from seq2seq.loggers import RunInfo, csv_logger
 
 log = logging.getLogger(__name__)
 
+SUMMARY_FILE = "summary.json"  # RUN/summary.json, written when training ends
+
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics."""
+    """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics.
+
+    Under DDP every rank runs this; only rank zero writes files.
+    """
     missing = missing_keys(cfg)
     if missing:
         raise ConfigError(
@@ -30,8 +42,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
         )
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    is_rank_zero = not is_nonzero_rank_from_env()
+    if is_rank_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -39,8 +53,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule: Seq2SeqDataModule = instantiate(cfg.data.module)
     datamodule.setup("fit")
     assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
-    datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
-    datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
+    if is_rank_zero:
+        datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
+        datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
 
     model_config = build_model_config(
         cfg,
@@ -70,16 +85,26 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    run = describe_run(cfg)
+    tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
+    loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint],
-        logger=instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False,
+        callbacks=[checkpoint, ValidationExamples(run_dir, **cfg.examples)],
+        logger=loggers,
     )
+    log_effective_batch(cfg, trainer)
+    for logger in loggers:
+        logger.log_hyperparams(run.config)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
 
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     best_score = checkpoint.best_model_score
+    if cfg.test_after_training and "test" in datamodule.datasets and checkpoint.best_model_path:
+        # The best checkpoint on the test split, logged as test/* at the last step.
+        for name, value in trainer.test(module, datamodule=datamodule, ckpt_path="best")[0].items():
+            metrics[name] = float(value)
     result = {
         "best_val_bleu": float(best_score) if best_score is not None else None,
         "best_checkpoint": checkpoint.best_model_path or None,
@@ -88,11 +113,78 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "run_dir": str(run_dir),
     }
     if trainer.is_global_zero:
+        write_summary(run_dir, run, module, result)
         print(
             f"Best val BLEU: {result['best_val_bleu']}\n"
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+def describe_run(cfg: DictConfig) -> RunInfo:
+    """Tracker name, group and tags from the chosen config options (``additive-gru-toy``); in a
+    Hydra multirun the group is the sweep directory, so one sweep is one W&B group."""
+    choices: dict[str, Any] = {}
+    group = None
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        choices = dict(hydra.runtime.choices)
+        if hydra.mode == RunMode.MULTIRUN:
+            group = str(hydra.sweep.dir)
+    # Outside a Hydra app (the compose API in tests and notebooks): the classes' names.
+    attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
+    model = choices.get("model") or cfg.model.rnn._target_.rsplit(".", 1)[-1].lower()
+    data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    return RunInfo(
+        name=f"{attention}-{model}-{data}",
+        group=group,
+        tags=(str(attention), str(model), str(data)),
+        config={str(key): value for key, value in config.items()},
+    )
+
+
+def log_effective_batch(cfg: DictConfig, trainer: pl.Trainer) -> None:
+    """State how many sentences (or tokens) one optimizer step sees over all processes."""
+    accumulate = trainer.accumulate_grad_batches
+    processes = trainer.num_devices * trainer.num_nodes
+    unit, size = (
+        ("padded tokens", cfg.data.max_tokens)
+        if cfg.data.max_tokens
+        else ("sentences", cfg.data.batch_size)
+    )
+    log.info(
+        "effective batch: %s %s per process x %d process(es) x %d accumulation step(s) = %s %s "
+        "per optimizer step",
+        size,
+        unit,
+        processes,
+        accumulate,
+        size * processes * accumulate,
+        unit,
+    )
+
+
+def write_summary(run_dir: Path, run: RunInfo, module: LitSeq2Seq, result: dict[str, Any]) -> None:
+    """``RUN/summary.json``: what ``scripts/compare_runs.py`` puts in its table."""
+    metrics = result["metrics"]
+    summary = {
+        "name": run.name,
+        "attention": run.tags[0] if run.tags else None,
+        "model": run.tags[1] if len(run.tags) > 1 else None,
+        "data": run.tags[2] if len(run.tags) > 2 else None,
+        "parameters": sum(parameter.numel() for parameter in module.model.parameters()),
+        "best_val_bleu": result["best_val_bleu"],
+        "test_bleu": metrics.get("test/bleu"),
+        "test_aer": metrics.get("test/aer"),
+        "train_seconds": module.total_train_seconds,
+        "train_tokens_per_s": module.total_train_tokens / module.total_train_seconds
+        if module.total_train_seconds
+        else None,
+    }
+    text = json.dumps(summary, indent=2) + "\n"
+    write_atomic(run_dir / SUMMARY_FILE, lambda path: path.write_text(text, encoding="utf-8"))
 
 
 def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:

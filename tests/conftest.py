@@ -19,14 +19,21 @@ def data_cache_in_a_temporary_directory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
     """Keep the data cache (data.cache_dir) of every test, and of the scripts they start, out of
-    the working tree."""
-    previous = os.environ.get("SEQ2SEQ_CACHE_DIR")
-    os.environ["SEQ2SEQ_CACHE_DIR"] = str(tmp_path_factory.mktemp("data_cache"))
+    the working tree, and W&B off unless a test turns it on."""
+    settings = {
+        "SEQ2SEQ_CACHE_DIR": str(tmp_path_factory.mktemp("data_cache")),
+        # Runs that do not choose a logger (python train.py ...) get no W&B run; the W&B tests
+        # choose their mode themselves.
+        "WANDB_MODE": "disabled",
+    }
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     yield
-    if previous is None:
-        del os.environ["SEQ2SEQ_CACHE_DIR"]
-    else:
-        os.environ["SEQ2SEQ_CACHE_DIR"] = previous
+    for name, value in previous.items():
+        if value is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +54,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "trainer.max_epochs=2",
         "trainer.enable_progress_bar=false",
         "decoding.max_src_len=8",
+        "logger=csv",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         result = train(compose("config", overrides=overrides))

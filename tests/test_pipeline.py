@@ -30,6 +30,7 @@ SMALL = [
     "model.hidden_size=32",
     "model.embedding_size=16",
     "trainer.enable_progress_bar=false",
+    "logger=csv",
 ]
 
 

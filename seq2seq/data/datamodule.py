@@ -157,10 +157,11 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         )
 
     def _sampler(self, split: str, batch_size: int, shuffle: bool) -> BucketBatchSampler:
-        # The token budget shapes training batches; evaluation batches count sentences. Training
-        # batches are sharded across DDP ranks; evaluation sees the whole split on every rank.
+        # The token budget shapes training batches; evaluation batches count sentences. Under DDP
+        # every split is sharded across ranks; evaluation pools the ranks' sentence scores again
+        # (seq2seq.metrics), dropping the repeats that even out the shards.
         trainer = self.trainer
-        ranks = (trainer.world_size, trainer.global_rank) if trainer and shuffle else (1, 0)
+        ranks = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
         return BucketBatchSampler(
             self.datasets[split].lengths(),
             batch_size,
