@@ -1,7 +1,10 @@
 """Write a generated toy task's splits as text files: {split}.src, {split}.tgt, {split}.align.
 
     python scripts/make_toy_data.py --out data/toy [--task toy|reverse|copy|sort] [--seed N]
-        [--train-size N]
+        [--train-size N] [--val-size N] [--test-size N]
+
+Give the same sizes as the training run (data.train_size, data.val_size, data.test_size) to get
+the splits that run saw.
 
 The files are a function of the arguments: two runs write byte-identical files.
 """
@@ -35,14 +38,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="training pairs (the task's default)",
     )
+    for split in ("val", "test"):
+        parser.add_argument(
+            f"--{split}-size",
+            type=int_at_least(1),
+            default=None,
+            help=f"{split} pairs (the task's default)",
+        )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     task = TASKS[args.task](seed=args.seed)
-    if args.train_size is not None:
-        task = dataclasses.replace(task, train_size=args.train_size)
+    sizes = {
+        f"{split}_size": getattr(args, f"{split}_size")
+        for split in ("train", "val", "test")
+        if getattr(args, f"{split}_size") is not None
+    }
+    task = dataclasses.replace(task, **sizes)
     out_dir: Path = args.out
     try:
         splits = task.splits()

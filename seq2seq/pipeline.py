@@ -18,6 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from seq2seq.atomic import write_atomic
 from seq2seq.bundle import build_model, load
 from seq2seq.callbacks import ValidationExamples
+from seq2seq.compare import SUMMARY_FILE
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.distributed import is_nonzero_rank_from_env
@@ -26,8 +27,6 @@ from seq2seq.lit_module import LitSeq2Seq
 from seq2seq.loggers import RunInfo, csv_logger
 
 log = logging.getLogger(__name__)
-
-SUMMARY_FILE = "summary.json"  # RUN/summary.json, written when training ends
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:

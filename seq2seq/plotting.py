@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -9,30 +10,51 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed, none is opened
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.image import AxesImage
 from torch import Tensor
 
 
-def plot_attention(
-    src_tokens: list[str], tgt_tokens: list[str], weights: Tensor, path: str | Path, title: str = ""
-) -> Path:
-    """Save a heatmap of ``weights`` (len(tgt_tokens), len(src_tokens)) to ``path``."""
-    rows, columns = weights.shape
+def draw_attention(
+    axes: Axes,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    weights: Tensor | Sequence[Sequence[float]],
+    title: str = "",
+) -> AxesImage:
+    """Draw ``weights`` (len(tgt_tokens), len(src_tokens)) on ``axes``, tokens as tick labels."""
+    matrix = weights.float().numpy() if isinstance(weights, Tensor) else weights
+    rows, columns = len(matrix), len(matrix[0]) if len(matrix) else 0
     if (rows, columns) != (len(tgt_tokens), len(src_tokens)):
         raise ValueError(
-            f"weights of shape {tuple(weights.shape)} do not match {len(tgt_tokens)} target and "
+            f"weights of shape {(rows, columns)} do not match {len(tgt_tokens)} target and "
             f"{len(src_tokens)} source tokens."
         )
-    figure, axes = plt.subplots(figsize=(1.0 + 0.45 * columns, 1.0 + 0.4 * rows))
-    image = axes.imshow(weights.float().numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    axes.set_xticks(range(columns), src_tokens, rotation=60, ha="right")
-    axes.set_yticks(range(rows), tgt_tokens)
+    image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    axes.set_xticks(range(columns), list(src_tokens), rotation=60, ha="right")
+    axes.set_yticks(range(rows), list(tgt_tokens))
     axes.set_xlabel("source")
     axes.set_ylabel("output")
     if title:
         axes.set_title(title)
-    figure.colorbar(image, ax=axes, fraction=0.04)
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return image
+
+
+def plot_attention(
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    weights: Tensor | Sequence[Sequence[float]],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Save a heatmap of ``weights`` (len(tgt_tokens), len(src_tokens)) to ``path``."""
+    figure, axes = plt.subplots(figsize=(1.0 + 0.45 * len(src_tokens), 1.0 + 0.4 * len(tgt_tokens)))
+    try:
+        image = draw_attention(axes, src_tokens, tgt_tokens, weights, title)
+        figure.colorbar(image, ax=axes, fraction=0.04)
+        figure.tight_layout()
+        path = Path(path)
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
     return path

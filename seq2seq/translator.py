@@ -102,6 +102,42 @@ class Translator:
                 results[index] = result
         return results
 
+    @torch.no_grad()
+    def force_decode(
+        self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 64
+    ) -> list[Translation]:
+        """The attention the model pays while reading each given target (teacher forcing).
+
+        Returns, per pair, the source and target tokens and weights (len(tgt_tokens),
+        len(src_tokens)): row j is the attention of the step that predicts target token j. A pair
+        with an empty side gets an empty (0, S) or (T, 0) matrix.
+        """
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets.")
+        src_ids = encode_batch(self.src_tokenizer, list(sources))
+        tgt_ids = encode_batch(self.tgt_tokenizer, list(targets))
+        results = [
+            Translation(
+                target,
+                src_tokens=_tokens(self.src_tokenizer, source),
+                tgt_tokens=_tokens(self.tgt_tokenizer, tgt),
+                attention=torch.zeros(len(tgt), len(source)),
+            )
+            for target, source, tgt in zip(targets, src_ids, tgt_ids, strict=True)
+        ]
+        order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            src = pad([src_ids[i] for i in indices]).to(self.device)  # (B, S)
+            src_lens = torch.tensor([len(src_ids[i]) for i in indices], device=self.device)
+            tgt_in = pad([[BOS_ID, *tgt_ids[i]] for i in indices]).to(self.device)  # (B, T)
+            _, weights = self.model(src, src_lens, tgt_in)  # (B, T, S)
+            assert weights is not None  # asked for by default
+            for row, index in enumerate(indices):
+                shape = len(tgt_ids[index]), len(src_ids[index])
+                results[index].attention = weights[row, : shape[0], : shape[1]].cpu()
+        return results
+
     def _search(
         self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float
     ) -> Hypotheses:

@@ -1,0 +1,118 @@
+"""AER against hand-computed values, Pharaoh parsing, argmax alignments, and scripts/alignment.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.alignment import (
+    AlignmentCounts,
+    AlignmentFormatError,
+    GoldAlignment,
+    argmax_links,
+    check_in_range,
+    corpus_aer,
+    count_links,
+    parse_pharaoh,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pharaoh_reads_sure_and_both_spellings_of_possible_links() -> None:
+    gold = parse_pharaoh("0-0 1-p-2 3p4 2-1")
+    assert gold.sure == {(0, 0), (2, 1)}
+    assert gold.possible == {(0, 0), (2, 1), (1, 2), (3, 4)}  # sure links are possible too
+    assert parse_pharaoh("") == GoldAlignment(frozenset())
+
+
+@pytest.mark.parametrize("token", ["0_1", "a-b", "1-", "-2", "1-x-2", "1--2"])
+def test_pharaoh_rejects_a_bad_link_naming_it_and_the_line(token: str) -> None:
+    with pytest.raises(AlignmentFormatError, match=rf"f.align:7: '{token}'.*0-based"):
+        parse_pharaoh(f"0-0 {token}", "f.align:7")
+
+
+def test_aer_equals_the_hand_computed_value() -> None:
+    # S = {0-0, 1-1}, P = S + {2-1}; A = {0-0, 2-1, 2-2}.
+    # |A∩S| = 1, |A∩P| = 2, |A| = 3, |S| = 2: AER = 1 - (1 + 2) / (3 + 2) = 0.4.
+    gold = parse_pharaoh("0-0 1-1 2-p-1")
+    counts = count_links([(0, 0), (2, 1), (2, 2)], gold)
+    assert counts == AlignmentCounts(hits_sure=1, hits_possible=2, predicted=3, sure=2)
+    assert counts.aer == pytest.approx(0.4)
+    assert count_links([(0, 0), (1, 1)], gold).aer == 0.0  # exactly the sure links
+    assert count_links([(2, 2)], gold).aer == 1.0  # nothing right
+
+
+def test_corpus_aer_sums_counts_before_dividing() -> None:
+    gold = [parse_pharaoh("0-0"), parse_pharaoh("0-0 1-1 2-2 3-3")]
+    predicted = [[(0, 1)], [(0, 0), (1, 1), (2, 2), (3, 3)]]
+    # Sentence AERs are 1 and 0 (mean 0.5); corpus: 1 - (0 + 4 + 0 + 4) / (5 + 5) = 0.2.
+    assert corpus_aer(predicted, gold) == pytest.approx(0.2)
+
+
+def test_argmax_links_align_each_target_word_to_its_most_attended_source_word() -> None:
+    weights = torch.tensor(
+        [[0.1, 0.7, 0.2, 0.0], [0.6, 0.3, 0.1, 0.0], [0.2, 0.2, 0.6, 0.0], [0.0, 0.0, 1.0, 0.0]]
+    )  # 3 words + EOS over 3 source words + 1 padding position
+    assert argmax_links(weights, src_len=3, tgt_len=3) == [(1, 0), (0, 1), (2, 2)]
+    assert argmax_links(weights, src_len=3, tgt_len=0) == []
+
+
+def test_a_link_outside_the_sentence_names_the_line() -> None:
+    with pytest.raises(AlignmentFormatError, match="a.align:3: link 5-0 is outside"):
+        check_in_range(parse_pharaoh("0-0 5-0"), 3, 2, "a.align:3")
+
+
+def run_script(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "scripts/alignment.py", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_script_aer_equals_the_aer_of_its_own_argmax_alignments(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The script's number is recomputed here from the model's forced-decoding attention."""
+    from seq2seq import Translator
+
+    sources = ["the dog sees a cat .", "a red fox sleeps ."]
+    targets = ["kodan tula ka moto .", "nafo resi sulo ."]
+    gold_lines = ["1-0 3-1 4-3 2-2 5-4 2p3", "2-0 1-1 3-2 4-3"]
+    for name, lines in [("s", sources), ("t", targets), ("a", gold_lines)]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    completed = run_script(
+        "--model", tiny_checkpoint, "--src", tmp_path / "s", "--tgt", tmp_path / "t",
+        "--align", tmp_path / "a",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    forced = Translator.load(tiny_checkpoint).force_decode(sources, targets)
+    predicted = [
+        argmax_links(pair.attention, len(s.split()), len(t.split()))
+        for pair, s, t in zip(forced, sources, targets, strict=True)
+        if pair.attention is not None
+    ]
+    expected = corpus_aer(predicted, [parse_pharaoh(line) for line in gold_lines])
+    assert completed.stdout.strip() == f"AER: {expected:.4f}"
+
+
+def test_script_refuses_files_that_are_not_parallel(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "s").write_text("a b\nc d\n")
+    (tmp_path / "t").write_text("x y\n")
+    (tmp_path / "a").write_text("0-0\n0-0\n")
+    completed = run_script(
+        "--model", tiny_checkpoint, "--src", tmp_path / "s", "--tgt", tmp_path / "t",
+        "--align", tmp_path / "a",
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert (
+        "line-parallel" in completed.stderr and f"{tmp_path / 't'} has 1 lines" in completed.stderr
+    )
+    assert "Traceback" not in completed.stderr
