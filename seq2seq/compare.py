@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+
 from seq2seq.errors import Seq2SeqError
-from seq2seq.plotting import draw_attention, plt
+from seq2seq.plotting import draw_attention  # also selects the file-only backend
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
@@ -159,10 +161,12 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
     All runs of a comparison translate the same fixed validation sentences, so the panels show
     one sentence under each scoring function. Returns None when no run has a record yet.
     """
-    panels = []
+    panels: list[tuple[RunRecord, dict[str, Any], dict[str, Any]]] = []
     for run in runs:
         record = run.latest_attention()
-        sentences = [s for s in (record or {}).get("sentences", []) if s.get("attention")]
+        if record is None:
+            continue
+        sentences = [s for s in record.get("sentences", []) if s.get("attention")]
         if sentences:
             panels.append((run, record, sentences[0]))
     if not panels:

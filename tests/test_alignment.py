@@ -1,4 +1,4 @@
-"""AER against hand-computed values, Pharaoh parsing, argmax alignments, and scripts/alignment.py."""
+"""AER against hand-computed values, Pharaoh parsing, argmax links and scripts/alignment.py."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_argmax_links_align_each_target_word_to_its_most_attended_source_word() 
 
 
 def test_a_link_outside_the_sentence_names_the_line() -> None:
-    with pytest.raises(AlignmentFormatError, match="a.align:3: link 5-0 is outside"):
+    with pytest.raises(AlignmentFormatError, match=r"a\.align:3: link 5-0 is outside"):
         check_in_range(parse_pharaoh("0-0 5-0"), 3, 2, "a.align:3")
 
 

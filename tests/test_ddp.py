@@ -68,7 +68,8 @@ def test_ddp_val_bleu_equals_single_process_evaluate_script(
     )  # fmt: skip
     completed = subprocess.run(
         [
-            sys.executable, "scripts/evaluate.py", "--model", str(run_dir / "checkpoints/last.ckpt"),
+            sys.executable, "scripts/evaluate.py",
+            "--model", str(run_dir / "checkpoints/last.ckpt"),
             "--src", str(data / "val.src"), "--ref", str(data / "val.tgt"), "--beam-size", "1",
             "--json",
         ],
