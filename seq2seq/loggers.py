@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
 
 from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
@@ -105,6 +105,13 @@ def wandb_logger(
     return logger
 
 
+def finish(loggers: list[Logger]) -> None:
+    """End the W&B run of this training, so that the next job of a multirun starts its own."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
+
+
 def _wandb(arguments: dict[str, Any], mode: str, init_timeout: float) -> WandbLogger:
     import wandb
 
@@ -113,10 +120,12 @@ def _wandb(arguments: dict[str, Any], mode: str, init_timeout: float) -> WandbLo
 
 
 def _finish_wandb() -> None:
+    """Forget a run that failed to start: its id stays taken until W&B's service is shut down."""
     import wandb
 
     if wandb.run is not None:
         wandb.finish()
+    wandb.teardown()
 
 
 def wandb_mode(requested: str) -> str:

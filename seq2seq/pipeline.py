@@ -24,7 +24,7 @@ from seq2seq.data.tokenization import PAD_ID
 from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
-from seq2seq.loggers import RunInfo, csv_logger
+from seq2seq.loggers import RunInfo, csv_logger, finish
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "metrics": metrics,
         "run_dir": str(run_dir),
     }
+    finish(loggers)
     if trainer.is_global_zero:
         write_summary(run_dir, run, module, result)
         print(

@@ -1,0 +1,260 @@
+"""Loggers and what each validation records: W&B offline run files read back, TensorBoard events,
+heatmap PNGs with token labels, the W&B mode and run id, and compare_runs.py on two tiny runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from seq2seq.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
+from seq2seq.plotting import draw_attention, plot_attention
+from tests.test_pipeline import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = ["trainer.max_epochs=2", "examples.num_samples=3", "examples.num_maps=2"]
+
+
+@pytest.fixture
+def no_wandb_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no W&B settings
+
+
+def wandb_records(path: Path) -> list[Any]:
+    """The records of a ``.wandb`` file: W&B's header, then a LevelDB-style log of protobufs."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, position, pending, records = 32768, 7, b"", []
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header is padding
+            position += block - position % block
+            continue
+        length, kind = struct.unpack("<HB", data[position + 4 : position + 7])
+        payload = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind == 0:  # zero padding at the end of the file
+            break
+        pending += payload
+        if kind in (1, 4):  # FULL, or LAST of a record split over blocks
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+def logged_history(run_files: Path) -> list[dict[str, Any]]:
+    [record_file] = run_files.glob("run-*.wandb")
+    rows = []
+    for record in wandb_records(record_file):
+        if record.WhichOneof("record_type") != "history":
+            continue
+        row: dict[str, Any] = {}
+        for item in record.history.item:
+            # A media value (image, table) arrives as one item per field: ("val/attention", "count").
+            *parents, key = item.nested_key or [item.key]
+            node = row
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[key] = json.loads(item.value_json)
+        rows.append(row)
+    return rows
+
+
+def metrics_column(run_dir: Path, column: str) -> list[float]:
+    with open(run_dir / "metrics.csv", newline="") as file:
+        return [float(row[column]) for row in csv.DictReader(file) if row.get(column)]
+
+
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("wandb_run")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+            patch.delenv(name, raising=False)
+        patch.setenv("HOME", str(run_dir / "home"))
+        run_training(run_dir, ["logger=wandb", *TINY])
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def tensorboard_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("tensorboard_run")
+    run_training(run_dir, ["logger=tensorboard", "attention=scaled_dot", *TINY])
+    return run_dir
+
+
+def test_wandb_without_credentials_writes_an_offline_run_with_bleu_and_images(
+    wandb_run: Path,
+) -> None:
+    [run_files] = wandb_run.glob("wandb/offline-run-*")
+    run_id = (wandb_run / "wandb_run_id").read_text().strip()
+    assert run_files.name.endswith(run_id)  # the id that a resumed training reuses
+    history = logged_history(run_files)
+    logged_bleu = [row["val/bleu"] for row in history if "val/bleu" in row]
+    assert logged_bleu == pytest.approx(metrics_column(wandb_run, "val/bleu"))
+    images = [row["val/attention"] for row in history if "val/attention" in row]
+    assert len(images) == 2 and images[0]["count"] == 2  # every validation, num_maps each
+    for path in images[-1]["filenames"]:
+        assert (run_files / "files" / path).read_bytes()[:8] == PNG_MAGIC
+    tables = [row["val/samples"] for row in history if "val/samples" in row]
+    table = json.loads((run_files / "files" / tables[-1]["path"]).read_text())
+    assert table["columns"] == ["index", "source", "reference", "hypothesis"]
+    assert len(table["data"]) == 3
+    config = [r for r in wandb_records(next(run_files.glob("run-*.wandb"))) if r.HasField("run")]
+    summary = json.loads((wandb_run / "summary.json").read_text())
+    assert config[0].run.display_name == summary["name"]
+
+
+def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf, open_dict
+
+    from seq2seq.pipeline import describe_run
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose(
+            "config",
+            ["attention=dot", "model=lstm", f"run_dir={tmp_path}"],
+            return_hydra_config=True,
+        )
+    app_config = config.copy()  # what @hydra.main passes: no hydra node
+    with open_dict(app_config):
+        del app_config["hydra"]
+    try:
+        HydraConfig.instance().set_config(config)
+        run = describe_run(app_config)
+        assert (run.name, run.group, run.tags) == ("dot-lstm-toy", None, ("dot", "lstm", "toy"))
+        assert run.config["attention"]["scaled"] is False  # the resolved config travels along
+        OmegaConf.set_readonly(config.hydra, False)
+        config.hydra.mode = RunMode.MULTIRUN
+        config.hydra.sweep.dir = "multirun/sweep-1"
+        HydraConfig.instance().set_config(config)
+        assert describe_run(app_config).group == "multirun/sweep-1"
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_tensorboard_events_hold_bleu_and_attention_images(tensorboard_run: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tensorboard_run / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    bleu = [event.value for event in events.Scalars("val/bleu")]
+    assert bleu == pytest.approx(metrics_column(tensorboard_run, "val/bleu"))
+    image_tags = events.Tags()["images"]
+    assert len(image_tags) == 2 and all(tag.startswith("val/attention/") for tag in image_tags)
+    assert events.Images(image_tags[0])[-1].encoded_image_string[:8] == PNG_MAGIC
+
+
+def test_each_validation_writes_heatmaps_and_the_samples_with_their_attention(
+    tensorboard_run: Path,
+) -> None:
+    records = sorted((tensorboard_run / "attention").glob("step-*.json"))
+    assert len(records) == 2  # one per validation
+    record = json.loads(records[-1].read_text())
+    sentence = record["sentences"][0]
+    weights = torch.tensor(sentence["attention"])
+    assert weights.shape == (len(sentence["tgt_tokens"]), len(sentence["src_tokens"]))
+    assert torch.allclose(weights.sum(-1), torch.ones(len(weights)), atol=1e-4)
+    pngs = sorted((tensorboard_run / "attention").glob(f"step-{record['step']:06d}-*.png"))
+    assert len(pngs) == 2 and all(png.read_bytes()[:8] == PNG_MAGIC for png in pngs)
+
+
+def test_heatmap_has_the_tokens_on_its_axes(tmp_path: Path) -> None:
+    src, tgt = ["the", "dog", "runs", "."], ["kodan", "tula", "."]
+    weights = torch.softmax(torch.randn(3, 4), dim=-1)
+    figure, axes = plt.subplots()
+    draw_attention(axes, src, tgt, weights, title="t")
+    assert [label.get_text() for label in axes.get_xticklabels()] == src
+    assert [label.get_text() for label in axes.get_yticklabels()] == tgt
+    assert (axes.get_xlabel(), axes.get_ylabel(), axes.get_title()) == ("source", "output", "t")
+    plt.close(figure)
+    path = plot_attention(src, tgt, weights, tmp_path / "map.png")
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="do not match 3 target and 2 source tokens"):
+        plot_attention(src[:2], tgt, weights, tmp_path / "bad.png")
+
+
+def test_wandb_mode_auto(monkeypatch: pytest.MonkeyPatch, no_wandb_credentials: None) -> None:
+    assert wandb_mode("auto") == "offline"
+    assert wandb_mode("online") == "online"  # asked for explicitly
+    netrc = Path.home() / ".netrc"
+    netrc.parent.mkdir(parents=True)
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password 0123456789\n")
+    netrc.chmod(0o600)
+    assert wandb_mode("auto") == "online"
+    netrc.unlink()
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    assert wandb_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the user's environment wins
+    assert wandb_mode("auto") == "disabled"
+
+
+def test_run_directory_keeps_its_wandb_id(tmp_path: Path) -> None:
+    first = wandb_run_id(tmp_path)
+    assert wandb_run_id(tmp_path) == first  # what a resumed training passes to W&B
+    assert (tmp_path / "wandb_run_id").read_text().strip() == first
+
+
+def test_bad_wandb_mode_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="logger.mode must be one of auto, online, offline"):
+        wandb_logger(tmp_path, RunInfo("x"), mode="sometimes")
+
+
+@pytest.mark.slow
+def test_unreachable_server_falls_back_to_offline(
+    monkeypatch: pytest.MonkeyPatch, no_wandb_credentials: None, tmp_path: Path
+) -> None:
+    """Credentials but no network: the run starts offline after init_timeout, no failure."""
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    logger = wandb_logger(tmp_path, RunInfo("x"), init_timeout=5)
+    assert logger.experiment.settings.mode == "offline"
+    logger.experiment.finish()
+    assert list(tmp_path.glob("wandb/offline-run-*"))
+
+
+def test_compare_runs_tables_and_plots_two_runs(
+    wandb_run: Path, tensorboard_run: Path, tmp_path: Path
+) -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(wandb_run), str(tensorboard_run),
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("| run | attention | parameters | best val BLEU | test BLEU | AER")
+    rows = [line.split(" | ") for line in lines[2:]]
+    summary = json.loads((wandb_run / "summary.json").read_text())
+    other = json.loads((tensorboard_run / "summary.json").read_text())
+    assert [row[1] for row in rows] == [summary["attention"], other["attention"]]
+    assert rows[0][3] == f"{max(metrics_column(wandb_run, 'val/bleu')):.1f}"
+    assert rows[0][2] == f"{summary['parameters']:,}"
+    for name in ["bleu_curves.png", "attention_grid.png"]:
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_compare_runs_explains_a_directory_without_runs(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert "holds no run" in completed.stderr and "Traceback" not in completed.stderr
