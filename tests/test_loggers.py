@@ -64,7 +64,7 @@ def logged_history(run_files: Path) -> list[dict[str, Any]]:
             continue
         row: dict[str, Any] = {}
         for item in record.history.item:
-            # A media value (image, table) arrives as one item per field: ("val/attention", "count").
+            # A media value (image, table) comes as one item per field: ("val/attention", "count").
             *parents, key = item.nested_key or [item.key]
             node = row
             for parent in parents:
@@ -213,7 +213,7 @@ def test_run_directory_keeps_its_wandb_id(tmp_path: Path) -> None:
 
 
 def test_bad_wandb_mode_names_the_key(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="logger.mode must be one of auto, online, offline"):
+    with pytest.raises(ValueError, match=r"logger\.mode must be one of auto, online, offline"):
         wandb_logger(tmp_path, RunInfo("x"), mode="sometimes")
 
 
