@@ -15,6 +15,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from seq2seq.bundle import build_model, load
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
+from seq2seq.diagnostics import AttentionDiagnostics
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
 
@@ -73,7 +74,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint],
+        callbacks=[checkpoint, AttentionDiagnostics()],
         logger=instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False,
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
