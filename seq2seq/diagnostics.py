@@ -20,7 +20,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from seq2seq.attention import AdditiveAttention, Attention, masked_softmax, valid_key_mask
 from seq2seq.model import Seq2Seq
@@ -167,7 +167,7 @@ def model_attention_statistics(
         model.train(was_training)
 
 
-def gradient_norm(parameters: Iterable[nn.Parameter]) -> float | None:
+def gradient_norm(parameters: Iterable[Tensor]) -> float | None:
     """L2 norm of the gradients of ``parameters`` together; None if none has a gradient."""
     grads = [p.grad.detach().double() for p in parameters if p.grad is not None]
     if not grads:
