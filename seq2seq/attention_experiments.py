@@ -57,7 +57,7 @@ class Settings:
     xor_hiddens: int = 16
     xor_steps: int = 400
     xor_batch_size: int = 256
-    xor_eval_every: int = 10
+    xor_eval_every: int = 5
     xor_seeds: tuple[int, ...] = (0, 1, 2)
     xor_learning_rate: float = 0.03
 
@@ -408,10 +408,12 @@ def summarize_run(run_dir: Path) -> RunSummary:
     def numbers(row: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, float]:
         return {k: float(v) for k, v in row.items() if v and k.startswith(prefixes)}
 
+    attention = str(config.attention._target_).rsplit(".", 1)[-1]
+    if attention == "DotProductAttention":  # the names of the config options
+        attention = "scaled_dot, q·k/√d" if config.attention.get("scaled", True) else "dot, q·k"
     return RunSummary(
         run=str(run_dir),
-        attention=str(config.attention._target_).rsplit(".", 1)[-1]
-        + ("" if config.attention.get("scaled", True) else " (unscaled)"),
+        attention=attention,
         hidden_size=int(config.model.hidden_size),
         first_step=int(train_rows[0]["step"]) + 1,  # Lightning's step column counts from 0
         first=numbers(train_rows[0], ("attn/",)),
@@ -482,7 +484,8 @@ def plot_xor(curves: list[XorCurve], num_keys: int, path: Path) -> None:
     axes.axhline(1 / num_keys, color="gray", ls=":", label="chance")
     axes.set(xlabel="training step", ylabel="held-out accuracy", ylim=(0, 1.02))
     axes.set_title(f"XOR alignment task, {num_keys} keys (one line per seed)")
-    axes.legend(loc="lower right")
+    # Between the additive curves (at 1) and everything bilinear (below the bound).
+    axes.legend(loc="upper right", bbox_to_anchor=(1.0, 0.94), fontsize="small")
     axes.grid(alpha=0.3)
     _save(figure, path)
 
