@@ -15,6 +15,10 @@ The part of a score that does not depend on the query (``W_k k`` for additive at
 worth computing once per source batch rather than at every decoder step. ``project_keys(keys)``
 returns it; the caller passes it back through ``projected_keys``. Modules keep no state between
 calls.
+
+Every scoring function divides its scores by a softmax temperature T before the softmax
+(``temperature``: a positive number, 1.0 by default, or ``"learnable"``), so
+``weights = softmax(score(q, k) / T)``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from seq2seq.errors import ConfigError
+
+LEARNABLE = "learnable"
 
 
 def valid_key_mask(valid_lens: Tensor, num_queries: int, num_keys: int) -> Tensor:
@@ -63,13 +71,36 @@ class Attention(nn.Module):
 
     ``needs_equal_sizes`` tells the model that keys must have the query size (dot products), so it
     projects encoder outputs to the decoder size once per batch when they differ.
+
+    ``temperature`` divides the scores before the softmax: a fixed positive number, or
+    ``"learnable"`` (a parameter that starts at 1.0, stored as its logarithm so that it stays
+    positive). Only the ratio of the score's scale to T is identifiable: multiplying both by the
+    same factor gives the same weights.
     """
 
     needs_equal_sizes: ClassVar[bool] = False
 
-    def __init__(self, dropout: float = 0.0) -> None:
+    def __init__(self, dropout: float = 0.0, temperature: float | str = 1.0) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
+        self.log_temperature: nn.Parameter | None = None
+        self.fixed_temperature = 1.0
+        if temperature == LEARNABLE:
+            self.log_temperature = nn.Parameter(torch.zeros(()))
+        else:
+            self.fixed_temperature = _check_temperature(temperature)
+
+    @property
+    def temperature(self) -> Tensor | float:
+        """T: a 0-d tensor when learnable (gradients flow into it), else a float."""
+        if self.log_temperature is not None:
+            return self.log_temperature.exp()
+        return self.fixed_temperature
+
+    def extra_repr(self) -> str:
+        if self.log_temperature is not None:
+            return "temperature=learnable"
+        return f"temperature={self.fixed_temperature}"
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """The query-independent part of the score, computed once per source batch."""
@@ -78,6 +109,13 @@ class Attention(nn.Module):
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
         raise NotImplementedError
+
+    def logits(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """What the softmax sees: ``score(q, k) / T``, (B, Tq, Tk), before masking."""
+        scores = self.score(queries, projected_keys)  # (B, Tq, Tk)
+        if self.log_temperature is None and self.fixed_temperature == 1.0:
+            return scores  # the default: skip a no-op division
+        return scores / self.temperature
 
     def forward(
         self,
@@ -91,8 +129,8 @@ class Attention(nn.Module):
         """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk)."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
-        scores = self.score(queries, projected_keys)  # (B, Tq, Tk)
-        weights = masked_softmax(scores, valid_lens)  # (B, Tq, Tk)
+        logits = self.logits(queries, projected_keys)  # (B, Tq, Tk)
+        weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
         # Dropout regularises which keys are read; the weights returned are the undropped ones.
         context = torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
         return context, weights
@@ -111,31 +149,55 @@ class Attention(nn.Module):
 
 
 class AdditiveAttention(Attention):
-    """Bahdanau et al. (2015), eq. (6): ``score(q, k) = w_vᵀ tanh(W_q q + W_k k)``."""
+    """Bahdanau et al. (2015), eq. (6): ``score(q, k) = w_vᵀ tanh(W_q q + W_k k)``.
+
+    Every score lies in ``(-‖w_v‖₁, ‖w_v‖₁)`` because tanh does. Two optional remedies act on the
+    pre-activations ``W_q q + W_k k`` (B, Tq, Tk, A): ``bias`` adds a learned bias b inside the
+    tanh, ``w_vᵀ tanh(W_q q + W_k k + b)`` (it changes the weights, unlike a bias added to the
+    score); ``layer_norm`` normalises them (Ba et al., 2016) so that large inputs do not push tanh
+    into saturation, where its gradient vanishes.
+    """
 
     def __init__(
-        self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0
+        self,
+        query_size: int,
+        key_size: int,
+        num_hiddens: int,
+        dropout: float = 0.0,
+        temperature: float | str = 1.0,
+        bias: bool = False,
+        layer_norm: bool = False,
     ) -> None:
-        super().__init__(dropout)
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        super().__init__(dropout, temperature)
+        # The bias lives in W_q: W_q q + b is added to every key's W_k k, i.e. inside the tanh.
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        # LayerNorm acts on each (query, key) pair's sum, so it cannot be folded into
+        # project_keys; None keeps the parameters (and checkpoints) of the default unchanged.
+        self.layer_norm = nn.LayerNorm(num_hiddens) if layer_norm else None
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # (B, Tk, Dk) -> (B, Tk, A)
 
-    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+    def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b)``, layer-normed if asked."""
         # Broadcast every query against every key: (B,Tq,1,A) + (B,1,Tk,A) -> (B,Tq,Tk,A).
-        features = torch.tanh(self.W_q(queries)[:, :, None, :] + projected_keys[:, None, :, :])
+        summed = self.W_q(queries)[:, :, None, :] + projected_keys[:, None, :, :]
+        return summed if self.layer_norm is None else self.layer_norm(summed)
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        features = torch.tanh(self.preactivations(queries, projected_keys))  # (B, Tq, Tk, A)
         return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
 
 
 class DotProductAttention(Attention):
     """Luong et al. (2015) "dot" and Vaswani et al. (2017) eq. (1): q·k, or q·k/√d if scaled.
 
-    It has no parameters. ``query_size`` and ``key_size`` are accepted, and unused, so that every
-    scoring function is built by the same call; when they differ, the model projects the encoder
-    outputs to the query size as keys (see ``needs_equal_sizes``).
+    It has no parameters (but a learnable temperature). ``query_size`` and ``key_size`` are
+    accepted, and unused, so that every scoring function is built by the same call; when they
+    differ, the model projects the encoder outputs to the query size as keys (see
+    ``needs_equal_sizes``).
     """
 
     needs_equal_sizes = True
@@ -144,11 +206,12 @@ class DotProductAttention(Attention):
         self,
         dropout: float = 0.0,
         scaled: bool = True,
+        temperature: float | str = 1.0,
         *,
         query_size: int | None = None,
         key_size: int | None = None,
     ) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, temperature)
         self.scaled = scaled
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
@@ -172,16 +235,36 @@ class DotProductAttention(Attention):
         # and equal forward+backward, so it stays the reference there.
         if queries.device.type == "cpu" or (self.training and self.dropout.p > 0):
             return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        return self.fused_context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+
+    def fused_context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> Tensor:
+        """``context`` through ``F.scaled_dot_product_attention`` (no dropout), on any device."""
         keys = keys if projected_keys is None else projected_keys
         _check_equal_sizes(queries.shape[-1], keys.shape[-1])
-        return sdpa_context(queries, keys, values, valid_lens, scaled=self.scaled)
+        return sdpa_context(
+            queries, keys, values, valid_lens, scaled=self.scaled, temperature=self.temperature
+        )
 
 
 class MultiplicativeAttention(Attention):
     """Luong et al. (2015) "general" (bilinear): ``score(q, k) = qᵀ W k``."""
 
-    def __init__(self, query_size: int, key_size: int, dropout: float = 0.0) -> None:
-        super().__init__(dropout)
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        dropout: float = 0.0,
+        temperature: float | str = 1.0,
+    ) -> None:
+        super().__init__(dropout, temperature)
         self.W = nn.Linear(key_size, query_size, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -192,14 +275,24 @@ class MultiplicativeAttention(Attention):
 
 
 def sdpa_context(
-    queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None, scaled: bool = True
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | None,
+    scaled: bool = True,
+    temperature: Tensor | float = 1.0,
 ) -> Tensor:
     """Dot-product attention context (B, Tq, Dv) through ``F.scaled_dot_product_attention``.
 
-    Same result as ``DotProductAttention`` (including all-zero rows where ``valid_len == 0``), but
-    without the weights.
+    Same result as ``DotProductAttention`` with the same ``temperature`` (including all-zero rows
+    where ``valid_len == 0``), but without the weights.
     """
-    scale = None if scaled else 1.0  # None: SDPA's own 1/√d
+    scale = 1.0 / math.sqrt(queries.shape[-1]) if scaled else 1.0
+    if isinstance(temperature, Tensor):
+        # SDPA's scale must be a float; (q / T)·k = q·k / T keeps the gradient into T.
+        queries = queries / temperature
+    else:
+        scale = scale / temperature
     if valid_lens is None:
         return F.scaled_dot_product_attention(queries, keys, values, scale=scale)
     # SDPA's boolean mask means "may attend" (True = valid), the polarity of valid_key_mask.
@@ -208,6 +301,22 @@ def sdpa_context(
     is_valid = valid_key_mask(valid_lens.clamp(min=1), queries.shape[1], keys.shape[1])
     context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=is_valid, scale=scale)
     return context * has_valid_key  # (B, Tq, Dv)
+
+
+def _check_temperature(temperature: object) -> float:
+    """A fixed temperature as a float, or a ConfigError that says what is allowed."""
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not (math.isfinite(temperature) and temperature > 0)
+    ):
+        raise ConfigError(
+            f"attention.temperature must be a positive number (the softmax divides the scores "
+            f"by it; 1.0 leaves them unchanged) or '{LEARNABLE}' (learned with the model, "
+            f"starting at 1.0), got {temperature!r}. Set it on the command line, e.g. "
+            f"python train.py attention.temperature=0.5 or attention.temperature={LEARNABLE}."
+        )
+    return float(temperature)
 
 
 def _check_equal_sizes(query_size: int, key_size: int) -> None:

@@ -26,7 +26,7 @@ import seq2seq
 from seq2seq.atomic import write_atomic
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
-from seq2seq.errors import Seq2SeqError
+from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model import Seq2Seq
 
 CHECKPOINT_KEY = "seq2seq"  # our entry in a Lightning checkpoint
@@ -94,6 +94,8 @@ def _build(node: Any, origin: str) -> Any:
     factory = ALLOWED_TARGETS[target]
     try:
         return partial(factory, **arguments) if node.get("_partial_") else factory(**arguments)
+    except ConfigError:
+        raise  # a bad value (model.hidden_size=0): its message already names the key and the fix
     except (TypeError, ValueError) as error:
         raise ModelFileError(
             f"{origin} cannot build {target}: {error}. The file was written by an incompatible "

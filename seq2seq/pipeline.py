@@ -21,6 +21,7 @@ from seq2seq.callbacks import ValidationExamples
 from seq2seq.compare import SUMMARY_FILE
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
+from seq2seq.diagnostics import AttentionDiagnostics
 from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
@@ -90,7 +91,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint, ValidationExamples(run_dir, **cfg.examples)],
+        callbacks=[checkpoint, ValidationExamples(run_dir, **cfg.examples), AttentionDiagnostics()],
         logger=loggers,
     )
     log_effective_batch(cfg, trainer)
@@ -100,10 +101,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     best_score = checkpoint.best_model_score
-    if cfg.test_after_training and "test" in datamodule.datasets and checkpoint.best_model_path:
-        # The best checkpoint on the test split, logged as test/* at the last step.
-        for name, value in trainer.test(module, datamodule=datamodule, ckpt_path="best")[0].items():
-            metrics[name] = float(value)
+    # Read before testing: loading best.ckpt for the test restores the checkpoint callback's state
+    # as it was when best.ckpt was written, before last.ckpt existed.
     result = {
         "best_val_bleu": float(best_score) if best_score is not None else None,
         "best_checkpoint": checkpoint.best_model_path or None,
@@ -111,6 +110,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "metrics": metrics,
         "run_dir": str(run_dir),
     }
+    if cfg.test_after_training and "test" in datamodule.datasets and result["best_checkpoint"]:
+        # The best checkpoint on the test split, logged as test/* at the last step.
+        for name, value in trainer.test(module, datamodule=datamodule, ckpt_path="best")[0].items():
+            metrics[name] = float(value)
     finish(loggers)
     if trainer.is_global_zero:
         write_summary(run_dir, run, module, result)

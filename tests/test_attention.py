@@ -1,12 +1,15 @@
-"""The masking contract and every scoring function, checked against formulas and torch SDPA."""
+"""The masking contract and every scoring function, checked against formulas and torch SDPA;
+the remedy knobs (temperature, bias and LayerNorm in the tanh) and the invariances behind them."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
 
 from seq2seq.attention import (
     AdditiveAttention,
@@ -16,6 +19,12 @@ from seq2seq.attention import (
     masked_softmax,
     sdpa_context,
 )
+from seq2seq.bundle import export_bundle, load
+from seq2seq.diagnostics import tanh_saturation, valid_pairs
+from seq2seq.errors import ConfigError
+from seq2seq.pipeline import train
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-3}
@@ -219,3 +228,303 @@ def test_half_precision_close_to_float32(name: str, dtype: torch.dtype) -> None:
     assert (half_weights[0] == 0).all() and (half_weights[1, :, 4:] == 0).all()
     torch.testing.assert_close(half_weights.float(), weights, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(half_context.float(), context, atol=5e-2, rtol=5e-2)
+
+
+# ---- the softmax temperature -----------------------------------------------------------------
+
+
+def make_tempered(name: str, temperature: float | str, size: int = 6) -> Attention:
+    torch.manual_seed(0)
+    if name == "additive":
+        return AdditiveAttention(size, size, num_hiddens=8, temperature=temperature)
+    if name == "general":
+        return MultiplicativeAttention(size, size, temperature=temperature)
+    return DotProductAttention(scaled=name == "scaled_dot", temperature=temperature)
+
+
+@pytest.mark.parametrize("temperature", [0.25, 3, "learnable"])
+@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+def test_temperature_divides_the_scores(name: str, temperature: float | str) -> None:
+    attention = make_tempered(name, temperature)
+    expected_t = float(temperature) if temperature != "learnable" else 0.37
+    if temperature == "learnable":
+        assert attention.log_temperature is not None
+        with torch.no_grad():
+            attention.log_temperature.fill_(math.log(expected_t))
+    queries, keys, values = torch.randn(2, 3, 6), torch.randn(2, 5, 6), torch.randn(2, 5, 4)
+    valid_lens = torch.tensor([3, 5])
+    context, weights = attention(queries, keys, values, valid_lens)
+    scores = attention.score(queries, attention.project_keys(keys))  # checked by the tests above
+    expected = masked_softmax(scores / expected_t, valid_lens)
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(context, expected @ values)
+
+
+def test_dot_product_temperature_matches_the_formula() -> None:
+    # q·k / (√d T), written out, not through the module's score.
+    queries, keys = torch.randn(2, 3, 16), torch.randn(2, 4, 16)
+    weights = DotProductAttention(scaled=True, temperature=0.5)(queries, keys, keys)[1]
+    expected = torch.softmax(torch.einsum("bqd,bkd->bqk", queries, keys) / (4.0 * 0.5), dim=-1)
+    torch.testing.assert_close(weights, expected)
+
+
+@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+def test_default_temperature_changes_neither_weights_nor_parameters(name: str) -> None:
+    attention = make_tempered(name, 1.0)
+    assert attention.log_temperature is None
+    assert not any("temperature" in key for key in attention.state_dict())
+    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 5, 6)
+    weights = attention(queries, keys, keys)[1]
+    # Exactly today's computation: the softmax of the score, no division on the way.
+    assert torch.equal(
+        weights, masked_softmax(attention.score(queries, attention.project_keys(keys)), None)
+    )
+
+
+@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+def test_learnable_temperature_starts_at_one_and_learns(name: str) -> None:
+    attention = make_tempered(name, "learnable")
+    assert attention.log_temperature is not None
+    with torch.no_grad():
+        assert float(attention.temperature) == 1.0
+    plain = make_tempered(name, 1.0)
+    # One parameter more than the fixed-temperature module, and it receives a gradient.
+    assert sum(p.numel() for p in attention.parameters()) == (
+        sum(p.numel() for p in plain.parameters()) + 1
+    )
+    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 5, 6)
+    attention(queries, keys, keys)[1][..., 0].sum().backward()
+    assert attention.log_temperature.grad is not None
+    assert float(attention.log_temperature.grad.abs()) > 0
+
+
+@pytest.mark.parametrize("bad", [-1, 0, 0.0, float("nan"), float("inf"), "foo", True, None])
+def test_bad_temperature_names_the_key_and_the_fix(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"attention\.temperature.*positive number.*learnable"):
+        DotProductAttention(temperature=bad)  # type: ignore[arg-type]  # bad on purpose
+    with pytest.raises(ConfigError, match=r"attention\.temperature"):
+        AdditiveAttention(4, 4, num_hiddens=4, temperature=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.parametrize("temperature", [1.0, 0.3, "learnable"])
+@pytest.mark.parametrize(
+    "valid_lens", [None, torch.tensor([4, 1, 0]), torch.tensor([[4, 2], [1, 3], [0, 4]])]
+)
+def test_fused_path_equals_the_weights_path_with_temperature(
+    scaled: bool, temperature: float | str, valid_lens: torch.Tensor | None
+) -> None:
+    attention = DotProductAttention(scaled=scaled, temperature=temperature)
+    if attention.log_temperature is not None:
+        with torch.no_grad():
+            attention.log_temperature.fill_(math.log(2.5))
+    queries = torch.randn(3, 2, 8, requires_grad=True)
+    keys, values = torch.randn(3, 4, 8), torch.randn(3, 4, 5)
+    reference = attention(queries, keys, values, valid_lens)[0]
+    fused = attention.fused_context(queries, keys, values, valid_lens)
+    torch.testing.assert_close(fused, reference)
+    # The gradients agree too, into the queries and into a learnable temperature.
+    reference_grads = torch.autograd.grad(
+        reference.square().sum(), [queries, *attention.parameters()]
+    )
+    fused_grads = torch.autograd.grad(fused.square().sum(), [queries, *attention.parameters()])
+    for fused_grad, reference_grad in zip(fused_grads, reference_grads, strict=True):
+        torch.testing.assert_close(fused_grad, reference_grad)
+
+
+# ---- claim 3: a scalar bias on a dot-product score does nothing, one inside the tanh does -------
+
+
+@pytest.mark.parametrize("bias", [-30.0, 0.5, 30.0])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_scalar_bias_on_dot_product_scores_changes_no_weight(scaled: bool, bias: float) -> None:
+    attention = DotProductAttention(scaled=scaled)
+    queries, keys = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    valid_lens = torch.tensor([2, 5])
+    weights = attention(queries, keys, keys, valid_lens)[1]
+    shifted = masked_softmax(attention.logits(queries, keys) + bias, valid_lens)
+    # Equal up to float32 rounding of score + bias (an ulp of 30 is 2e-6).
+    torch.testing.assert_close(shifted, weights, atol=2e-5, rtol=0)
+
+
+def test_bias_inside_the_tanh_changes_the_weights_and_follows_the_formula() -> None:
+    torch.manual_seed(0)
+    attention = AdditiveAttention(5, 7, num_hiddens=6, bias=True)
+    assert attention.W_q.bias is not None
+    queries, keys = torch.randn(2, 3, 5), torch.randn(2, 4, 7)
+    with torch.no_grad():
+        attention.W_q.bias.zero_()
+    unbiased = attention(queries, keys, keys)[1]
+    with torch.no_grad():
+        attention.W_q.bias.copy_(torch.randn(6) * 2)
+    biased = attention(queries, keys, keys)[1]
+    # w_vᵀ tanh(W_q q + W_k k + b): the bias acts before the nonlinearity, so it moves weights.
+    W_q, W_k, w_v, b = (
+        attention.W_q.weight,
+        attention.W_k.weight,
+        attention.w_v.weight[0],
+        attention.W_q.bias,
+    )
+    scores = torch.einsum(
+        "a,bqka->bqk",
+        w_v,
+        torch.tanh((queries @ W_q.T)[:, :, None, :] + (keys @ W_k.T)[:, None, :, :] + b),
+    )
+    torch.testing.assert_close(biased, torch.softmax(scores, -1))
+    assert float((biased - unbiased).abs().max()) > 0.05
+
+
+def test_default_additive_has_no_bias_and_no_layer_norm() -> None:
+    attention = AdditiveAttention(5, 7, num_hiddens=6)
+    assert set(attention.state_dict()) == {"W_q.weight", "W_k.weight", "w_v.weight"}
+
+
+# ---- claim 4: only the ratio of the score's scale to the temperature is identifiable -----------
+
+
+@pytest.mark.parametrize("alpha", [0.1, 3.0, 20.0])
+@pytest.mark.parametrize("name", ["additive", "general"])
+def test_scale_and_temperature_are_identifiable_only_as_a_ratio(name: str, alpha: float) -> None:
+    attention = make_tempered(name, "learnable")
+    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 5, 6)
+    valid_lens = torch.tensor([4, 5])
+    weights = attention(queries, keys, keys, valid_lens)[1]
+    # (v, T) -> (αv, αT) for additive, (W, T) -> (αW, αT) for bilinear.
+    scale = attention.w_v.weight if isinstance(attention, AdditiveAttention) else attention.W.weight
+    assert attention.log_temperature is not None
+    with torch.no_grad():
+        scale.mul_(alpha)
+        attention.log_temperature.add_(math.log(alpha))
+    torch.testing.assert_close(attention(queries, keys, keys, valid_lens)[1], weights)
+    # ... while scaling only one of them changes the weights.
+    with torch.no_grad():
+        attention.log_temperature.zero_()
+    assert float((attention(queries, keys, keys, valid_lens)[1] - weights).abs().max()) > 1e-3
+
+
+# ---- claim 1: dot-product score variance grows with d, scaled scores keep variance 1 -----------
+
+
+@pytest.mark.parametrize("d", [8, 32, 128, 512])
+def test_scaled_dot_product_scores_have_unit_variance(d: int) -> None:
+    generator = torch.Generator().manual_seed(d)
+    queries = torch.randn(64, 16, d, generator=generator)  # unit-variance entries
+    keys = torch.randn(64, 16, d, generator=generator)
+    # q·k is a sum of d independent products of variance 1: variance d, or 1 after dividing by √d.
+    # 16,384 scores estimate a variance to within about 2% (one standard error).
+    unscaled = DotProductAttention(scaled=False).logits(queries, keys)
+    scaled = DotProductAttention(scaled=True).logits(queries, keys)
+    assert float(unscaled.var()) / d == pytest.approx(1.0, rel=0.1)
+    assert float(scaled.var()) == pytest.approx(1.0, rel=0.1)
+
+
+# ---- claim 2: additive scores are bounded; LayerNorm keeps tanh out of saturation --------------
+
+
+def test_additive_scores_are_bounded_by_the_l1_norm_of_w_v() -> None:
+    torch.manual_seed(0)
+    attention = AdditiveAttention(8, 8, num_hiddens=16)
+    bound = float(attention.w_v.weight.abs().sum())
+    queries, keys = 1e4 * torch.randn(4, 3, 8), 1e4 * torch.randn(4, 6, 8)
+    scores = attention.score(queries, attention.project_keys(keys))
+    assert float(scores.abs().max()) <= bound
+    # With such inputs every tanh is at ±1, so scores sit at ±w_v's entries summed: near the bound.
+    assert float(scores.abs().max()) > 0.5 * bound
+
+
+def test_layer_norm_is_applied_to_the_preactivations() -> None:
+    torch.manual_seed(0)
+    attention = AdditiveAttention(5, 7, num_hiddens=6, layer_norm=True, bias=True)
+    assert attention.layer_norm is not None
+    with torch.no_grad():  # a gain and shift that are not the identity, so both are checked
+        attention.layer_norm.weight.uniform_(0.5, 2.0)
+        attention.layer_norm.bias.normal_()
+    queries, keys = torch.randn(2, 3, 5), torch.randn(2, 4, 7)
+    summed = attention.W_q(queries)[:, :, None, :] + attention.W_k(keys)[:, None, :, :]
+    mean = summed.mean(-1, keepdim=True)
+    variance = summed.var(-1, keepdim=True, correction=0)
+    normed = (summed - mean) / torch.sqrt(variance + 1e-5)
+    normed = normed * attention.layer_norm.weight + attention.layer_norm.bias
+    expected = torch.tanh(normed) @ attention.w_v.weight[0]  # (B, Tq, Tk)
+    torch.testing.assert_close(attention.score(queries, attention.project_keys(keys)), expected)
+
+
+@pytest.mark.parametrize("input_norm", [30.0, 300.0])
+def test_layer_norm_reduces_tanh_saturation_at_large_input_norm(input_norm: float) -> None:
+    torch.manual_seed(0)
+    size = 32
+    plain = AdditiveAttention(size, size, num_hiddens=size)
+    normed = AdditiveAttention(size, size, num_hiddens=size, layer_norm=True)
+    normed.load_state_dict(plain.state_dict(), strict=False)  # the same W_q, W_k, w_v
+    directions_q, directions_k = torch.randn(8, 4, size), torch.randn(8, 10, size)
+    queries = input_norm * F.normalize(directions_q, dim=-1)
+    keys = input_norm * F.normalize(directions_k, dim=-1)
+    valid_lens = torch.tensor([10, 7, 3, 10, 1, 10, 5, 8])
+    is_valid = valid_pairs(valid_lens, None, torch.Size([8, 4, 10]))
+    saturation = {
+        name: tanh_saturation(
+            attention.preactivations(queries, attention.project_keys(keys)), is_valid
+        )
+        for name, attention in [("plain", plain), ("normed", normed)]
+    }
+    # Without LayerNorm the pre-activations grow with the input norm (std ≈ norm·√(2/(3·size)) at
+    # PyTorch's initialisation); with it they have unit variance per pair, so a Gaussian's ≈ 5%
+    # lies beyond ±2 whatever the norm.
+    assert saturation["plain"] > 0.5
+    assert saturation["normed"] < 0.1
+
+
+# ---- the knobs travel through checkpoints and bundles ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        [
+            "attention=additive",
+            "attention.temperature=learnable",
+            "attention.bias=true",
+            "attention.layer_norm=true",
+        ],
+        ["attention=scaled_dot", "attention.temperature=learnable"],
+    ],
+    ids=["additive", "scaled_dot"],
+)
+def test_knobs_round_trip_through_checkpoint_and_bundle(tmp_path: Path, knobs: list[str]) -> None:
+    overrides = [
+        f"run_dir={tmp_path / 'run'}",
+        "data.train_size=200",
+        "data.val_size=10",
+        "data.test_size=10",
+        "data.batch_size=32",
+        "model.hidden_size=16",
+        "model.embedding_size=8",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        *knobs,
+    ]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        result = train(compose("config", overrides=overrides))
+    from_checkpoint = load(result["last_checkpoint"])
+    from_bundle = load(export_bundle(from_checkpoint, tmp_path / "bundle"))
+    attention = from_bundle.model.decoder.attention
+    if "attention.temperature=learnable" in knobs:
+        # Trained, so it moved off its initial value: a rebuilt-but-not-loaded model would not.
+        assert attention.log_temperature is not None
+        assert float(attention.log_temperature.detach()) != 0.0
+    if "attention.layer_norm=true" in knobs:
+        assert isinstance(attention, AdditiveAttention) and attention.layer_norm is not None
+        assert attention.W_q.bias is not None
+        assert not torch.equal(
+            attention.layer_norm.weight, torch.ones_like(attention.layer_norm.weight)
+        )
+    expected = from_checkpoint.model.state_dict()
+    actual = from_bundle.model.state_dict()
+    assert actual.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(actual[name], tensor), name
+    src, src_lens = torch.tensor([[5, 6, 7, 8]]), torch.tensor([4])
+    tgt_in = torch.tensor([[2, 5, 6]])
+    torch.testing.assert_close(
+        from_bundle.model(src, src_lens, tgt_in)[0], from_checkpoint.model(src, src_lens, tgt_in)[0]
+    )

@@ -74,6 +74,7 @@ def test_run_directory_holds_checkpoints_metrics_config_and_tokenizers(
 ) -> None:
     run_dir = Path(trained_run["run_dir"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert Path(trained_run["last_checkpoint"]) == run_dir / "checkpoints" / "last.ckpt"
     assert Path(trained_run["best_checkpoint"]) == run_dir / "checkpoints" / "best.ckpt"
     assert (run_dir / "checkpoints" / "best.ckpt").is_file()
     assert (run_dir / "config.yaml").read_text().count("${") == 0  # resolved

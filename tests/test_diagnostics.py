@@ -1,0 +1,362 @@
+"""Attention diagnostics: statistics against direct formulas, the training callback's metrics
+against a recomputation from the checkpoint, the experiments' claims, and the script."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from seq2seq.attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    MultiplicativeAttention,
+    masked_softmax,
+)
+from seq2seq.attention_experiments import (
+    Settings,
+    bilinear_accuracy_bound,
+    measure_dimension,
+    measure_saturation,
+    update_docs,
+    xor_accuracy,
+    xor_batch,
+)
+from seq2seq.cli import run
+from seq2seq.diagnostics import (
+    attention_statistics,
+    entropy,
+    model_attention_statistics,
+    softmax_jacobian_norm,
+    teacher_forced_queries,
+)
+from seq2seq.model import Seq2Seq
+from seq2seq.pipeline import load_checkpoint, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- the statistics ------------------------------------------------------------------------------
+
+
+def test_entropy_and_jacobian_of_uniform_and_one_hot_rows() -> None:
+    uniform, one_hot = torch.full((5,), 0.2), torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0])
+    assert float(entropy(uniform)) == pytest.approx(math.log(5))
+    assert float(entropy(one_hot)) == 0.0
+    # diag(w) - wwᵀ for uniform w over n keys has squared Frobenius norm 1/n - 1/n².
+    assert float(softmax_jacobian_norm(uniform)) == pytest.approx(math.sqrt(0.2 - 0.04))
+    assert float(softmax_jacobian_norm(one_hot)) == 0.0
+
+
+def test_softmax_jacobian_norm_matches_autograd() -> None:
+    scores = torch.randn(6, dtype=torch.float64)
+    jacobian = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), scores)
+    expected = float(jacobian.norm())
+    assert float(softmax_jacobian_norm(torch.softmax(scores, -1))) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot"])
+def test_statistics_use_valid_pairs_only_and_match_a_direct_computation(name: str) -> None:
+    torch.manual_seed(0)
+    attention = {
+        "additive": AdditiveAttention(6, 6, num_hiddens=8, temperature=0.7),
+        "general": MultiplicativeAttention(6, 6),
+        "scaled_dot": DotProductAttention(),
+    }[name]
+    queries, keys = torch.randn(3, 4, 6), torch.randn(3, 5, 6)
+    valid_lens = torch.tensor([5, 2, 3])
+    query_mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    stats = attention_statistics(
+        attention, queries, attention.project_keys(keys), valid_lens, query_mask
+    )
+
+    # The same numbers, one valid row at a time.
+    rows, pairs, saturation = [], [], []
+    for b in range(3):
+        n = int(valid_lens[b])
+        for i in range(4):
+            if query_mask[b, i]:
+                logits = attention.logits(
+                    queries[b : b + 1, i : i + 1], attention.project_keys(keys[b : b + 1, :n])
+                )[0, 0]
+                rows.append(logits.double())
+                pairs.extend(logits.double().tolist())
+                if isinstance(attention, AdditiveAttention):
+                    x = attention.preactivations(
+                        queries[b : b + 1, i : i + 1], attention.project_keys(keys[b : b + 1, :n])
+                    )
+                    saturation.extend((x.abs() > 2).double().mean(-1).flatten().tolist())
+    weights = [torch.softmax(row, -1) for row in rows]
+    all_pairs = torch.tensor(pairs, dtype=torch.float64)
+    assert stats.score_mean == pytest.approx(float(all_pairs.mean()))
+    assert stats.score_std == pytest.approx(float(all_pairs.std(correction=0)))
+    assert stats.score_row_std == pytest.approx(
+        sum(float(row.std(correction=0)) for row in rows) / len(rows)
+    )
+    assert stats.entropy == pytest.approx(
+        sum(float(-(w * w.log()).sum()) for w in weights) / len(weights)
+    )
+    assert stats.max_weight == pytest.approx(sum(float(w.max()) for w in weights) / len(weights))
+    if isinstance(attention, AdditiveAttention):
+        assert stats.tanh_saturation == pytest.approx(sum(saturation) / len(saturation))
+    else:
+        assert stats.tanh_saturation is None
+        assert "attn/tanh_saturation" not in stats.as_metrics()
+
+    # Junk in padded keys and padded queries changes nothing.
+    junk_queries, junk_keys = queries.clone(), keys.clone()
+    junk_queries[0, 3] = 1e3
+    junk_keys[1, 2:] = 1e3
+    junk = attention_statistics(
+        attention, junk_queries, attention.project_keys(junk_keys), valid_lens, query_mask
+    )
+    assert junk.as_metrics() == pytest.approx(stats.as_metrics())
+
+
+def make_model(attention: str) -> Seq2Seq:
+    torch.manual_seed(0)
+    factory = {
+        "additive": lambda **sizes: AdditiveAttention(num_hiddens=8, **sizes),
+        "dot": lambda **sizes: DotProductAttention(scaled=False, **sizes),
+    }[attention]
+    return Seq2Seq(13, 11, factory, embedding_size=8, hidden_size=16).eval()
+
+
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_teacher_forced_queries_reproduce_the_models_attention(attention: str) -> None:
+    model = make_model(attention)
+    src_lens = torch.tensor([5, 2, 4])
+    src = torch.randint(4, 13, (3, 5))
+    tgt_in = torch.randint(4, 11, (3, 6))
+    _, expected_weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    with torch.no_grad():
+        queries, projected_keys = teacher_forced_queries(model, src, src_lens, tgt_in)
+        logits = model.decoder.attention.logits(queries, projected_keys)
+    torch.testing.assert_close(masked_softmax(logits, src_lens), expected_weights)
+
+
+def test_model_statistics_ignore_target_padding_and_keep_the_training_mode() -> None:
+    model = make_model("additive").train()
+    src_lens, tgt_lens = torch.tensor([5, 2]), torch.tensor([4, 2])
+    src = torch.randint(4, 13, (2, 5))
+    tgt_in = torch.randint(4, 11, (2, 4))
+    stats = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    assert model.training  # restored after the measurement, which ran without dropout
+    padded = torch.cat([tgt_in, torch.zeros(2, 3, dtype=torch.long)], dim=1)
+    assert model_attention_statistics(model, src, src_lens, padded, tgt_lens) == stats
+    assert model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens) == stats
+
+
+# ---- the callback in a training run --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def diagnosed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, str]]]:
+    run_dir = tmp_path_factory.mktemp("diagnosed")
+    overrides = [
+        f"run_dir={run_dir}",
+        "data.train_size=200",
+        "data.val_size=20",
+        "data.test_size=20",
+        "data.batch_size=32",
+        "model.hidden_size=16",
+        "model.embedding_size=8",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=3",
+        "trainer.enable_progress_bar=false",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        train(compose("config", overrides=overrides))
+    with open(run_dir / "metrics.csv", newline="") as metrics_file:
+        return run_dir, list(csv.DictReader(metrics_file))
+
+
+def test_training_logs_attention_diagnostics_every_n_steps_and_every_validation(
+    diagnosed_run: tuple[Path, list[dict[str, str]]],
+) -> None:
+    _, rows = diagnosed_run
+    names = ["score_mean", "score_std", "score_row_std", "entropy", "max_weight",
+             "softmax_jacobian", "tanh_saturation", "grad_norm"]  # fmt: skip
+    step_rows = [row for row in rows if row["attn/entropy"] and row["train/loss"]]
+    val_rows = [row for row in rows if row["attn/entropy"] and row["val/loss"]]
+    # 7 batches an epoch, 14 steps: steps 3, 6, 9, 12 (Lightning's step column counts from 0).
+    assert [int(row["step"]) for row in step_rows] == [2, 5, 8, 11]
+    assert len(val_rows) == 2
+    for row in step_rows:
+        assert all(row[f"attn/{name}"] for name in names)
+        assert 0 < float(row["attn/max_weight"]) <= 1
+        assert 0 <= float(row["attn/tanh_saturation"]) <= 1
+        assert float(row["attn/grad_norm"]) > 0
+    for row in val_rows:
+        assert not row["attn/grad_norm"]  # gradients exist only at training steps
+
+
+def test_logged_diagnostics_equal_a_recomputation_from_the_checkpoint(
+    diagnosed_run: tuple[Path, list[dict[str, str]]],
+) -> None:
+    run_dir, rows = diagnosed_run
+    last_validation = [row for row in rows if row["attn/entropy"] and row["val/loss"]][-1]
+    module = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"run_dir={run_dir}", "data.train_size=200",
+                                           "data.val_size=20", "data.test_size=20"])  # fmt: skip
+    datamodule = instantiate(cfg.data.module)
+    datamodule.setup("fit")
+    loader = datamodule.val_dataloader()
+    # All 20 validation sentences: the callback's 64 evenly spaced ones are all of them.
+    batch = loader.collate_fn([loader.dataset[i] for i in range(len(loader.dataset))])
+    stats = model_attention_statistics(
+        module.model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_lens
+    )
+    for name, value in stats.as_metrics().items():
+        assert float(last_validation[name]) == pytest.approx(value, rel=1e-5), name
+
+
+# ---- the experiments: the claims hold ------------------------------------------------------------
+
+
+def test_dimension_experiment_shows_sqrt_d_growth_and_entropy_collapse() -> None:
+    rows = measure_dimension(Settings.quick())
+    by_key = {(row.d, row.scaled): row for row in rows}
+    small, large = Settings.quick().dims[0], Settings.quick().dims[-1]
+    for d in (small, large):
+        assert by_key[(d, True)].score_std == pytest.approx(1.0, rel=0.1)
+        assert by_key[(d, False)].score_std == pytest.approx(math.sqrt(d), rel=0.1)
+    assert by_key[(large, False)].entropy < by_key[(small, False)].entropy / 2
+    assert by_key[(large, False)].softmax_jacobian < by_key[(large, True)].softmax_jacobian / 2
+
+
+def test_saturation_experiment_layer_norm_keeps_the_gradient_through_tanh() -> None:
+    rows = measure_saturation(Settings.quick())
+    plain = [row for row in rows if not row.layer_norm]
+    normed = [row for row in rows if row.layer_norm]
+    assert plain[-1].saturation > 0.8 > 0.1 > normed[-1].saturation
+    # Plain: the gradient at the tanh inputs falls as the norm grows; LayerNorm holds it steady.
+    assert plain[-1].grad_at_tanh < plain[0].grad_at_tanh / 4
+    assert normed[-1].grad_at_tanh == pytest.approx(normed[0].grad_at_tanh, rel=0.1)
+    assert all(row.max_abs_score < row.score_bound for row in rows)
+
+
+def test_xor_batches_have_one_target_of_the_pattern_the_query_asks_for() -> None:
+    queries, keys, targets = xor_batch(500, 5, torch.Generator().manual_seed(0))
+    bits_differ = keys[..., 0] != keys[..., 1]  # (B, Tk)
+    asks_for_different = queries[:, 0, 0] == 1  # type 0, one-hot
+    is_target_pattern = bits_differ == asks_for_different[:, None]
+    assert (is_target_pattern.sum(-1) == 1).all()
+    assert is_target_pattern[torch.arange(500), targets].all()
+
+
+def test_additive_attention_can_represent_the_xor_pattern() -> None:
+    # The construction of docs/attention.md: units 1-2 read |x1 + x2| for type-0 queries, units
+    # 3-4 for type-1 queries; the other query type saturates them at a constant (-1).
+    attention = AdditiveAttention(2, 2, num_hiddens=4)
+    lam, big = 5.0, 50.0
+    with torch.no_grad():
+        attention.W_k.weight.copy_(lam * torch.tensor([[1.0, 1.0], [-1.0, -1.0]] * 2))
+        attention.W_q.weight.copy_(
+            torch.tensor([[-lam, -big], [-lam, -big], [-big, -lam], [-big, -lam]])
+        )
+        attention.w_v.weight.copy_(10 * torch.tensor([[-1.0, -1.0, 1.0, 1.0]]))
+    assert xor_accuracy(attention, *xor_batch(4096, 4, torch.Generator().manual_seed(1))) == 1.0
+
+
+def test_no_bilinear_score_beats_the_bound_on_the_xor_task() -> None:
+    batch = xor_batch(8192, 4, torch.Generator().manual_seed(2))
+    generator = torch.Generator().manual_seed(3)
+    bound = bilinear_accuracy_bound(4)
+    for _ in range(50):
+        attention = MultiplicativeAttention(2, 2)
+        with torch.no_grad():
+            attention.W.weight.copy_(torch.randn(2, 2, generator=generator) * 10)
+        # The identity the bound rests on: f(1,-1) + f(-1,1) = f(1,1) + f(-1,-1) for each query.
+        corners = torch.tensor([[[1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [-1.0, -1.0]]]).expand(
+            2, -1, -1
+        )
+        scores = attention.score(torch.eye(2)[:, None, :], attention.project_keys(corners))[:, 0]
+        torch.testing.assert_close(scores[:, 0] + scores[:, 1], scores[:, 2] + scores[:, 3])
+        # 8,192 examples: one standard error of the accuracy is about 0.005.
+        assert xor_accuracy(attention, *batch) <= bound + 0.02
+
+
+# ---- the script ----------------------------------------------------------------------------------
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "attention_diagnostics.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+
+
+def test_quick_mode_writes_plots_report_and_numbers_that_show_each_claim(
+    tmp_path: Path, diagnosed_run: tuple[Path, list[dict[str, str]]]
+) -> None:
+    run_dir, _ = diagnosed_run
+    docs = tmp_path / "page.md"
+    docs.write_text("intro\n<!-- generated:bias -->\nold\n<!-- /generated:bias -->\n"
+                    "<!-- generated:other -->\nkept\n<!-- /generated:other -->\n")  # fmt: skip
+    result = run_script("--out", str(tmp_path / "out"), "--quick", "--runs", str(run_dir),
+                        "--docs", str(docs))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    for name in ("dimension.png", "saturation.png", "xor.png", "report.md", "results.json"):
+        assert (out / name).stat().st_size > 0, name
+    results = json.loads((out / "results.json").read_text())
+    assert max(results["bias"]["dot_shift_max_change"].values()) < 1e-5
+    assert results["bias"]["additive_inside_max_change"] > 1e-2
+    for row in results["identifiability"]:
+        assert row["same_ratio_max_change"] < 1e-5 < row["scale_only_max_change"]
+    final = {curve["scoring"]: curve["accuracy"][-1] for curve in results["xor"]}
+    assert final["additive"] > 0.95
+    assert final["general"] <= bilinear_accuracy_bound(Settings.quick().xor_keys) + 0.02
+    report = (out / "report.md").read_text()
+    assert "![XOR task learning curves](xor.png)" in report
+    assert "## The toy task" in report and "hidden 16" in report
+    page = docs.read_text()
+    assert "old" not in page and "additive, w_vᵀ tanh" in page and "kept" in page
+    assert page.startswith("intro\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runs", "no/such/run"], "is not a finished training run"),
+        (["--docs", "no/such/page.md"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_paragraph_and_exit_status_2(
+    tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In process (the quick-mode test above runs the real subprocess): what run() prints and exits.
+    spec = importlib.util.spec_from_file_location(
+        "script", ROOT / "scripts/attention_diagnostics.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as exit_info:
+        run(lambda: script.main(["--out", str(tmp_path / "out"), "--quick", *args]))
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error: ") and message in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "out" / "report.md").exists()  # refused before any experiment ran
+
+
+def test_update_docs_replaces_only_named_blocks(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("a\n<!-- generated:x -->\n1\n<!-- /generated:x -->\nb\n")
+    assert update_docs(page, {"x": "two\\1 $", "y": "unused"}) == ["x"]
+    assert page.read_text() == "a\n<!-- generated:x -->\ntwo\\1 $\n<!-- /generated:x -->\nb\n"
