@@ -16,8 +16,6 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from seq2seq import Translator
 from seq2seq.alignment import (
     AlignmentCounts,
@@ -26,7 +24,7 @@ from seq2seq.alignment import (
     count_links,
     read_pharaoh,
 )
-from seq2seq.cli import UsageError, int_at_least, run
+from seq2seq.cli import UsageError, check_device, int_at_least, run
 from seq2seq.data.corpora import read_lines
 
 
@@ -54,8 +52,7 @@ def main() -> int:
             + ", ".join(f"{path} has {count} lines" for path, count in counts.items())
             + "."
         )
-    if args.device != "cpu" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device} asked for, but torch sees no GPU; use cpu.")
+    check_device(args.device)
     translator = Translator.load(args.model, device=args.device)
     forced = translator.force_decode(sources, targets, args.batch_size)
     total = AlignmentCounts()

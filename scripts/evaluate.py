@@ -15,11 +15,10 @@ import logging
 import time
 from pathlib import Path
 
-import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_writable, int_at_least, run
+from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
 from seq2seq.data.corpora import read_lines
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -51,8 +50,7 @@ def main() -> int:
         )
     if args.hyp_out is not None:
         check_writable(args.hyp_out, "the hypotheses")
-    if args.device != "cpu" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device} asked for, but torch sees no GPU; use cpu.")
+    check_device(args.device)
     translator = Translator.load(args.model, device=args.device)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, args.beam_size, args.length_penalty, args.batch_size)

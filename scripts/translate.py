@@ -15,10 +15,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
-import torch
-
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_writable, int_at_least, run
+from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
 from seq2seq.plotting import plot_attention
 from seq2seq.translator import translate_stream
 
@@ -42,8 +40,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    if args.device != "cpu" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device} asked for, but torch sees no GPU; use cpu.")
+    check_device(args.device)
     for path, what in [(args.output, "the translations"), (args.attention_plot, "the plot")]:
         if path is not None:
             check_writable(path, what)

@@ -70,6 +70,14 @@ def run(main: Callable[[], int]) -> None:
     sys.exit(status)
 
 
+def check_device(device: str) -> None:
+    """Refuse ``--device cuda...`` early when torch sees no GPU."""
+    import torch
+
+    if device != "cpu" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device} asked for, but torch sees no GPU; use cpu.")
+
+
 def check_writable(path: Path, what: str) -> None:
     """Fail early, before any decoding, if ``path`` cannot be written."""
     directory = path.parent if path.parent != Path("") else Path(".")
