@@ -1,10 +1,13 @@
 """Train an attention encoder–decoder: ``python train.py attention=scaled_dot``."""
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli import exit_on_user_error
-from seq2seq.pipeline import train
+from seq2seq.pipeline import hydra_run_dir, train
+
+# hydra.run.dir uses it: a resumed run (ckpt_path=RUN/checkpoints/last.ckpt) goes on in RUN.
+OmegaConf.register_new_resolver("seq2seq_run_dir", hydra_run_dir)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

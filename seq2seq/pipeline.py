@@ -3,16 +3,39 @@
 from __future__ import annotations
 
 import logging
+import shlex
+import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from seq2seq.bundle import build_model, load
+from seq2seq.bundle import (
+    ModelFileError,
+    TrainedModel,
+    build_model,
+    load,
+    read_checkpoint,
+)
+from seq2seq.bundle import (
+    load_checkpoint as load_trained_checkpoint,
+)
+from seq2seq.checkpointing import (
+    AtomicCheckpointIO,
+    NonFiniteGuard,
+    PeriodicCheckpoint,
+    ResumeState,
+    SignalFlag,
+    StopOnSignal,
+    TrainingInterruptedError,
+    run_dir_of_checkpoint,
+)
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.errors import ConfigError
@@ -29,14 +52,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
             f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
         )
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    run_dir = resolve_run_dir(cfg)
+    resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
+    prepare_run_dir(run_dir, resuming=resumed is not None)
+    if resumed is None:  # a resumed run keeps the config.yaml of the run it continues
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module)
+    # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
+    tokenizers = {}
+    if resumed is not None:
+        tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
+    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
     datamodule.setup("fit")
     assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
     datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
@@ -47,6 +76,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         datamodule.src_tokenizer.get_vocab_size(),
         datamodule.tgt_tokenizer.get_vocab_size(),
     )
+    if resumed is not None:
+        check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
     module = LitSeq2Seq(
         model=build_model(model_config),
         src_tokenizer=datamodule.src_tokenizer,
@@ -70,13 +101,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    stop_flag = SignalFlag()
     trainer: pl.Trainer = instantiate(
-        cfg.trainer,
+        trainer_config(cfg),
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint],
+        callbacks=[checkpoint, *reliability_callbacks(cfg, run_dir, stop_flag)],
         logger=instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False,
+        plugins=[AtomicCheckpointIO()],
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    with stop_flag.installed(), warnings.catch_warnings():
+        # Resuming into its own checkpoints/ is the point, not a mistake to warn about.
+        warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    if stop_flag.signum is not None:  # it came during the last validation: the run is complete
+        raise TrainingInterruptedError(
+            f"stopped by {signal.Signals(stop_flag.signum).name} after the last epoch; the run is "
+            f"complete and {checkpoint.last_model_path} holds its final state.",
+            stop_flag.signum,
+        )
 
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     best_score = checkpoint.best_model_score
@@ -93,6 +135,148 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+# Config keys in cfg.trainer that are ours, not pl.Trainer arguments.
+NON_TRAINER_KEYS = ("skip_nonfinite",)
+
+
+def trainer_config(cfg: DictConfig) -> DictConfig:
+    """``cfg.trainer`` without the keys that are not ``pl.Trainer`` arguments."""
+    keys = [str(key) for key in cfg.trainer if key not in NON_TRAINER_KEYS]
+    return OmegaConf.masked_copy(cfg.trainer, keys)
+
+
+def reliability_callbacks(
+    cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag
+) -> list[pl.Callback]:
+    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, the non-finite guard, resume state."""
+    directory = run_dir / "checkpoints"
+    command = resume_command()
+    return [
+        PeriodicCheckpoint(directory, cfg.checkpoint.every_n_steps),
+        StopOnSignal(stop_flag, directory, command),
+        NonFiniteGuard(bool(cfg.trainer.get("skip_nonfinite", False)), directory, command),
+        ResumeState(),
+    ]
+
+
+def resolve_run_dir(cfg: DictConfig) -> Path:
+    """The run directory: ``run_dir`` if it was set; when resuming without it, the checkpoint's run
+    (``RUN/checkpoints/last.ckpt`` -> ``RUN``), so a resumed run writes where the original did."""
+    if cfg.ckpt_path and OmegaConf.is_interpolation(cfg, "run_dir"):
+        original = run_dir_of_checkpoint(cfg.ckpt_path)
+        if original is not None and not HydraConfig.initialized():
+            return original  # train(compose(...)) has no Hydra output dir to resolve
+    return Path(cfg.run_dir)
+
+
+def hydra_run_dir(ckpt_path: str | None, default: str) -> str:
+    """The ``seq2seq_run_dir`` resolver behind ``hydra.run.dir``: a resumed run's own directory."""
+    original = run_dir_of_checkpoint(ckpt_path) if ckpt_path else None
+    return str(original) if original is not None else default
+
+
+def resume_command() -> str:
+    """The command that resumes this run, with ``{ckpt_path}`` to fill in."""
+    if not HydraConfig.initialized():
+        return "train(cfg) with ckpt_path={ckpt_path}"
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+    return " ".join(["python train.py", *map(shlex.quote, overrides), "ckpt_path={ckpt_path}"])
+
+
+def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
+    """Create the run directory; refuse to start a new run over the checkpoints of another."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not resuming and last.exists():
+        raise ConfigError(
+            f"{run_dir} already holds a run ({last}); a new run there would overwrite its "
+            f"checkpoints. Resume it with ckpt_path={last}, or choose another run_dir."
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write to the run directory {run_dir} ({error.strerror or error}): choose a "
+            "writable one with run_dir=... (or hydra.run.dir=...), or fix its permissions."
+        ) from None
+
+
+# Config sections that must not change when a run is resumed: they define its data and model.
+RESUME_SECTIONS = ("seed", "data", "model", "attention", "optim")
+
+
+def read_resume_checkpoint(cfg: DictConfig, run_dir: Path) -> TrainedModel:
+    """Check that ``cfg.ckpt_path`` can be resumed with ``cfg``; returns its model and tokenizers.
+
+    Every problem is one paragraph here, before Lightning would fail on it with a traceback: a
+    missing, truncated or foreign file, or a config whose data or model differ from the run's.
+    """
+    path = Path(cfg.ckpt_path)
+    if not path.is_file():
+        raise ConfigError(
+            f"ckpt_path={path} does not exist. Resume from a checkpoint a run wrote: "
+            "RUN/checkpoints/last.ckpt (written every checkpoint.every_n_steps steps and at the "
+            "end of every epoch) or RUN/checkpoints/best.ckpt."
+        )
+    trained = load_trained_checkpoint(path)  # a truncated or foreign file fails here, clearly
+    if "optimizer_states" not in read_checkpoint(path):
+        raise ModelFileError(
+            f"ckpt_path={path} holds a model but no optimizer state, so training cannot resume "
+            "from it. Pass RUN/checkpoints/last.ckpt of a run."
+        )
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        changed = changed_keys(OmegaConf.load(saved), cfg)
+        if changed:
+            shown = "; ".join(
+                f"{key}: {old!r} in the run, {new!r} now" for key, old, new in changed
+            )
+            raise ConfigError(
+                f"ckpt_path={path} continues the run in {run_dir}, but this command changes "
+                f"settings the run was trained with ({shown}). Resume with the run's original "
+                f"overrides (see {run_dir / '.hydra' / 'overrides.yaml'} or {saved}); only "
+                "trainer.* and decoding.* may change."
+            )
+    return trained
+
+
+def changed_keys(saved: Any, cfg: DictConfig) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) for each leaf in ``RESUME_SECTIONS`` that differs."""
+    old = OmegaConf.to_container(saved, resolve=False)
+    new = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(old, dict) and isinstance(new, dict)
+    changed = []
+    for key in RESUME_SECTIONS:
+        for name, (before, after) in _differences(old.get(key), new.get(key), key).items():
+            if "cache_dir" not in name:  # where the data cache lives changes nothing
+                changed.append((name, before, after))
+    return changed
+
+
+def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        found: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new), key=str):
+            found.update(_differences(old.get(key), new.get(key), f"{prefix}.{key}"))
+        return found
+    return {} if old == new else {prefix: (old, new)}
+
+
+def check_same_model(ckpt_path: str, saved: dict[str, Any], model_config: dict[str, Any]) -> None:
+    """The config must build the model the checkpoint holds, or its weights cannot be loaded."""
+    changed = _differences(saved, model_config, "model")
+    if changed:
+        shown = "; ".join(
+            f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items()
+        )
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} holds a different model than this config builds ({shown}). "
+            "Resume with the model.* and attention=... settings the run was trained with."
+        )
 
 
 def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
