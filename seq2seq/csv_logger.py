@@ -84,7 +84,7 @@ class ResumingWriter(ExperimentWriter):
         rows: list[dict[str, Any]] = [*kept, *self.metrics]
         self.metrics_keys = sorted(set().union(*rows))
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=self.metrics_keys, lineterminator="\n")
+        writer = csv.DictWriter(text, fieldnames=self.metrics_keys)  # \r\n, as Lightning's
         writer.writeheader()
         writer.writerows(rows)
         write_atomic(path, lambda temporary: temporary.write_text(text.getvalue(), newline=""))

@@ -78,8 +78,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     if resumed is not None:
         check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
+    check_model_sizes(cfg)
     module = LitSeq2Seq(
-        model=build_model(model_config),
+        model=build_model(
+            model_config,
+            "the model.* and attention.* settings",
+            "Fix them on the command line (the defaults are in conf/model/ and conf/attention/).",
+        ),
         src_tokenizer=datamodule.src_tokenizer,
         tgt_tokenizer=datamodule.tgt_tokenizer,
         model_config=model_config,
@@ -246,15 +251,19 @@ def read_resume_checkpoint(cfg: DictConfig, run_dir: Path) -> TrainedModel:
 
 def changed_keys(saved: Any, cfg: DictConfig) -> list[tuple[str, Any, Any]]:
     """(key, saved value, new value) for each leaf in ``RESUME_SECTIONS`` that differs."""
-    old = OmegaConf.to_container(saved, resolve=False)
-    new = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(old, dict) and isinstance(new, dict)
     changed = []
     for key in RESUME_SECTIONS:
-        for name, (before, after) in _differences(old.get(key), new.get(key), key).items():
+        # Section by section: run_dir may not resolve outside Hydra, and is not compared.
+        before_section, after_section = (_plain(config, key) for config in (saved, cfg))
+        for name, (before, after) in _differences(before_section, after_section, key).items():
             if "cache_dir" not in name:  # where the data cache lives changes nothing
                 changed.append((name, before, after))
     return changed
+
+
+def _plain(config: Any, key: str) -> Any:
+    node = OmegaConf.select(config, key, default=None)
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
 def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -290,6 +299,31 @@ def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
         if isinstance(child, DictConfig) and not OmegaConf.is_interpolation(cfg, key):
             missing.extend(missing_keys(child, f"{prefix}{key}."))
     return missing
+
+
+def check_model_sizes(cfg: DictConfig) -> None:
+    """Sizes that cannot build a working model, named by their config key before torch sees them."""
+    problems = []
+    for key in (
+        "model.embedding_size",
+        "model.hidden_size",
+        "model.encoder_hidden_size",
+        "model.encoder_layers",
+        "attention.num_hiddens",
+    ):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) is not int or value < 1):
+            problems.append(f"{key}={value} (it must be a positive integer)")
+    for key in ("model.dropout", "attention.dropout"):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
+            problems.append(f"{key}={value} (a probability: at least 0, below 1)")
+    if problems:
+        raise ConfigError(
+            f"the model cannot be built with {'; '.join(problems)}. Set "
+            f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
+            "python train.py model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
+        )
 
 
 def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:
