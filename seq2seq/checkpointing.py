@@ -24,6 +24,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
 from torch import Tensor
 
 from seq2seq.atomic import write_atomic
@@ -123,6 +124,25 @@ def save_last(trainer: pl.Trainer, directory: Path) -> Path:
     path = directory / LAST
     trainer.save_checkpoint(path, weights_only=False)
     return path
+
+
+def last_checkpoint_every_epoch(directory: Path) -> ModelCheckpoint:
+    """Writes ``last.ckpt`` at the end of every epoch (after validation, so it holds the updated
+    best-score state when it comes after the best-checkpoint callback).
+
+    ``ModelCheckpoint(save_last=True)`` is not enough: as of Lightning 2.6 it rewrites
+    ``last.ckpt`` only in epochs where it also saved a top-k checkpoint, i.e. where val/bleu
+    improved. With no monitor and top-1, this one's "best" is simply the latest.
+    """
+    return ModelCheckpoint(
+        dirpath=directory,
+        filename=LAST.removesuffix(".ckpt"),
+        monitor=None,
+        save_top_k=1,
+        every_n_epochs=1,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
 
 
 class PeriodicCheckpoint(pl.Callback):

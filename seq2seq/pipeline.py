@@ -34,6 +34,7 @@ from seq2seq.checkpointing import (
     SignalFlag,
     StopOnSignal,
     TrainingInterruptedError,
+    last_checkpoint_every_epoch,
     run_dir_of_checkpoint,
 )
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -102,15 +103,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         monitor="val/bleu",
         mode="max",
         save_top_k=1,
-        save_last=True,
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    last = last_checkpoint_every_epoch(run_dir / "checkpoints")  # after `checkpoint`: see there
     stop_flag = SignalFlag()
     trainer: pl.Trainer = instantiate(
         trainer_config(cfg),
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint, *reliability_callbacks(cfg, run_dir, stop_flag)],
+        callbacks=[checkpoint, last, *reliability_callbacks(cfg, run_dir, stop_flag)],
         logger=instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.logger else False,
         plugins=[AtomicCheckpointIO()],
     )
@@ -121,7 +122,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if stop_flag.signum is not None:  # it came during the last validation: the run is complete
         raise TrainingInterruptedError(
             f"stopped by {signal.Signals(stop_flag.signum).name} after the last epoch; the run is "
-            f"complete and {checkpoint.last_model_path} holds its final state.",
+            f"complete and {last.best_model_path} holds its final state.",
             stop_flag.signum,
         )
 
@@ -130,7 +131,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     result = {
         "best_val_bleu": float(best_score) if best_score is not None else None,
         "best_checkpoint": checkpoint.best_model_path or None,
-        "last_checkpoint": checkpoint.last_model_path or None,
+        "last_checkpoint": last.best_model_path or None,
         "metrics": metrics,
         "run_dir": str(run_dir),
     }

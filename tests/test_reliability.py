@@ -189,7 +189,6 @@ def test_skip_nonfinite_skips_the_batch_counts_it_and_keeps_the_model_finite(
         counts = [row["train/skipped_nonfinite"] for row in csv.DictReader(file)]
     counts = [float(count) for count in counts if count]
     assert counts[:5] == [0.0] * 5 and set(counts[5:]) == {1.0}
-    assert torch.load(result["last_checkpoint"], weights_only=True)["global_step"] == 38
 
 
 def test_a_checkpoint_with_nan_weights_is_never_written(

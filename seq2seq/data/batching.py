@@ -130,8 +130,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.resume_position: tuple[int, int] | None = None  # (epoch, batches already done)
 
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning before each epoch so every epoch has its own order."""
+        """Called by Lightning before each epoch (through ``sampler``) so every epoch has its own
+        order."""
         self.epoch = epoch
+
+    @property
+    def sampler(self) -> BucketBatchSampler:
+        """Itself: Lightning sets the epoch on ``dataloader.batch_sampler.sampler`` (where torch's
+        ``BatchSampler`` keeps its index sampler), never on the batch sampler itself."""
+        return self
 
     def resume_at(self, epoch: int, batches_done: int) -> None:
         """Start the next pass over ``epoch`` after its first ``batches_done`` batches."""
