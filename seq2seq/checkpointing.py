@@ -228,7 +228,7 @@ class StopOnSignal(pl.Callback):
         raise TrainingInterruptedError(
             f"stopped by {signal.Signals(signum).name} at step {trainer.global_step} (epoch "
             f"{trainer.current_epoch}); saved {path}. Resume with: "
-            f"{self.resume_command.format(ckpt_path=path)}",
+            f"{self.resume_command.replace('{ckpt_path}', str(path))}",
             signum,
         )
 
@@ -301,7 +301,7 @@ class NonFiniteGuard(pl.Callback):
         else:
             where = (
                 f"The last good checkpoint is {last} (step {step}); resume with "
-                f"{self.resume_command.format(ckpt_path=last)}"
+                f"{self.resume_command.replace('{ckpt_path}', str(last))}"
             )
         raise NonFiniteLossError(
             f"training stopped at step {trainer.global_step} (epoch {trainer.current_epoch}, "
