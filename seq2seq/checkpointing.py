@@ -364,21 +364,30 @@ class ResumeState(pl.Callback):
             set_rng_state(self._pending_rng)
             self._pending_rng = None
 
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Resumed from a checkpoint written after an epoch's validation: that epoch's step is
+        # still missing when the next epoch starts.
+        self._catch_up_plateau_schedulers(trainer, epochs_done=trainer.current_epoch)
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         fit_loop = trainer.fit_loop
         batches_done = fit_loop.epoch_loop.batch_progress.current.ready
-        epoch_done = batches_done >= trainer.num_training_batches
-        if not (fit_loop.restarting and epoch_done):
-            return  # Lightning steps the plateau schedulers itself
+        if fit_loop.restarting and batches_done >= trainer.num_training_batches:
+            # Lightning skips the plateau step at the end of the epoch a run resumed in.
+            self._catch_up_plateau_schedulers(trainer, epochs_done=trainer.current_epoch + 1)
+
+    def _catch_up_plateau_schedulers(self, trainer: pl.Trainer, epochs_done: int) -> None:
+        """Step each epoch-interval ``ReduceLROnPlateau`` that has taken fewer steps than
+        ``epochs_done`` (an unbroken run steps it once at the end of every epoch)."""
         for config in trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
             if not (config.reduce_on_plateau and config.interval == "epoch"):
                 continue
             monitor = config.monitor or ""
             value = trainer.callback_metrics.get(monitor)
             current = float(value) if value is not None else self._saved_metrics.get(monitor)
-            if current is not None:
-                config.scheduler.step(current)  # type: ignore[arg-type]  # ReduceLROnPlateau takes the metric
-        self._saved_metrics = {}
+            while current is not None and scheduler.last_epoch < epochs_done:
+                scheduler.step(current)  # type: ignore[arg-type]  # ReduceLROnPlateau: the metric
 
 
 def rng_state() -> dict[str, Any]:
