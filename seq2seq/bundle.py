@@ -68,20 +68,31 @@ class TrainedModel:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def build_model(model_config: dict[str, Any], origin: str = "the model config") -> Seq2Seq:
-    """Instantiate a ``Seq2Seq`` from its Hydra-style config, allowing only ``ALLOWED_TARGETS``."""
-    model = _build(model_config, origin)
+# What to do when a model file's config cannot build its model.
+REEXPORT = (
+    "The file was written by an incompatible version of seq2seq; re-export it with this version."
+)
+
+
+def build_model(
+    model_config: dict[str, Any], origin: str = "the model config", fix: str = REEXPORT
+) -> Seq2Seq:
+    """Instantiate a ``Seq2Seq`` from its Hydra-style config, allowing only ``ALLOWED_TARGETS``.
+
+    ``fix`` ends the message when the config cannot build its model.
+    """
+    model = _build(model_config, origin, fix)
     if not isinstance(model, Seq2Seq):
         raise ModelFileError(f"{origin} does not describe a seq2seq.model.Seq2Seq.")
     return model
 
 
-def _build(node: Any, origin: str) -> Any:
+def _build(node: Any, origin: str, fix: str = REEXPORT) -> Any:
     if isinstance(node, list):
-        return [_build(item, origin) for item in node]
+        return [_build(item, origin, fix) for item in node]
     if not isinstance(node, dict):
         return node
-    arguments = {key: _build(value, origin) for key, value in node.items() if key[:1] != "_"}
+    arguments = {key: _build(value, origin, fix) for key, value in node.items() if key[:1] != "_"}
     if "_target_" not in node:
         return arguments
     target = node["_target_"]
@@ -97,10 +108,7 @@ def _build(node: Any, origin: str) -> Any:
     except ConfigError:
         raise  # a bad value (model.hidden_size=0): its message already names the key and the fix
     except (TypeError, ValueError) as error:
-        raise ModelFileError(
-            f"{origin} cannot build {target}: {error}. The file was written by an incompatible "
-            "version of seq2seq; re-export it with this version."
-        ) from None
+        raise ModelFileError(f"{origin} cannot build {target}: {error} {fix}") from None
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> TrainedModel:

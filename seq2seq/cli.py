@@ -26,7 +26,8 @@ USER_ERRORS = (Seq2SeqError,)
 
 @contextmanager
 def exit_on_user_error() -> Iterator[None]:
-    """Turn a user error into ``error: <one paragraph>`` on stderr and exit status 2.
+    """Turn a user error into ``error: <one paragraph>`` on stderr and exit status 2 (or the
+    error's own ``exit_status``, e.g. 130 after SIGINT).
 
     Hydra wraps errors raised while building an object from the config; the cause is unwrapped
     when it is one of ours, and Hydra's own message (which names the config key) is kept otherwise.
@@ -35,7 +36,7 @@ def exit_on_user_error() -> Iterator[None]:
         yield
     except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(getattr(error, "exit_status", 2))
     except InstantiationException as error:
         cause = error.__cause__
         message = str(cause) if isinstance(cause, USER_ERRORS) else str(error)

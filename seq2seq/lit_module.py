@@ -104,6 +104,8 @@ class LitSeq2Seq(pl.LightningModule):
         return loss_sum, batch.tgt_lens.sum()
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        if self._train_clock is None:  # training starts, resumes, or goes on after validation
+            self._train_clock = time.perf_counter()
         loss_sum, num_tokens = self.loss(batch)
         self._train_tokens += num_tokens.detach()
         # Logged over all ranks and weighted by tokens (each rank's gradient still uses its own
@@ -115,9 +117,6 @@ class LitSeq2Seq(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
-
-    def on_train_epoch_start(self) -> None:
-        self._train_clock = time.perf_counter()
 
     def on_validation_epoch_start(self) -> None:
         self._stop_train_clock()
@@ -137,8 +136,6 @@ class LitSeq2Seq(pl.LightningModule):
         if not self.trainer.sanity_checking:
             metrics.update(self._training_rates())
         self._log_pooled(metrics)
-        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
-            self._train_clock = time.perf_counter()  # training resumes after this validation
 
     def on_test_epoch_end(self) -> None:
         self._log_pooled(self._corpus_metrics("test"))

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
+from pytorch_lightning.loggers import Logger, TensorBoardLogger, WandbLogger
 
+from seq2seq.csv_logger import CSVLogger
 from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 
@@ -45,7 +46,8 @@ class RunInfo:
 
 
 def csv_logger(save_dir: str | Path) -> CSVLogger:
-    """``metrics.csv`` (one row per logging step, with a ``step`` column) in the run directory."""
+    """``metrics.csv`` (one row per logging step, with a ``step`` column) in the run directory,
+    written as rows are logged and continued by a resumed run."""
     return CSVLogger(save_dir=str(save_dir), name="", version="")
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
+import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +15,32 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from seq2seq.atomic import write_atomic
-from seq2seq.bundle import build_model, load
+from seq2seq.bundle import (
+    ModelFileError,
+    TrainedModel,
+    build_model,
+    load,
+    read_checkpoint,
+)
+from seq2seq.bundle import (
+    load_checkpoint as load_trained_checkpoint,
+)
 from seq2seq.callbacks import ValidationExamples
+from seq2seq.checkpointing import (
+    AtomicCheckpointIO,
+    NonFiniteGuard,
+    PeriodicCheckpoint,
+    ResumeState,
+    SignalFlag,
+    StopOnSignal,
+    TrainingInterruptedError,
+    last_checkpoint_every_epoch,
+    run_dir_of_checkpoint,
+)
 from seq2seq.compare import SUMMARY_FILE
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
@@ -41,16 +64,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
             f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
         )
-    run_dir = Path(cfg.run_dir)
+    run_dir = resolve_run_dir(cfg)
     is_rank_zero = not is_nonzero_rank_from_env()
+    resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
     if is_rank_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        prepare_run_dir(run_dir, resuming=resumed is not None)
+    if is_rank_zero and resumed is None:  # a resumed run keeps the config.yaml it started with
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     pl.seed_everything(cfg.seed, workers=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module)
+    # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
+    tokenizers = {}
+    if resumed is not None:
+        tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
+    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
     datamodule.setup("fit")
     assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
     if is_rank_zero:
@@ -62,8 +91,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         datamodule.src_tokenizer.get_vocab_size(),
         datamodule.tgt_tokenizer.get_vocab_size(),
     )
+    if resumed is not None:
+        check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
+    check_model_sizes(cfg)
     module = LitSeq2Seq(
-        model=build_model(model_config),
+        model=build_model(
+            model_config,
+            "the model.* and attention.* settings",
+            "Fix them on the command line (the defaults are in conf/model/ and conf/attention/).",
+        ),
         src_tokenizer=datamodule.src_tokenizer,
         tgt_tokenizer=datamodule.tgt_tokenizer,
         model_config=model_config,
@@ -81,23 +117,41 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         monitor="val/bleu",
         mode="max",
         save_top_k=1,
-        save_last=True,
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    run = describe_run(cfg)
+    last = last_checkpoint_every_epoch(run_dir / "checkpoints")  # after `checkpoint`: see there
+    stop_flag = SignalFlag()
+    run = describe_run(cfg, run_dir)
+    # A resumed run is in its original directory, so the tracker finds its run id there.
     tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
     loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
     trainer: pl.Trainer = instantiate(
-        cfg.trainer,
+        trainer_config(cfg),
         default_root_dir=str(run_dir),
-        callbacks=[checkpoint, ValidationExamples(run_dir, **cfg.examples), AttentionDiagnostics()],
+        callbacks=[
+            checkpoint,
+            last,
+            *reliability_callbacks(cfg, run_dir, stop_flag),
+            ValidationExamples(run_dir, **cfg.examples),
+            AttentionDiagnostics(),
+        ],
         logger=loggers,
+        plugins=[AtomicCheckpointIO()],
     )
     log_effective_batch(cfg, trainer)
     for logger in loggers:
         logger.log_hyperparams(run.config)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    with stop_flag.installed(), warnings.catch_warnings():
+        # Resuming into its own checkpoints/ is the point, not a mistake to warn about.
+        warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    if stop_flag.signum is not None:  # it came during the last validation: the run is complete
+        raise TrainingInterruptedError(
+            f"stopped by {signal.Signals(stop_flag.signum).name} after the last epoch; the run is "
+            f"complete and {last.best_model_path} holds its final state.",
+            stop_flag.signum,
+        )
 
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     best_score = checkpoint.best_model_score
@@ -106,7 +160,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     result = {
         "best_val_bleu": float(best_score) if best_score is not None else None,
         "best_checkpoint": checkpoint.best_model_path or None,
-        "last_checkpoint": checkpoint.last_model_path or None,
+        "last_checkpoint": last.best_model_path or None,
         "metrics": metrics,
         "run_dir": str(run_dir),
     }
@@ -124,7 +178,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def describe_run(cfg: DictConfig) -> RunInfo:
+def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
     """Tracker name, group and tags from the chosen config options (``additive-gru-toy``); in a
     Hydra multirun the group is the sweep directory, so one sweep is one W&B group."""
     choices: dict[str, Any] = {}
@@ -138,6 +192,10 @@ def describe_run(cfg: DictConfig) -> RunInfo:
     attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
     model = choices.get("model") or cfg.model.rnn._target_.rsplit(".", 1)[-1].lower()
     data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()
+    if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.run_dir = str(run_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     return RunInfo(
@@ -190,6 +248,152 @@ def write_summary(run_dir: Path, run: RunInfo, module: LitSeq2Seq, result: dict[
     write_atomic(run_dir / SUMMARY_FILE, lambda path: path.write_text(text, encoding="utf-8"))
 
 
+# Config keys in cfg.trainer that are ours, not pl.Trainer arguments.
+NON_TRAINER_KEYS = ("skip_nonfinite",)
+
+
+def trainer_config(cfg: DictConfig) -> DictConfig:
+    """``cfg.trainer`` without the keys that are not ``pl.Trainer`` arguments."""
+    keys = [str(key) for key in cfg.trainer if key not in NON_TRAINER_KEYS]
+    return OmegaConf.masked_copy(cfg.trainer, keys)
+
+
+def reliability_callbacks(
+    cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag
+) -> list[pl.Callback]:
+    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, the non-finite guard, resume state."""
+    directory = run_dir / "checkpoints"
+    command = resume_command()
+    return [
+        PeriodicCheckpoint(directory, cfg.checkpoint.every_n_steps),
+        StopOnSignal(stop_flag, directory, command),
+        NonFiniteGuard(bool(cfg.trainer.get("skip_nonfinite", False)), directory, command),
+        ResumeState(),
+    ]
+
+
+def resolve_run_dir(cfg: DictConfig) -> Path:
+    """The run directory: ``run_dir`` if it was set; when resuming without it, the checkpoint's run
+    (``RUN/checkpoints/last.ckpt`` -> ``RUN``), so a resumed run writes where the original did."""
+    if cfg.ckpt_path and OmegaConf.is_interpolation(cfg, "run_dir"):
+        original = run_dir_of_checkpoint(cfg.ckpt_path)
+        if original is not None and not HydraConfig.initialized():
+            return original  # train(compose(...)) has no Hydra output dir to resolve
+    return Path(cfg.run_dir)
+
+
+def hydra_run_dir(ckpt_path: str | None, default: str) -> str:
+    """The ``seq2seq_run_dir`` resolver behind ``hydra.run.dir``: a resumed run's own directory."""
+    original = run_dir_of_checkpoint(ckpt_path) if ckpt_path else None
+    return str(original) if original is not None else default
+
+
+def resume_command() -> str:
+    """The command that resumes this run, with ``{ckpt_path}`` to fill in."""
+    if not HydraConfig.initialized():
+        return "train(cfg) with ckpt_path={ckpt_path}"
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+    return " ".join(["python train.py", *map(shlex.quote, overrides), "ckpt_path={ckpt_path}"])
+
+
+def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
+    """Create the run directory; refuse to start a new run over the checkpoints of another."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not resuming and last.exists():
+        raise ConfigError(
+            f"{run_dir} already holds a run ({last}); a new run there would overwrite its "
+            f"checkpoints. Resume it with ckpt_path={last}, or choose another run_dir."
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write to the run directory {run_dir} ({error.strerror or error}): choose a "
+            "writable one with run_dir=... (or hydra.run.dir=...), or fix its permissions."
+        ) from None
+
+
+# Config sections that must not change when a run is resumed: they define its data and model.
+RESUME_SECTIONS = ("seed", "data", "model", "attention", "optim")
+
+
+def read_resume_checkpoint(cfg: DictConfig, run_dir: Path) -> TrainedModel:
+    """Check that ``cfg.ckpt_path`` can be resumed with ``cfg``; returns its model and tokenizers.
+
+    Every problem is one paragraph here, before Lightning would fail on it with a traceback: a
+    missing, truncated or foreign file, or a config whose data or model differ from the run's.
+    """
+    path = Path(cfg.ckpt_path)
+    if not path.is_file():
+        raise ConfigError(
+            f"ckpt_path={path} does not exist. Resume from a checkpoint a run wrote: "
+            "RUN/checkpoints/last.ckpt (written every checkpoint.every_n_steps steps and at the "
+            "end of every epoch) or RUN/checkpoints/best.ckpt."
+        )
+    trained = load_trained_checkpoint(path)  # a truncated or foreign file fails here, clearly
+    if "optimizer_states" not in read_checkpoint(path):
+        raise ModelFileError(
+            f"ckpt_path={path} holds a model but no optimizer state, so training cannot resume "
+            "from it. Pass RUN/checkpoints/last.ckpt of a run."
+        )
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        changed = changed_keys(OmegaConf.load(saved), cfg)
+        if changed:
+            shown = "; ".join(
+                f"{key}: {old!r} in the run, {new!r} now" for key, old, new in changed
+            )
+            raise ConfigError(
+                f"ckpt_path={path} continues the run in {run_dir}, but this command changes "
+                f"settings the run was trained with ({shown}). Resume with the run's original "
+                f"overrides (see {run_dir / '.hydra' / 'overrides.yaml'} or {saved}); only "
+                "trainer.* and decoding.* may change."
+            )
+    return trained
+
+
+def changed_keys(saved: Any, cfg: DictConfig) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) for each leaf in ``RESUME_SECTIONS`` that differs."""
+    changed = []
+    for key in RESUME_SECTIONS:
+        # Section by section: run_dir may not resolve outside Hydra, and is not compared.
+        before_section, after_section = (_plain(config, key) for config in (saved, cfg))
+        for name, (before, after) in _differences(before_section, after_section, key).items():
+            if "cache_dir" not in name:  # where the data cache lives changes nothing
+                changed.append((name, before, after))
+    return changed
+
+
+def _plain(config: Any, key: str) -> Any:
+    node = OmegaConf.select(config, key, default=None)
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        found: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new), key=str):
+            found.update(_differences(old.get(key), new.get(key), f"{prefix}.{key}"))
+        return found
+    return {} if old == new else {prefix: (old, new)}
+
+
+def check_same_model(ckpt_path: str, saved: dict[str, Any], model_config: dict[str, Any]) -> None:
+    """The config must build the model the checkpoint holds, or its weights cannot be loaded."""
+    changed = _differences(saved, model_config, "model")
+    if changed:
+        shown = "; ".join(
+            f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items()
+        )
+        raise ConfigError(
+            f"ckpt_path={ckpt_path} holds a different model than this config builds ({shown}). "
+            "Resume with the model.* and attention=... settings the run was trained with."
+        )
+
+
 def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     """Keys whose value is ``???``, found without resolving interpolations (which would fail)."""
     missing = []
@@ -201,6 +405,31 @@ def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
         if isinstance(child, DictConfig) and not OmegaConf.is_interpolation(cfg, key):
             missing.extend(missing_keys(child, f"{prefix}{key}."))
     return missing
+
+
+def check_model_sizes(cfg: DictConfig) -> None:
+    """Sizes that cannot build a working model, named by their config key before torch sees them."""
+    problems = []
+    for key in (
+        "model.embedding_size",
+        "model.hidden_size",
+        "model.encoder_hidden_size",
+        "model.encoder_layers",
+        "attention.num_hiddens",
+    ):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) is not int or value < 1):
+            problems.append(f"{key}={value} (it must be a positive integer)")
+    for key in ("model.dropout", "attention.dropout"):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
+            problems.append(f"{key}={value} (a probability: at least 0, below 1)")
+    if problems:
+        raise ConfigError(
+            f"the model cannot be built with {'; '.join(problems)}. Set "
+            f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
+            "python train.py model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
+        )
 
 
 def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:

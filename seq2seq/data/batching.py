@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
@@ -96,6 +96,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     epoch order, starting at its ``rank``. The batch list is first padded by repeating its first
     batches so that every rank gets the same number of batches: a rank that ran out early would
     leave the others waiting forever at their next gradient all-reduce.
+
+    ``resume_at(epoch, batches_done)`` makes the next pass over that epoch skip the batches a
+    resumed checkpoint had already trained on (``ResumableDataLoader`` calls it).
     """
 
     def __init__(
@@ -124,10 +127,28 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.rank = rank
         self.bucket_size = batch_size * bucket_batches if shuffle else max(1, len(lengths))
         self.epoch = 0
+        self.resume_position: tuple[int, int] | None = None  # (epoch, batches already done)
 
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning before each epoch so every epoch has its own order."""
+        """Called by Lightning before each epoch (through ``sampler``) so every epoch has its own
+        order."""
         self.epoch = epoch
+
+    @property
+    def sampler(self) -> BucketBatchSampler:
+        """Itself: Lightning sets the epoch on ``dataloader.batch_sampler.sampler`` (where torch's
+        ``BatchSampler`` keeps its index sampler), never on the batch sampler itself."""
+        return self
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """Start the next pass over ``epoch`` after its first ``batches_done`` batches."""
+        self.resume_position = (epoch, batches_done)
+
+    def start_batch(self) -> int:
+        """How many of this epoch's batches the next pass skips (0 unless resuming in it)."""
+        if self.resume_position is not None and self.resume_position[0] == self.epoch:
+            return self.resume_position[1]
+        return 0
 
     def batches(self) -> list[list[int]]:
         """This epoch's batches of dataset indices for this rank, in the order they are served."""
@@ -170,7 +191,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
+        start = self.start_batch()
+        self.resume_position = None  # only the first pass after a resume is shortened
+        return iter(self.batches()[start:])
 
     def __len__(self) -> int:
         if self.max_tokens is not None:
@@ -181,6 +204,60 @@ class BucketBatchSampler(Sampler[list[int]]):
             per_window = math.ceil(self.bucket_size / self.batch_size)
             total = full_windows * per_window + math.ceil(rest / self.batch_size)
         return math.ceil(total / self.num_replicas)
+
+
+class ResumableDataLoader(DataLoader[tuple[int, EncodedExample]]):
+    """Serves a ``BucketBatchSampler``'s batches and keeps its place in the epoch in checkpoints.
+
+    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict`` on resume (it
+    treats any loader with both methods as resumable), so a run resumed from a mid-epoch checkpoint
+    goes on with the next batch of the same epoch order, not with the epoch's first batches again.
+    """
+
+    def __init__(
+        self,
+        dataset: EncodedDataset,
+        batch_sampler: BucketBatchSampler,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=collate,
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+            # Each new iterator draws a seed from this generator; without one it would draw from
+            # the global RNG, and a resumed run's dropout stream would be shifted.
+            generator=torch.Generator().manual_seed(batch_sampler.seed),
+        )
+        self.bucket_sampler = batch_sampler
+        self.batches_served = 0  # batches of the current epoch handed out, skipped ones included
+
+    # A generator on purpose, so nothing is drawn until the first batch is asked for: on a resumed
+    # run Lightning calls iter() before it sets the sampler's epoch.
+    def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]  # DataLoader returns its own
+        self.batches_served = self.bucket_sampler.start_batch()
+        for batch in super().__iter__():
+            self.batches_served += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {
+            "epoch": self.bucket_sampler.epoch,
+            "batches_done": self.batches_served,
+            "batches_per_epoch": len(self.bucket_sampler),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        epoch, done = state_dict["epoch"], state_dict["batches_done"]
+        total = state_dict["batches_per_epoch"]
+        if 0 < done < total and total != len(self.bucket_sampler):
+            raise ConfigError(
+                f"the checkpoint was saved {done} batches into an epoch of {total} batches, but "
+                f"this config makes {len(self.bucket_sampler)} batches per epoch: resume with the "
+                "data.* settings of the original run (its config.yaml), or start a new run."
+            )
+        self.bucket_sampler.resume_at(epoch, done)
 
 
 def padding_ratio(batches: Sequence[Sequence[int]], lengths: Sequence[int]) -> float:

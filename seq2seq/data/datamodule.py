@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pytorch_lightning as pl
+import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
@@ -16,6 +17,7 @@ from seq2seq.data.batching import (
     BucketBatchSampler,
     EncodedDataset,
     EncodedExample,
+    ResumableDataLoader,
     collate,
     padding_ratio,
 )
@@ -182,10 +184,17 @@ class Seq2SeqDataModule(pl.LightningDataModule):
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            # Not the global RNG: validating must not shift the training run's dropout stream.
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
-    def train_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
-        return self._loader("train", self.batch_size, shuffle=True)
+    def train_dataloader(self) -> ResumableDataLoader:
+        # Resumable: its place in the epoch is saved in checkpoints (exact mid-epoch resume).
+        return ResumableDataLoader(
+            self.datasets["train"],
+            self._sampler("train", self.batch_size, shuffle=True),
+            num_workers=self.num_workers,
+        )
 
     def val_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
         return self._loader("val", self.eval_batch_size, shuffle=False)

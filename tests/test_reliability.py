@@ -1,0 +1,220 @@
+"""Clean stops, full disks, non-finite losses and determinism, on real (tiny) training runs."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from seq2seq.checkpointing import (
+    AtomicCheckpointIO,
+    CheckpointWriteError,
+    NonFiniteLossError,
+    checkpoint_step,
+)
+from seq2seq.lit_module import LitSeq2Seq
+from seq2seq.pipeline import load_checkpoint, train
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+TINY = [
+    "data.train_size=600",
+    "data.val_size=50",
+    "data.test_size=50",
+    "data.batch_size=32",
+    "model.hidden_size=32",
+    "model.embedding_size=16",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "checkpoint.every_n_steps=4",
+]
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def finite(checkpoint_path: Path) -> bool:
+    state = torch.load(checkpoint_path, weights_only=True)["state_dict"]
+    return all(bool(torch.isfinite(tensor).all()) for tensor in state.values())
+
+
+# --- SIGINT / SIGTERM -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    run = tmp_path / "run"
+    overrides = [*TINY, "checkpoint.every_n_steps=null", "trainer.max_epochs=3"]
+    process = subprocess.Popen(
+        [sys.executable, "train.py", f"hydra.run.dir={run}", *overrides],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not (run / "metrics.csv").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first row is written after the first training step
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=300)
+    message = stderr.decode()
+    assert process.returncode == status, message[-3000:]
+    assert "Traceback" not in message
+    assert f"stopped by {signal.Signals(signum).name} at step" in message
+    last = run / "checkpoints" / "last.ckpt"
+    step = checkpoint_step(last)
+    assert step is not None and 0 < step < 19  # mid-epoch: every_n_steps is off
+    command = message.split("Resume with: ")[1].strip().splitlines()[0]
+    assert command.endswith(f"ckpt_path={last}")
+    if signum == signal.SIGINT:  # paste it: the run goes on to the end
+        resumed = subprocess.run(
+            shlex.split(command), cwd=ROOT, env=ENV, capture_output=True, timeout=600
+        )
+        assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+        assert torch.load(last, weights_only=True)["global_step"] == 3 * 19
+
+
+# --- a full disk --------------------------------------------------------------------------------
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    target.parent.mkdir()
+    shutil.copy(tiny_checkpoint, target)
+    before = target.read_bytes()
+    checkpoint = torch.load(target, weights_only=True)
+
+    def disk_full(self: Path, data: bytes) -> int:
+        with open(self, "wb") as file:
+            file.write(bytes(data)[: len(data) // 2])  # half of it fits, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        AtomicCheckpointIO().save_checkpoint(checkpoint, target)
+    message = str(caught.value)
+    assert "No space left on device" in message and f"previous {target.name} is intact" in message
+    assert str(target) in message and "MB" in message
+    assert target.read_bytes() == before
+    assert [path.name for path in target.parent.iterdir()] == ["last.ckpt"]  # no temporary left
+
+
+def unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm to mount a private tmpfs")
+def test_training_on_a_disk_that_fills_up_stops_cleanly(tmp_path: Path) -> None:
+    """A real 1 MiB tmpfs: room for two checkpoints, not for a third beside them."""
+    run = tmp_path / "small_disk"
+    run.mkdir()
+    command = shlex.join(
+        [sys.executable, "train.py", f"hydra.run.dir={run}", *TINY, "checkpoint.every_n_steps=3"]
+    )
+    completed = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {run} && {command}"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        timeout=600,
+    )
+    message = completed.stderr.decode()
+    assert completed.returncode == 2, message[-3000:]
+    assert "Traceback" not in message
+    assert "error: cannot write the checkpoint" in message and "No space left on device" in message
+    # The mount is gone with the namespace; the message says what survived in it.
+    assert "is intact" in message or "No earlier" in message
+
+
+# --- NaN / Inf ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nan_at_step_6(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the loss of optimizer step 6 (global_step 5 before it) NaN."""
+    original = LitSeq2Seq.training_step
+
+    def training_step(self: LitSeq2Seq, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = original(self, batch, batch_idx)
+        return loss * float("nan") if self.trainer.global_step == 5 else loss
+
+    monkeypatch.setattr(LitSeq2Seq, "training_step", training_step)
+
+
+@pytest.mark.usefixtures("nan_at_step_6")
+def test_a_nan_loss_stops_training_naming_the_step_and_the_last_good_checkpoint(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(NonFiniteLossError) as caught:
+        train(compose_config([f"run_dir={tmp_path}", *TINY]))
+    message = str(caught.value)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert "stopped at step 5 (epoch 0, batch 5): the loss is nan" in message
+    assert f"The last good checkpoint is {last} (step 4)" in message
+    assert "trainer.skip_nonfinite=true" in message
+    assert checkpoint_step(last) == 4 and finite(last)
+    assert not (tmp_path / "checkpoints" / "best.ckpt").exists()
+
+
+@pytest.mark.usefixtures("nan_at_step_6")
+def test_skip_nonfinite_skips_the_batch_counts_it_and_keeps_the_model_finite(
+    tmp_path: Path,
+) -> None:
+    result = train(compose_config([f"run_dir={tmp_path}", *TINY, "trainer.skip_nonfinite=true"]))
+    assert finite(Path(result["best_checkpoint"])) and finite(Path(result["last_checkpoint"]))
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        counts = [row["train/skipped_nonfinite"] for row in csv.DictReader(file)]
+    counts = [float(count) for count in counts if count]
+    assert counts[:5] == [0.0] * 5 and set(counts[5:]) == {1.0}
+
+
+def test_a_checkpoint_with_nan_weights_is_never_written(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    name = next(iter(checkpoint["state_dict"]))
+    checkpoint["state_dict"][name] = checkpoint["state_dict"][name] * float("inf")
+    target = tmp_path / "best.ckpt"
+    shutil.copy(tiny_checkpoint, target)
+    with pytest.raises(NonFiniteLossError, match=f"the weight {name} holds NaN or Inf"):
+        AtomicCheckpointIO().save_checkpoint(checkpoint, target)
+    assert target.read_bytes() == tiny_checkpoint.read_bytes()
+
+
+# --- determinism --------------------------------------------------------------------------------
+
+
+def test_same_seed_and_config_give_identical_metrics_and_weights(tmp_path: Path) -> None:
+    overrides = [*TINY, "trainer.max_epochs=1", "checkpoint.every_n_steps=null"]
+    first = train(compose_config([f"run_dir={tmp_path / 'a'}", *overrides]))
+    second = train(compose_config([f"run_dir={tmp_path / 'b'}", *overrides]))
+    assert first["metrics"] == second["metrics"]
+    assert (tmp_path / "a" / "metrics.csv").read_text() == (
+        tmp_path / "b" / "metrics.csv"
+    ).read_text()
+    weights_a = load_checkpoint(first["last_checkpoint"]).state_dict()
+    weights_b = load_checkpoint(second["last_checkpoint"]).state_dict()
+    assert all(torch.equal(weights_a[name], weights_b[name]) for name in weights_a)

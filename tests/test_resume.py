@@ -1,0 +1,203 @@
+"""Resuming: a run killed with SIGKILL and resumed ends exactly where an unbroken run ends."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from lightning_fabric.utilities.data import _set_sampler_epoch
+from omegaconf import DictConfig
+
+from seq2seq.checkpointing import checkpoint_step
+from seq2seq.csv_logger import ResumingWriter, read_complete_rows
+from seq2seq.data.batching import (
+    BucketBatchSampler,
+    EncodedDataset,
+    EncodedExample,
+    ResumableDataLoader,
+)
+from seq2seq.errors import ConfigError
+from seq2seq.pipeline import resolve_run_dir, train
+
+ROOT = Path(__file__).resolve().parents[1]
+# 600 pairs in batches of 32: 19 steps an epoch, last.ckpt every 5 steps, a train row every 2.
+TINY = [
+    "data.train_size=600",
+    "data.val_size=50",
+    "data.test_size=50",
+    "data.batch_size=32",
+    "model.hidden_size=32",
+    "model.embedding_size=16",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=2",
+    "checkpoint.every_n_steps=5",
+]
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def dataset(n: int) -> EncodedDataset:
+    return EncodedDataset([EncodedExample([1] * (1 + i % 7), [1], "", "") for i in range(n)])
+
+
+def test_loader_resumes_at_the_next_batch_of_the_same_epoch_order() -> None:
+    data = dataset(200)
+    loader = ResumableDataLoader(data, BucketBatchSampler(data.lengths(), 8, seed=3))
+    loader.bucket_sampler.set_epoch(2)
+    epoch_two = [batch.indices.tolist() for batch in loader]
+    iterator = iter(loader)
+    for _ in range(7):
+        next(iterator)
+    state = loader.state_dict()
+    assert state == {"epoch": 2, "batches_done": 7, "batches_per_epoch": len(epoch_two)}
+
+    resumed = ResumableDataLoader(data, BucketBatchSampler(data.lengths(), 8, seed=3))
+    resumed.load_state_dict(state)
+    lazy = iter(resumed)  # Lightning calls iter() before it sets the epoch of a resumed run
+    resumed.bucket_sampler.set_epoch(2)
+    assert [batch.indices.tolist() for batch in lazy] == epoch_two[7:]
+    assert resumed.state_dict()["batches_done"] == len(epoch_two)
+    resumed.bucket_sampler.set_epoch(3)  # later epochs are whole again
+    assert len(list(resumed)) == len(epoch_two)
+
+
+def test_lightning_sets_the_epoch_of_the_training_batches() -> None:
+    data = dataset(200)
+    loader = ResumableDataLoader(data, BucketBatchSampler(data.lengths(), 8, seed=3))
+    first = [batch.indices.tolist() for batch in loader]
+    _set_sampler_epoch(loader, 1)  # what Lightning does before each epoch
+    assert loader.bucket_sampler.epoch == 1
+    assert [batch.indices.tolist() for batch in loader] != first
+
+
+def test_loader_refuses_a_mid_epoch_state_from_other_batches() -> None:
+    data = dataset(200)
+    loader = ResumableDataLoader(data, BucketBatchSampler(data.lengths(), 8, seed=3))
+    with pytest.raises(ConfigError, match="5 batches into an epoch of 99 batches"):
+        loader.load_state_dict({"epoch": 0, "batches_done": 5, "batches_per_epoch": 99})
+
+
+def test_metrics_rows_after_the_checkpoint_are_replaced_and_a_torn_row_dropped(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "metrics.csv").write_text(
+        "epoch,step,train/loss\n0,1,4.5\n0,3,4.4\n0,5,4.3\n0,7,4.2\n0,9,4."
+    )
+    assert [row["step"] for row in read_complete_rows(tmp_path / "metrics.csv")] == [
+        "1",
+        "3",
+        "5",
+        "7",
+    ]
+    writer = ResumingWriter(str(tmp_path))  # a resumed run whose first row is at step 5
+    writer.log_metrics({"train/loss": 4.25}, step=5)
+    writer.log_metrics({"val/bleu": 10.0}, step=6)
+    writer.save()
+    writer.log_metrics({"train/loss": 4.0}, step=7)
+    writer.save()
+    rows = metric_rows(tmp_path)
+    assert [row["step"] for row in rows] == ["1", "3", "5", "6", "7"]
+    assert rows[2]["train/loss"] == "4.25" and rows[3]["val/bleu"] == "10.0"
+    assert list(rows[0]) == ["epoch", "step", "train/loss", "val/bleu"]
+
+
+def test_resume_writes_into_the_checkpoints_run_directory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = compose_config([f"ckpt_path={run}/checkpoints/last.ckpt"])
+    assert resolve_run_dir(config) == run
+    explicit = compose_config([f"ckpt_path={run}/checkpoints/last.ckpt", f"run_dir={tmp_path}"])
+    assert resolve_run_dir(explicit) == tmp_path
+
+
+def start_and_kill(run_dir: Path, overrides: list[str]) -> int:
+    """Start train.py, SIGKILL it right after its first mid-epoch last.ckpt; the checkpoint step."""
+    process = subprocess.Popen(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
+    step = checkpoint_step(last)
+    assert step is not None, "last.ckpt must always be readable"
+    return step
+
+
+# Wall-clock measurements differ between any two runs.
+TIMINGS = {"train/tokens_per_s"}
+
+
+def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -> None:
+    unbroken = train(compose_config([f"run_dir={tmp_path / 'unbroken'}", *TINY]))
+
+    killed = tmp_path / "killed"
+    step = start_and_kill(killed, TINY)
+    assert 0 < step < 19, "the kill must land mid-epoch"
+    last = killed / "checkpoints" / "last.ckpt"
+    resumed = train(compose_config([*TINY, f"ckpt_path={last}"]))  # run_dir from ckpt_path
+
+    assert resumed["run_dir"] == str(killed)
+    expected, got = metric_rows(tmp_path / "unbroken"), metric_rows(killed)
+    assert [row["step"] for row in got] == [row["step"] for row in expected]
+    # Same batches, same dropout draws, same optimizer state: the same numbers, not close ones.
+    for row, reference in zip(got, expected, strict=True):
+        assert row.keys() == reference.keys()
+        for key, value in reference.items():
+            if key in TIMINGS:
+                assert bool(row[key]) == bool(value), (key, row)  # logged at the same steps
+            elif value:
+                assert float(row[key]) == pytest.approx(float(value), rel=1e-5), (key, row)
+    assert resumed["best_val_bleu"] == pytest.approx(unbroken["best_val_bleu"], abs=1e-6)
+    final = torch.load(last, weights_only=True)
+    reference = torch.load(unbroken["last_checkpoint"], weights_only=True)
+    assert final["global_step"] == reference["global_step"] > 19
+    for name, tensor in reference["state_dict"].items():
+        assert torch.allclose(final["state_dict"][name], tensor, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_resume_from_an_end_of_epoch_checkpoint_keeps_the_plateau_schedule(
+    tmp_path: Path,
+) -> None:
+    """patience=0: the LR halves whenever val BLEU does not improve, so a schedule step skipped
+    on resume would change every later loss."""
+    overrides = [
+        *TINY,
+        "trainer.max_epochs=4",
+        "optim.scheduler.patience=0",
+        "optim.optimizer.lr=0.02",
+        "checkpoint.every_n_steps=null",
+    ]
+    train(compose_config([f"run_dir={tmp_path / 'unbroken'}", *overrides]))
+    first = train(
+        compose_config([f"run_dir={tmp_path / 'split'}", *overrides, "trainer.max_epochs=2"])
+    )
+    train(compose_config([*overrides, f"ckpt_path={first['last_checkpoint']}"]))
+    unbroken = torch.load(tmp_path / "unbroken" / "checkpoints" / "last.ckpt", weights_only=True)
+    split = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert split["lr_schedulers"] == unbroken["lr_schedulers"]
+    assert metric_rows(tmp_path / "split") == metric_rows(tmp_path / "unbroken")
