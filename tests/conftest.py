@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from seq2seq.pipeline import train
+from tests.configs import TINY, compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,19 +43,6 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Its maximum source length is 8 tokens, so that overlong input is easy to make.
     """
     run_dir = tmp_path_factory.mktemp("tiny_run")
-    overrides = [
-        f"run_dir={run_dir}",
-        "data.train_size=600",
-        "data.val_size=50",
-        "data.test_size=50",
-        "data.batch_size=32",
-        "model.hidden_size=32",
-        "model.embedding_size=16",
-        "trainer.max_epochs=2",
-        "trainer.enable_progress_bar=false",
-        "decoding.max_src_len=8",
-        "logger=csv",
-    ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        result = train(compose("config", overrides=overrides))
+    overrides = [f"run_dir={run_dir}", *TINY, "decoding.max_src_len=8", "logger=csv"]
+    result = train(compose_config(overrides))
     return Path(result["best_checkpoint"])

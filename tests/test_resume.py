@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from lightning_fabric.utilities.data import _set_sampler_epoch
-from omegaconf import DictConfig
 
 from seq2seq.checkpointing import checkpoint_step
 from seq2seq.csv_logger import ResumingWriter, read_complete_rows
@@ -26,26 +24,12 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
+from tests.configs import TIMINGS, compose_config
+from tests.configs import TINY as BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 # 600 pairs in batches of 32: 19 steps an epoch, last.ckpt every 5 steps, a train row every 2.
-TINY = [
-    "data.train_size=600",
-    "data.val_size=50",
-    "data.test_size=50",
-    "data.batch_size=32",
-    "model.hidden_size=32",
-    "model.embedding_size=16",
-    "trainer.max_epochs=2",
-    "trainer.enable_progress_bar=false",
-    "trainer.log_every_n_steps=2",
-    "checkpoint.every_n_steps=5",
-]
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
+TINY = [*BASE, "trainer.log_every_n_steps=2", "checkpoint.every_n_steps=5"]
 
 
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:
@@ -145,10 +129,6 @@ def start_and_kill(run_dir: Path, overrides: list[str]) -> int:
     step = checkpoint_step(last)
     assert step is not None, "last.ckpt must always be readable"
     return step
-
-
-# Wall-clock measurements differ between any two runs.
-TIMINGS = {"train/tokens_per_s"}
 
 
 def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -> None:

@@ -1,0 +1,32 @@
+"""The real Hydra config composed for tests, and the tiny training run many tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# 600 toy pairs in batches of 32 (19 steps an epoch), a model small enough to train in seconds.
+TINY = [
+    "data.train_size=600",
+    "data.val_size=50",
+    "data.test_size=50",
+    "data.batch_size=32",
+    "model.hidden_size=32",
+    "model.embedding_size=16",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+]
+
+
+# Wall-clock measurements: they differ between any two runs, however deterministic.
+TIMINGS = frozenset({"train/tokens_per_s"})
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """``conf/config.yaml`` with ``overrides``, as ``python train.py OVERRIDES`` would see it."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
