@@ -216,6 +216,10 @@ class StopOnSignal(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.flag.armed = True
+        # Lightning's own SIGTERM handler (installed when fit starts, after ours) makes the loop
+        # raise SystemExit(0) at the next step boundary: the run would end "successfully" without
+        # saving. Only ours may handle it; Lightning puts its predecessor back at teardown.
+        signal.signal(signal.SIGTERM, self.flag.handle)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
