@@ -363,9 +363,12 @@ def joeynmt_available() -> bool:
     return True
 
 
-def joey_config(config: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+def joey_config(
+    config: dict[str, Any], work_dir: Path, decode_batch_size: int = 64
+) -> dict[str, Any]:
     """The Joey NMT 2.3 config of the same work as ours: data files, sizes, batch, optimizer,
-    epochs (no validation while training; dev and test are decoded afterwards)."""
+    epochs (no validation while training; dev and test are decoded afterwards, in batches of
+    ``decode_batch_size`` sentences as ours are)."""
     data, model = config["data"], config["model"]
     corpus = data["corpus"]
     if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
@@ -400,7 +403,7 @@ def joey_config(config: dict[str, Any], work_dir: Path) -> dict[str, Any]:
             "n_best": 1,
             "beam_size": 1,
             "beam_alpha": -1,
-            "batch_size": data["eval_batch_size"],
+            "batch_size": decode_batch_size,
             "batch_type": "sentence",
             "max_output_length": 60,
             "eval_metrics": ["bleu"],
@@ -487,6 +490,7 @@ def _joey_job(config: dict[str, Any], decode_repeats: int, started: float) -> di
     logging.getLogger("joeynmt").setLevel(logging.INFO)
     for handler in logging.getLogger("joeynmt").handlers:
         handler.setLevel(logging.WARNING)  # keep the console quiet; ``rates`` still hears all
+    Path(config["model_dir"]).mkdir(parents=True, exist_ok=True)  # joeynmt's CLI makes it
     args = parse_global_args(config, rank=0, mode="train")
     model, train_data, dev_data, test_data = prepare(args, rank=0, mode="train")
     trainer = TrainManager(
@@ -600,7 +604,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
                 "pip install joeynmt==2.3.0 importlib_metadata (see README 'Performance'), or "
                 "pass --peer none."
             )
-        peer_config = joey_config(config, work_dir) if use_peer else None
+        peer_config = joey_config(config, work_dir, options.decode_batch_size) if use_peer else None
         load_before = os.getloadavg()
         ours: list[dict[str, Any]] = []
         theirs: list[dict[str, Any]] = []
