@@ -477,10 +477,14 @@ class _JoeyRates(logging.Handler):
             self.rates.append(float(match.group(1)))
 
 
-def _joey_job(config: dict[str, Any], decode_repeats: int, started: float) -> dict[str, Any]:
+def _joey_job(
+    config: dict[str, Any], decode_repeats: int, threads: int | None, started: float
+) -> dict[str, Any]:
     """Joey NMT's own training loop (as ``joeynmt.training.train`` runs it), then its decoding
     of dev (BLEU) and test (speed) with the model in memory. Runs in a fresh process started at
-    ``started`` (time.time())."""
+    ``started`` (time.time()), with our ``threads`` setting (Joey NMT has none of its own)."""
+    if threads:
+        torch.set_num_threads(threads)
     from joeynmt.config import parse_global_args, set_validation_args
     from joeynmt.prediction import predict, prepare
     from joeynmt.training import TrainManager
@@ -624,7 +628,13 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
                 log.info("repeat %d/%d: Joey NMT", repeat + 1, options.repeats)
                 peer_seeded = {**peer_config, "random_seed": peer_config["random_seed"] + repeat}
                 theirs.append(
-                    in_fresh_process(_joey_job, peer_seeded, options.decode_repeats, time.time())
+                    in_fresh_process(
+                        _joey_job,
+                        peer_seeded,
+                        options.decode_repeats,
+                        config.get("threads"),
+                        time.time(),
+                    )
                 )
         log.info("scoring functions: forward + backward")
         costs = attention_costs(
