@@ -166,6 +166,8 @@ def train_and_decode(
     )
     clock = TrainingClock(started, warmup_batches)
     trainer = pl.Trainer(
+        # Validation writes val_hypotheses.txt there: the benchmark's scratch directory.
+        default_root_dir=cfg.run_dir,
         accelerator="cpu",
         devices=1,
         max_epochs=cfg.trainer.max_epochs,
