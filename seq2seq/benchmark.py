@@ -164,6 +164,7 @@ def train_and_decode(
         max_len_b=cfg.decoding.max_len_b,
         bleu_tokenize=cfg.data.bleu_tokenize,
     )
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     clock = TrainingClock(started, warmup_batches)
     trainer = pl.Trainer(
         # Validation writes val_hypotheses.txt there: the benchmark's scratch directory.
