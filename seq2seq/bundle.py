@@ -26,6 +26,7 @@ import seq2seq
 from seq2seq.atomic import write_atomic
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
+from seq2seq.decoder import BahdanauDecoder, LuongDecoder
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model import Seq2Seq
 
@@ -41,6 +42,8 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
     "seq2seq.attention.AdditiveAttention": AdditiveAttention,
     "seq2seq.attention.DotProductAttention": DotProductAttention,
     "seq2seq.attention.MultiplicativeAttention": MultiplicativeAttention,
+    "seq2seq.decoder.BahdanauDecoder": BahdanauDecoder,
+    "seq2seq.decoder.LuongDecoder": LuongDecoder,
     "torch.nn.GRU": nn.GRU,
     "torch.nn.LSTM": nn.LSTM,
     "torch.nn.GRUCell": nn.GRUCell,

@@ -1,17 +1,26 @@
-"""Attention decoder in the style of Bahdanau et al. (2015).
+"""Attention decoders: Bahdanau style (sequential) and Luong style (parallel over target steps).
 
 Shape legend: B batch, S source length, T target length, E embedding size, H decoder hidden size,
-M memory size (encoder output), K key size, V target vocabulary.
+M memory size (encoder output), K key size, V target vocabulary, G gates (3H for a GRU, 4H for an
+LSTM).
 
-At step t the query is the previous decoder state s_{t-1}; the context c_t it reads is concatenated
-with the embedding of the previous target token to give s_t = cell([e_{t-1}; c_t], s_{t-1}). The
-output layer sees [s_t; c_t; e_{t-1}] and runs once over all steps after the loop.
+Both read the same ``EncodedSource`` and have the same parts (embeddings, a GRU or LSTM cell, the
+attention, a bridge from the encoder's summary to the initial state, one output layer over
+``[s_t; c_t; e_{t-1}]`` run once over all steps); they differ in where the attention sits:
+
+- ``BahdanauDecoder`` (Bahdanau et al., 2015): the query is the previous state s_{t-1}, and the
+  context c_t it reads is fed into the cell, s_t = cell([e_{t-1}; c_t], s_{t-1}). Each step needs
+  the previous step's attention, so teacher forcing is a loop over T.
+- ``LuongDecoder`` (Luong et al., 2015, without input feeding): s_t = cell(e_{t-1}, s_{t-1}) does
+  not depend on the attention, so teacher forcing runs the cell over all T steps in one call, and
+  the T states then attend as T queries in one batched operation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -44,8 +53,15 @@ class EncodedSource:
         )
 
 
-class BahdanauDecoder(nn.Module):
-    """A GRU (or LSTM) cell stepped over the target, attending once per step."""
+class AttentionDecoder(nn.Module):
+    """What both decoders share; subclasses define how the cell and the attention interleave.
+
+    The constructor is the same for both, so that ``model.decoder=bahdanau|luong`` swaps one for
+    the other with every other setting unchanged.
+    """
+
+    # True: the context is part of the cell's input (Bahdanau); False: only the embedding (Luong).
+    feeds_context: ClassVar[bool]
 
     def __init__(
         self,
@@ -68,7 +84,9 @@ class BahdanauDecoder(nn.Module):
             if self.attention.needs_equal_sizes and memory_size != hidden_size
             else nn.Identity()
         )
-        self.cell = cell(embedding_size + memory_size, hidden_size)
+        self.embedding_size = embedding_size
+        cell_input_size = embedding_size + (memory_size if self.feeds_context else 0)
+        self.cell = cell(cell_input_size, hidden_size)
         self.is_lstm = isinstance(self.cell, nn.LSTMCell)
         # The bridge turns the encoder's sentence summary into the initial state (and LSTM cell).
         self.bridge = nn.Linear(memory_size, hidden_size * (2 if self.is_lstm else 1))
@@ -84,6 +102,66 @@ class BahdanauDecoder(nn.Module):
         bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
         return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
 
+    def attend(
+        self, queries: Tensor, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """queries (B, Tq, H) -> contexts (B, Tq, M), weights (B, Tq, S) or None.
+
+        With ``need_weights=False`` the scoring function may take a fused path
+        (``Attention.context``).
+        """
+        if not need_weights:
+            context = self.attention.context(
+                queries,
+                source.keys,
+                source.memory,
+                source.src_lens,
+                projected_keys=source.projected_keys,
+            )
+            return context, None
+        return self.attention(
+            queries,
+            source.keys,
+            source.memory,
+            source.src_lens,
+            projected_keys=source.projected_keys,
+        )
+
+    def step_cell(self, cell_input: Tensor, state: DecoderState) -> DecoderState:
+        """One step of the cell: cell_input (B, E [+ M]), state -> new state."""
+        if self.is_lstm:
+            return tuple(self.cell(cell_input, (state[0], state[1])))
+        return (self.cell(cell_input, state[0]),)
+
+    def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
+        """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
+        features = torch.cat([hidden, contexts, embedded], dim=-1)  # (..., H + M + E)
+        return self.output_layer(self.dropout(features))  # (..., V)
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
+        raise NotImplementedError
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        raise NotImplementedError
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """The attention's queries (B, T, H) under teacher forcing (for diagnostics)."""
+        raise NotImplementedError
+
+
+class BahdanauDecoder(AttentionDecoder):
+    """A GRU (or LSTM) cell stepped over the target, attending once per step before the cell."""
+
+    feeds_context = True
+
     def step(
         self,
         embedded: Tensor,
@@ -91,42 +169,16 @@ class BahdanauDecoder(nn.Module):
         source: EncodedSource,
         need_weights: bool = True,
     ) -> tuple[DecoderState, Tensor, Tensor | None]:
-        """One step: embedded (B, E) previous token -> new state, context (B, M), weights (B, S).
-
-        With ``need_weights=False`` the weights are None and the scoring function may take a fused
-        path (``Attention.context``).
-        """
+        """One step: embedded (B, E) previous token -> new state, context (B, M), weights (B, S)."""
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
-        if need_weights:
-            context, weights = self.attention(
-                query,
-                source.keys,
-                source.memory,
-                source.src_lens,
-                projected_keys=source.projected_keys,
-            )  # (B, 1, M), (B, 1, S)
-            step_weights: Tensor | None = weights[:, 0]  # (B, S)
-        else:
-            context = self.attention.context(
-                query,
-                source.keys,
-                source.memory,
-                source.src_lens,
-                projected_keys=source.projected_keys,
-            )  # (B, 1, M)
-            step_weights = None
+        context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
         context = context[:, 0]  # (B, M)
         cell_input = torch.cat([embedded, context], dim=-1)  # (B, E + M)
-        if self.is_lstm:
-            new_state: DecoderState = self.cell(cell_input, (state[0], state[1]))
-        else:
-            new_state = (self.cell(cell_input, state[0]),)
-        return new_state, context, step_weights
-
-    def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
-        """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
-        features = torch.cat([hidden, contexts, embedded], dim=-1)  # (..., H + M + E)
-        return self.output_layer(self.dropout(features))  # (..., V)
+        return (
+            self.step_cell(cell_input, state),
+            context,
+            None if weights is None else weights[:, 0],
+        )
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -152,3 +204,82 @@ class BahdanauDecoder(nn.Module):
         state, context, weights = self.step(embedded, state, source)
         assert weights is not None  # asked for by default
         return self.output(state[0], context, embedded), state, weights
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """Query t is the state before reading tgt_in[:, t], (B, T, H)."""
+        queries = []
+        for t in range(tgt_in.shape[1]):
+            queries.append(state[0])  # (B, H): the state that asks where to look at step t
+            _, state, _ = self.decode_step(tgt_in[:, t], state, source)
+        return torch.stack(queries, dim=1)  # (B, T, H)
+
+
+class LuongDecoder(AttentionDecoder):
+    """The cell runs over all target steps at once; then every step attends in one batched op.
+
+    Luong et al. (2015), section 3, without input feeding: h_t = cell(e_{t-1}, h_{t-1}), the
+    query is h_t itself, and the output layer reads ``[h_t; c_t; e_{t-1}]`` like Bahdanau's.
+    ``decode_step`` steps the same cell, so decoding and teacher forcing compute the same function.
+    """
+
+    feeds_context = False
+
+    def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
+        """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
+
+        ``torch.gru`` / ``torch.lstm`` are the kernels behind ``nn.GRU`` / ``nn.LSTM``; a one-layer
+        unidirectional RNN has exactly the parameters of its cell, so this is the cell's own
+        function, looped in C++ instead of Python.
+        """
+        cell = self.cell
+        has_biases = cell.bias_ih is not None
+        params = [cell.weight_ih, cell.weight_hh]
+        if has_biases:
+            params += [cell.bias_ih, cell.bias_hh]
+        # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
+        # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).
+        if self.is_lstm:
+            outputs, _, _ = torch.lstm(
+                embedded,
+                (state[0][None], state[1][None]),
+                params,
+                has_biases,
+                1,
+                0.0,
+                self.training,
+                False,
+                True,
+            )
+        else:
+            outputs, _ = torch.gru(
+                embedded, state[0][None], params, has_biases, 1, 0.0, self.training, False, True
+            )
+        return outputs  # (B, T, H)
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        hiddens = self.run_cell(embedded, state)  # (B, T, H)
+        # All T queries at once: (B, T, H) against (B, S, K) -> contexts (B, T, M).
+        contexts, weights = self.attend(hiddens, source, need_weights)
+        return self.output(hiddens, contexts, embedded), weights  # (B, T, V)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        state = self.step_cell(embedded, state)
+        context, weights = self.attend(state[0][:, None, :], source)  # (B, 1, M), (B, 1, S)
+        assert weights is not None  # asked for by default
+        return self.output(state[0], context[:, 0], embedded), state, weights[:, 0]
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """Query t is the state after reading tgt_in[:, t], (B, T, H)."""
+        return self.run_cell(self.dropout(self.embedding(tgt_in)), state)

@@ -134,15 +134,13 @@ def teacher_forced_queries(
 ) -> tuple[Tensor, Tensor]:
     """The decoder's queries under teacher forcing and the projected keys they meet.
 
-    src (B, S), src_lens (B,), tgt_in (B, T) -> queries (B, T, H) (query t is the state before
-    reading tgt_in[:, t], as in ``BahdanauDecoder.step``), projected keys (B, S, K').
+    src (B, S), src_lens (B,), tgt_in (B, T) -> queries (B, T, H) (query t is the state that
+    attends at step t: before reading tgt_in[:, t] in ``BahdanauDecoder``, after it in
+    ``LuongDecoder``), projected keys (B, S, K').
     """
     source, state = model.encode(src, src_lens)
-    queries = []
-    for t in range(tgt_in.shape[1]):
-        queries.append(state[0])  # (B, H): the state that asks where to look at step t
-        _, state, _ = model.decode_step(tgt_in[:, t], state, source)
-    return torch.stack(queries, dim=1), source.projected_keys  # (B, T, H), (B, S, K')
+    queries = model.decoder.teacher_forced_queries(tgt_in, state, source)  # (B, T, H)
+    return queries, source.projected_keys  # (B, T, H), (B, S, K')
 
 
 @torch.no_grad()

@@ -5,9 +5,12 @@ Shape legend: B batch, S source length, T target length, V target vocabulary, M 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from seq2seq.decoder import (
+    AttentionDecoder,
     AttentionFactory,
     BahdanauDecoder,
     CellFactory,
@@ -17,12 +20,16 @@ from seq2seq.decoder import (
 from seq2seq.encoder import RNNEncoder, RNNFactory
 from seq2seq.errors import ConfigError
 
+DecoderFactory = Callable[..., AttentionDecoder]
+
 
 class Seq2Seq(nn.Module):
     """An encoder–decoder with a pluggable attention scoring function.
 
     ``attention`` builds the scoring function from ``query_size`` and ``key_size`` (Hydra passes a
-    ``_partial_`` of one of the classes in ``seq2seq.attention``). ``hidden_size`` is the decoder's
+    ``_partial_`` of one of the classes in ``seq2seq.attention``); ``decoder`` is the decoder class
+    (``BahdanauDecoder``, sequential, or ``LuongDecoder``, parallel over target steps), built with
+    the sizes below and the recurrent ``cell``. ``hidden_size`` is the decoder's
     state size; each encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so
     the encoder's output has the decoder's size).
     """
@@ -40,6 +47,7 @@ class Seq2Seq(nn.Module):
         padding_idx: int = 0,
         rnn: RNNFactory = nn.GRU,
         cell: CellFactory = nn.GRUCell,
+        decoder: DecoderFactory = BahdanauDecoder,
     ) -> None:
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
@@ -56,7 +64,7 @@ class Seq2Seq(nn.Module):
             padding_idx=padding_idx,
             rnn=rnn,
         )
-        self.decoder = BahdanauDecoder(
+        self.decoder = decoder(
             vocab_size=tgt_vocab_size,
             embedding_size=embedding_size,
             hidden_size=hidden_size,

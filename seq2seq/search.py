@@ -66,26 +66,45 @@ def greedy_search(
     max_len_a: float = 2.0,
     max_len_b: int = 10,
 ) -> Hypotheses:
-    """Batched greedy decoding: the most probable token at each step, until EOS or the limit."""
-    batch_size = src.shape[0]
+    """Batched greedy decoding: the most probable token at each step, until EOS or the limit.
+
+    A sentence leaves the decoder's batch at its EOS (or limit), so the steps the longer ones still
+    need cost nothing for it.
+    """
+    batch_size, device = src.shape[0], src.device
     source, state = model.encode(src, src_lens)
-    limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
-    prev_tokens = torch.full((batch_size,), bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch_size, dtype=torch.bool, device=src.device)
-    lengths = limits.clone()
+    limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device)  # (B,)
+    # The sentences still decoding, in the order of the decoder's rows (A,).
+    active = torch.arange(batch_size, device=device)
+    active_limits = limits  # (A,)
+    prev_tokens = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (A,)
+    lengths = limits.clone()  # (B,)
     tokens, weights = [], []
     for t in range(max(1, int(limits.max()))):
         logits, state, step_weights = model.decode_step(prev_tokens, state, source)
-        next_tokens = logits.argmax(dim=-1)  # (B,)
-        next_tokens = next_tokens.masked_fill(finished, pad_id)
-        tokens.append(next_tokens)
-        weights.append(step_weights * ~finished[:, None])  # (B, S)
-        just_finished = ~finished & ((next_tokens == eos_id) | (t + 1 >= limits))
-        lengths = torch.where(just_finished, t + 1, lengths)
-        finished |= just_finished
-        prev_tokens = next_tokens
-        if bool(finished.all()):
+        next_tokens = logits.argmax(dim=-1)  # (A,)
+        # Each step's tokens and weights for every sentence: PAD and zeros for the finished ones.
+        tokens.append(torch.full_like(lengths, pad_id).index_copy(0, active, next_tokens))
+        weights.append(
+            step_weights.new_zeros(batch_size, step_weights.shape[1]).index_copy(
+                0, active, step_weights
+            )
+        )  # (B, S)
+        finishing = (next_tokens == eos_id) | (t + 1 >= active_limits)  # (A,)
+        lengths[active[finishing]] = t + 1
+        num_finishing = int(finishing.sum())  # the one host sync of the step
+        if num_finishing == len(active):
             break
+        prev_tokens = next_tokens
+        if num_finishing:
+            still = (~finishing).nonzero()[:, 0]  # (A',) positions among the active sentences
+            active, active_limits, prev_tokens = (
+                active[still],
+                active_limits[still],
+                prev_tokens[still],
+            )
+            source = source.index_select(still)
+            state = tuple(tensor.index_select(0, still) for tensor in state)
     return Hypotheses(torch.stack(tokens, 1), lengths, torch.stack(weights, 1))
 
 
@@ -142,66 +161,88 @@ def beam_search(
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device).clamp(min=1)  # (B,)
     max_steps = int(limits.max())
     lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
-    row_offsets = torch.arange(batch_size, device=device)[:, None] * num_beams  # (B, 1)
+    beam_offsets = torch.arange(num_beams, device=device)  # (K,)
 
-    # Live hypotheses: raw log P. At the start all K beams hold the same prefix <bos>, so only
-    # beam 0 may expand; the others start at -inf and the first step fills the beam with distinct
-    # tokens instead of K copies of the best one.
-    live_scores = torch.full((batch_size, num_beams), float("-inf"), device=device)  # (B, K)
+    # A sentence is dropped from the decoder's batch as soon as it is done, so the steps that the
+    # others still need cost nothing for it. ``active`` (A,) lists the sentences still searching,
+    # in the order of their rows: active sentence a owns rows a·K .. a·K + K - 1.
+    active = torch.arange(batch_size, device=device)  # (A,)
+    active_limits = limits  # (A,)
+
+    # Live hypotheses of the active sentences: raw log P. At the start all K beams hold the same
+    # prefix <bos>, so only beam 0 may expand; the others start at -inf and the first step fills
+    # the beam with distinct tokens instead of K copies of the best one.
+    live_scores = torch.full((batch_size, num_beams), float("-inf"), device=device)  # (A, K)
     live_scores[:, 0] = 0.0
     prev_tokens = torch.full((batch_size * num_beams,), bos_id, dtype=torch.long, device=device)
 
-    # Finished hypotheses: only the N best ever matter (the output and the stopping rule read
-    # nothing else), so each sentence keeps N slots, best first. A hypothesis is stored as the
-    # step it ended at, the live beam it extended and its last token; backtracking through the
-    # per-step history below recovers the rest.
+    # Finished hypotheses of every sentence: only the N best ever matter (the output and the
+    # stopping rule read nothing else), so each sentence keeps N slots, best first. A hypothesis is
+    # stored as the step it ended at, the live beam it extended and its last token; backtracking
+    # through the per-step history below recovers the rest.
     finished_scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (B, N)
     finished_end = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
     finished_parent = torch.zeros((batch_size, n_best), dtype=torch.long, device=device)
     finished_token = torch.full((batch_size, n_best), pad_id, dtype=torch.long, device=device)
-    # Per step t: the live beams' parents (B, K) and tokens (B, K), and the attention (B, K, S)
-    # each beam of step t - 1 used to produce the token at position t.
+    # Per step t, for every sentence (zeros for those already done, which backtracking never
+    # reads): the live beams' parents (B, K) and tokens (B, K), and the attention (B, K, S) each
+    # beam of step t - 1 used to produce the token at position t.
     history: list[tuple[Tensor, Tensor, Tensor]] = []
-    done = torch.zeros(batch_size, dtype=torch.bool, device=device)
 
     for t in range(max_steps):
         logits, state, weights = model.decode_step(prev_tokens, state, source)
-        vocab_size = logits.shape[-1]
-        log_probs = logits.float().log_softmax(dim=-1)  # (B·K, V), float32 for the sums below
-        # Every extension of every live beam, per sentence: (B·K, V) -> (B, K, V) -> (B, K·V).
-        extended = live_scores[:, :, None] + log_probs.view(batch_size, num_beams, vocab_size)
-        candidates = extended.view(batch_size, num_beams * vocab_size)
+        num_active, vocab_size = live_scores.shape[0], logits.shape[-1]
+        log_probs = logits.float().log_softmax(dim=-1)  # (A·K, V), float32 for the sums below
+        # Every extension of every live beam, per sentence: (A·K, V) -> (A, K, V) -> (A, K·V).
+        extended = live_scores[:, :, None] + log_probs.view(num_active, num_beams, vocab_size)
+        candidates = extended.view(num_active, num_beams * vocab_size)
         num_candidates = min(2 * num_beams, candidates.shape[1])
-        # (B, 2K) best first; index = beam · V + token.
+        # (A, 2K) best first; index = beam · V + token.
         cand_scores, cand_indices = candidates.topk(num_candidates, dim=1)
-        cand_parents = cand_indices // vocab_size  # (B, 2K) live beam each candidate extends
-        cand_tokens = cand_indices % vocab_size  # (B, 2K)
-        is_eos = cand_tokens == eos_id  # (B, 2K)
+        cand_parents = cand_indices // vocab_size  # (A, 2K) live beam each candidate extends
+        cand_tokens = cand_indices % vocab_size  # (A, 2K)
+        is_eos = cand_tokens == eos_id  # (A, 2K)
         length = t + 1  # every candidate now has this many tokens
-        at_limit = length >= limits  # (B,)
+        at_limit = length >= active_limits  # (A,)
 
         # A candidate finishes if it ends in EOS or hits the limit, and only if it ranks among the
         # first K: a beam of K would have kept it (this is what makes K = 1 greedy). Dead beams
-        # (-inf) and sentences already done add nothing.
-        finishing = (is_eos | at_limit[:, None]) & torch.isfinite(cand_scores) & ~done[:, None]
+        # (-inf) add nothing.
+        finishing = (is_eos | at_limit[:, None]) & torch.isfinite(cand_scores)
         finishing[:, num_beams:] = False
-        new_scores = (cand_scores / lp[length]).masked_fill(~finishing, float("-inf"))  # (B, 2K)
-        # Merge with the finished set and keep the N best: (B, N + 2K) -> (B, N).
-        finished_scores, keep = torch.cat([finished_scores, new_scores], dim=1).topk(n_best, dim=1)
-        end_steps = torch.full_like(cand_tokens, t)  # (B, 2K)
-        finished_end = torch.cat([finished_end, end_steps], dim=1).gather(1, keep)  # (B, N)
-        finished_parent = torch.cat([finished_parent, cand_parents], dim=1).gather(1, keep)
-        finished_token = torch.cat([finished_token, cand_tokens], dim=1).gather(1, keep)
+        new_scores = (cand_scores / lp[length]).masked_fill(~finishing, float("-inf"))  # (A, 2K)
+        # Merge with the finished set and keep the N best: (A, N + 2K) -> (A, N).
+        merged = torch.cat([finished_scores[active], new_scores], dim=1)
+        active_finished_scores, keep = merged.topk(n_best, dim=1)
+        end_steps = torch.full_like(cand_tokens, t)  # (A, 2K)
+        for finished, candidate in [
+            (finished_end, end_steps),
+            (finished_parent, cand_parents),
+            (finished_token, cand_tokens),
+        ]:
+            merged_values = torch.cat([finished[active], candidate], dim=1).gather(1, keep)
+            finished.index_copy_(0, active, merged_values)  # (A, N) into the rows of (B, N)
+        finished_scores.index_copy_(0, active, active_finished_scores)
 
         # The K best non-EOS candidates stay live. They all have the same length, so raw log P
         # ranks them as the normalized score would.
-        non_eos_scores = cand_scores.masked_fill(is_eos, float("-inf"))  # (B, 2K)
-        # (B, K) log P and (B, K) positions among the 2K candidates.
+        non_eos_scores = cand_scores.masked_fill(is_eos, float("-inf"))  # (A, 2K)
+        # (A, K) log P and (A, K) positions among the 2K candidates.
         live_scores, live_slots = non_eos_scores.topk(num_beams, dim=1)
-        live_parents = cand_parents.gather(1, live_slots)  # (B, K)
-        live_tokens = cand_tokens.gather(1, live_slots)  # (B, K)
-        # Rows are b·K + k, so (B·K, S) -> (B, K, S) groups each sentence's beams.
-        history.append((live_parents, live_tokens, weights.view(batch_size, num_beams, -1)))
+        live_parents = cand_parents.gather(1, live_slots)  # (A, K)
+        live_tokens = cand_tokens.gather(1, live_slots)  # (A, K)
+        # Rows are a·K + k, so (A·K, S) -> (A, K, S) groups each sentence's beams; the active
+        # sentences' rows go into zero-filled (B, ...) tensors.
+        step_weights = weights.view(num_active, num_beams, -1)  # (A, K, S)
+        history.append(
+            (
+                live_parents.new_zeros(batch_size, num_beams).index_copy(0, active, live_parents),
+                live_tokens.new_zeros(batch_size, num_beams).index_copy(0, active, live_tokens),
+                step_weights.new_zeros(batch_size, num_beams, step_weights.shape[2]).index_copy(
+                    0, active, step_weights
+                ),
+            )
+        )
 
         # Stopping bound. A live hypothesis with log P = s <= 0 at length t + 1 can only finish
         # at a length n in [t + 2, limit] with log P <= s, so its score is at most
@@ -209,14 +250,23 @@ def beam_search(
         # gives a larger score. For α > 0 the max is lp(limit), for α = 0 it is 1 (score <= s),
         # for α < 0 it is lp(t + 2). live_scores[:, 0] is the best live s, and the bound grows
         # with s, so once the N-th finished score reaches it nothing live can enter the top N.
-        best_possible = live_scores[:, 0] / torch.maximum(lp[t + 2], lp[limits])  # (B,)
-        done |= at_limit | (finished_scores[:, -1] >= best_possible)
-        if bool(done.all()):
+        best_possible = live_scores[:, 0] / torch.maximum(lp[t + 2], lp[active_limits])  # (A,)
+        done = at_limit | (active_finished_scores[:, -1] >= best_possible)  # (A,)
+        num_done = int(done.sum())  # the one host sync of the step
+        if num_done == num_active:
             break
-        # Reorder the decoder state to follow each live beam's parent: row b·K + parent.
-        parent_rows = (row_offsets + live_parents).view(-1)  # (B, K) -> (B·K,)
-        state = tuple(tensor.index_select(0, parent_rows) for tensor in state)
-        prev_tokens = live_tokens.view(-1)  # (B, K) -> (B·K,)
+        # Reorder the decoder state to follow each live beam's parent: row a·K + parent.
+        parent_rows = torch.arange(num_active, device=device)[:, None] * num_beams + live_parents
+        if num_done:
+            # Drop the done sentences: their rows leave the state, the source and the scores.
+            still = (~done).nonzero()[:, 0]  # (A',) positions among the active sentences
+            active, active_limits = active[still], active_limits[still]
+            live_scores, live_tokens = live_scores[still], live_tokens[still]
+            parent_rows = parent_rows[still]  # (A', K)
+            kept_rows = (still[:, None] * num_beams + beam_offsets).view(-1)  # (A'·K,)
+            source = source.index_select(kept_rows)
+        state = tuple(tensor.index_select(0, parent_rows.view(-1)) for tensor in state)
+        prev_tokens = live_tokens.view(-1)  # (A', K) -> (A'·K,)
 
     tokens, attention = _backtrack(
         history, finished_end, finished_parent, finished_token, src.shape[1], pad_id

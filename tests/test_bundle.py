@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from seq2seq import Translator
-from seq2seq.bundle import ModelFileError, export_bundle, load
+from seq2seq.bundle import ModelFileError, TrainedModel, build_model, export_bundle, load
+from seq2seq.decoder import LuongDecoder
 
 SENTENCES = ["the dog sees a cat .", "", "these two big dogs do not sleep in the garden .", "a"]
 
@@ -125,3 +126,26 @@ def test_an_incomplete_bundle_names_what_is_missing(bundle_dir: Path, tmp_path: 
     )
     with pytest.raises(ModelFileError, match="cannot be read"):
         load(partial)
+
+
+def test_a_luong_model_round_trips_through_a_bundle(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    trained = load(tiny_checkpoint)
+    luong = {"_target_": "seq2seq.decoder.LuongDecoder", "_partial_": True}
+    config = {**trained.model_config, "decoder": luong}
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    original = TrainedModel(model, trained.src_tokenizer, trained.tgt_tokenizer, config)
+    reloaded = load(export_bundle(original, tmp_path / "bundle"))
+    assert isinstance(reloaded.model.decoder, LuongDecoder)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, reloaded.model.state_dict()[name]), name
+    translations = Translator(original).translate(SENTENCES, beam_size=3)
+    assert Translator(reloaded).translate(SENTENCES, beam_size=3) == translations
+
+
+def test_a_checkpoint_without_a_decoder_key_builds_the_bahdanau_decoder(
+    tiny_checkpoint: Path,
+) -> None:
+    config = dict(load(tiny_checkpoint).model_config)
+    config.pop("decoder", None)  # as written before the decoder was configurable
+    assert type(build_model(config).decoder).__name__ == "BahdanauDecoder"

@@ -1,4 +1,7 @@
-"""The encoder, decoder and Seq2Seq: teacher forcing equals stepping, padding changes nothing."""
+"""The encoder, both decoders and Seq2Seq: teacher forcing equals stepping, padding changes nothing.
+
+Shape legend: B batch, S source length, T target length, H hidden size, V vocabulary.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ import torch
 from torch import nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
-from seq2seq.decoder import AttentionFactory
-from seq2seq.model import Seq2Seq
-from seq2seq.search import greedy_search
+from seq2seq.decoder import AttentionFactory, BahdanauDecoder, LuongDecoder
+from seq2seq.model import DecoderFactory, Seq2Seq
+from seq2seq.search import beam_search, greedy_search
 
 ATTENTIONS: dict[str, AttentionFactory] = {
     "additive": partial(AdditiveAttention, num_hiddens=12),
@@ -19,10 +22,13 @@ ATTENTIONS: dict[str, AttentionFactory] = {
     "dot": partial(DotProductAttention, scaled=False),
     "general": MultiplicativeAttention,
 }
+DECODERS: dict[str, DecoderFactory] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
 BOS, EOS, PAD = 2, 3, 0
 
 
-def make_model(attention: str = "additive", lstm: bool = False, **sizes: int) -> Seq2Seq:
+def make_model(
+    attention: str = "additive", lstm: bool = False, decoder: str = "bahdanau", **sizes: int
+) -> Seq2Seq:
     torch.manual_seed(0)
     return Seq2Seq(
         src_vocab_size=13,
@@ -34,6 +40,7 @@ def make_model(attention: str = "additive", lstm: bool = False, **sizes: int) ->
         dropout=0.3,
         rnn=nn.LSTM if lstm else nn.GRU,
         cell=nn.LSTMCell if lstm else nn.GRUCell,
+        decoder=DECODERS[decoder],
     ).eval()
 
 
@@ -45,10 +52,13 @@ def make_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, src_lens, tgt_in
 
 
+@pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_teacher_forcing_equals_stepping_decode_step(attention: str, lstm: bool) -> None:
-    model = make_model(attention, lstm)
+def test_teacher_forcing_equals_stepping_decode_step(
+    attention: str, lstm: bool, decoder: str
+) -> None:
+    model = make_model(attention, lstm, decoder)
     src, src_lens, tgt_in = make_batch()
     logits, weights = model(src, src_lens, tgt_in)  # (B, T, V), (B, T, S)
     assert logits.shape == (3, 6, 11) and weights.shape == (3, 6, 5)
@@ -62,9 +72,10 @@ def test_teacher_forcing_equals_stepping_decode_step(attention: str, lstm: bool)
     assert (weights[1, :, 2:] == 0).all() and (weights[2, :, 4:] == 0).all()
 
 
+@pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_appended_source_padding_changes_nothing(attention: str) -> None:
-    model = make_model(attention)
+def test_appended_source_padding_changes_nothing(attention: str, decoder: str) -> None:
+    model = make_model(attention, decoder=decoder)
     src, src_lens, tgt_in = make_batch()
     logits, weights = model(src, src_lens, tgt_in)
     longer_src = torch.cat([src, torch.full((3, 3), PAD)], dim=1)
@@ -73,8 +84,9 @@ def test_appended_source_padding_changes_nothing(attention: str) -> None:
     torch.testing.assert_close(longer_weights[..., :5], weights)
 
 
-def test_each_sentence_is_independent_of_its_batch() -> None:
-    model = make_model("general")
+@pytest.mark.parametrize("decoder", list(DECODERS))
+def test_each_sentence_is_independent_of_its_batch(decoder: str) -> None:
+    model = make_model("general", decoder=decoder)
     src, src_lens, tgt_in = make_batch()
     logits, _ = model(src, src_lens, tgt_in)
     for b in range(3):
@@ -108,9 +120,10 @@ def test_dropout_is_active_only_in_training() -> None:
     assert not torch.allclose(train_logits, eval_logits)
 
 
+@pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("attention", ["additive", "scaled_dot"])
-def test_greedy_batch_equals_one_by_one(attention: str) -> None:
-    model = make_model(attention)
+def test_greedy_batch_equals_one_by_one(attention: str, decoder: str) -> None:
+    model = make_model(attention, decoder=decoder)
     src, src_lens, _ = make_batch()
     batch = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
     for b in range(3):
@@ -139,11 +152,106 @@ def test_greedy_follows_the_argmax_of_decode_step() -> None:
                 assert int(hypotheses.tokens[b, t]) == int(prev[b])
 
 
+@pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_skipping_the_weights_changes_no_logit(attention: str) -> None:
-    model = make_model(attention)
+def test_skipping_the_weights_changes_no_logit(attention: str, decoder: str) -> None:
+    model = make_model(attention, decoder=decoder)
     src, src_lens, tgt_in = make_batch()
     logits, weights = model(src, src_lens, tgt_in)
     fast_logits, no_weights = model(src, src_lens, tgt_in, need_weights=False)
     assert weights is not None and no_weights is None
     torch.testing.assert_close(fast_logits, logits)
+
+
+def stepwise_luong_reference(
+    model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Luong et al. (2015) written out one step at a time, from the model's own parameters:
+    h_t = GRUCell(e_{t-1}, h_{t-1}); weights_t = softmax over real keys of score(h_t, keys);
+    c_t = weights_t · memory; logits_t = W_o [h_t; c_t; e_{t-1}] + b_o."""
+    decoder = model.decoder
+    memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
+    keys = decoder.key_projection(memory)  # (B, S, H)
+    hidden = torch.tanh(decoder.bridge(summary))  # (B, H)
+    is_real = torch.arange(src.shape[1])[None, :] < src_lens[:, None]  # (B, S)
+    all_logits, all_weights = [], []
+    for t in range(tgt_in.shape[1]):
+        embedded = decoder.embedding(tgt_in[:, t])  # (B, E)
+        hidden = decoder.cell(embedded, hidden)  # (B, H)
+        scores = decoder.attention.logits(hidden[:, None], decoder.attention.project_keys(keys))[
+            :, 0
+        ]  # (B, S)
+        weights = scores.masked_fill(~is_real, float("-inf")).softmax(-1)  # (B, S)
+        context = torch.bmm(weights[:, None], memory)[:, 0]  # (B,1,S) @ (B,S,M) -> (B, M)
+        features = torch.cat([hidden, context, embedded], dim=-1)  # (B, H + M + E)
+        all_logits.append(decoder.output_layer(features))  # (B, V)
+        all_weights.append(weights)
+    return torch.stack(all_logits, 1), torch.stack(all_weights, 1)  # (B, T, V), (B, T, S)
+
+
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_luong_parallel_path_equals_a_stepwise_reference(attention: str) -> None:
+    model = make_model(attention, decoder="luong", encoder_hidden_size=5)  # keys projected 10 -> 16
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)  # one RNN call, one batched attention
+    ref_logits, ref_weights = stepwise_luong_reference(model, src, src_lens, tgt_in)
+    torch.testing.assert_close(logits, ref_logits)
+    assert weights is not None
+    torch.testing.assert_close(weights, ref_weights)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{"temperature": 0.5}, {"temperature": "learnable"}, {"bias": True}, {"layer_norm": True}],
+    ids=["temperature", "learnable", "bias", "layer_norm"],
+)
+def test_luong_decoder_keeps_the_attention_knobs(knobs: dict[str, object]) -> None:
+    factory = partial(AdditiveAttention, num_hiddens=12, **knobs)
+    if set(knobs) == {"temperature"}:  # every scoring function has a temperature; try another
+        factory = partial(MultiplicativeAttention, **knobs)
+    torch.manual_seed(0)
+    model = Seq2Seq(13, 11, factory, embedding_size=8, hidden_size=16, decoder=LuongDecoder).eval()
+    src, src_lens, tgt_in = make_batch()
+    logits, _ = model(src, src_lens, tgt_in)
+    ref_logits, _ = stepwise_luong_reference(model, src, src_lens, tgt_in)
+    torch.testing.assert_close(logits, ref_logits)
+
+
+def test_luong_cell_input_is_the_embedding_alone() -> None:
+    bahdanau, luong = make_model(decoder="bahdanau"), make_model(decoder="luong")
+    assert bahdanau.decoder.cell.input_size == 8 + 16  # [e; c]
+    assert luong.decoder.cell.input_size == 8  # e only: no input feeding
+    # Everything else has the same parameters, so a config switches between them.
+    shapes = {name: p.shape for name, p in luong.named_parameters() if "cell.weight_ih" not in name}
+    assert shapes == {
+        name: p.shape for name, p in bahdanau.named_parameters() if "cell.weight_ih" not in name
+    }
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_luong_beam_one_is_greedy(attention: str, lstm: bool) -> None:
+    model = make_model(attention, lstm, decoder="luong")
+    src, src_lens, _ = make_batch()
+    greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
+    beam = beam_search(
+        model, src, src_lens, BOS, EOS, PAD, beam_size=1, length_penalty=0.0, max_len_a=1.0,
+        max_len_b=3,
+    ).best  # fmt: skip
+    assert torch.equal(beam.tokens, greedy.tokens)
+    assert torch.equal(beam.lengths, greedy.lengths)
+    torch.testing.assert_close(beam.attention, greedy.attention)
+
+
+def test_luong_gradients_match_the_stepwise_reference() -> None:
+    model = make_model("general", decoder="luong").train()
+    model.apply(
+        lambda module: setattr(module, "p", 0.0) if isinstance(module, nn.Dropout) else None
+    )
+    src, src_lens, tgt_in = make_batch()
+    logits, _ = model(src, src_lens, tgt_in, need_weights=False)
+    grads = torch.autograd.grad(logits.square().sum(), list(model.decoder.parameters()))
+    ref_logits, _ = stepwise_luong_reference(model, src, src_lens, tgt_in)
+    ref_grads = torch.autograd.grad(ref_logits.square().sum(), list(model.decoder.parameters()))
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.bundle import load
+from seq2seq.bundle import build_model, load
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, encode_batch
 from seq2seq.data.toy import ToyTranslation
@@ -64,3 +64,36 @@ def test_onnx_encoder_and_decoder_step_match_eager(tiny_checkpoint: Path, tmp_pa
                 assert tokens[row, :length].tolist() == expected.tokens[row, :length].tolist()
     print(f"max |onnxruntime - eager| = {worst:.2e}")
     assert worst < 1e-4
+
+
+def test_onnx_export_of_a_luong_decoder_matches_eager(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    # decode_step is the whole interface the exported graphs need, so the Luong decoder's exports
+    # like the Bahdanau one; its teacher-forced parallel path is a training-time optimisation.
+    trained = load(tiny_checkpoint)
+    config = {
+        **trained.model_config,
+        "decoder": {"_target_": "seq2seq.decoder.LuongDecoder", "_partial_": True},
+    }
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    encoder_path, decoder_path = export_onnx(model, tmp_path)
+    encoder = ort.InferenceSession(str(encoder_path))
+    decoder_step = ort.InferenceSession(str(decoder_path))
+    sentences = [example.src for example in ToyTranslation(train_size=10).splits()["test"]][:7]
+    ids = encode_batch(trained.src_tokenizer, sentences)
+    src, src_lens = pad(ids), torch.tensor([len(seq) for seq in ids])
+    expected = greedy_search(model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, 2.0, 10)
+    tokens = onnx_greedy_search(
+        encoder,
+        decoder_step,
+        src.numpy(),
+        src_lens.numpy(),
+        BOS_ID,
+        EOS_ID,
+        max_len=int(expected.tokens.shape[1]),
+    )
+    for row in range(len(sentences)):
+        length = int(expected.lengths[row])
+        assert tokens[row, :length].tolist() == expected.tokens[row, :length].tolist()

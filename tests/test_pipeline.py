@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.decoder import LuongDecoder
 from seq2seq.pipeline import load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,33 @@ def test_every_option_composes_and_runs_fast_dev_run(
     )
     assert result["metrics"]["train/loss"] > 0
     assert 0 <= result["metrics"]["val/bleu"] <= 100
+
+
+@pytest.mark.parametrize("model", ["gru", "lstm"])
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_the_luong_decoder_composes_and_runs_fast_dev_run(
+    tmp_path: Path, attention: str, model: str
+) -> None:
+    result = run_training(
+        tmp_path,
+        [
+            f"attention={attention}",
+            f"model={model}",
+            "model.decoder=luong",
+            "trainer.fast_dev_run=true",
+        ],
+    )
+    assert result["metrics"]["train/loss"] > 0
+    assert 0 <= result["metrics"]["val/bleu"] <= 100
+
+
+def test_a_luong_checkpoint_reloads_as_a_luong_model(tmp_path: Path) -> None:
+    result = run_training(
+        tmp_path, ["model.decoder=luong", "trainer.max_epochs=1", "test_after_training=false"]
+    )
+    module = load_checkpoint(result["best_checkpoint"])
+    assert isinstance(module.model.decoder, LuongDecoder)
+    assert module.model_config["decoder"]["_target_"] == "seq2seq.decoder.LuongDecoder"
 
 
 def test_dot_product_with_a_narrow_encoder_trains(tmp_path: Path) -> None:
@@ -118,6 +146,7 @@ def test_unknown_option_and_key_fail_with_hydra_message(tmp_path: Path) -> None:
     for override, expected in [
         ("attention=foo", "Available options in 'attention'"),
         ("model.hiden_size=3", "hiden_size"),
+        ("model.decoder=foo", "Available options in 'model.decoder'"),
     ]:
         completed = subprocess.run(
             [sys.executable, "train.py", override, f"hydra.run.dir={tmp_path}"],

@@ -353,3 +353,53 @@ def test_invalid_beam_size_or_n_best_is_refused(beam_size: int, n_best: int, arg
     value = beam_size if argument == "beam_size" else n_best
     with pytest.raises(ValueError, match=rf"^{argument} must .*, got {value}\.$"):
         beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=beam_size, n_best=n_best)
+
+
+class RowCounting:
+    """Wraps a model and records how many rows each ``decode_step`` call decodes."""
+
+    def __init__(self, model: Seq2Seq) -> None:
+        self.model = model
+        self.rows: list[int] = []
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncodedSource, DecoderState]:
+        return self.model.encode(src, src_lens)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        self.rows.append(len(prev_tokens))
+        return self.model.decode_step(prev_tokens, state, source)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_done_sentences_leave_the_batch_and_the_outputs_do_not_change(beam_size: int) -> None:
+    # EOS is unlikely, so each sentence runs to its limit: 1, 3 and 7 tokens (max_len_a = 1).
+    model = make_model(7, eos_bias=-5.0)
+    src, src_lens = make_batch(7, [1, 3, 7])
+    counting = RowCounting(model)
+    if beam_size == 1:
+        batch = greedy_search(counting, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=0)
+    else:
+        batch = beam_search(
+            counting, src, src_lens, BOS, EOS, PAD, beam_size, max_len_a=1.0, max_len_b=0
+        ).best
+    # Three sentences for one step, two until the third step, then the longest alone.
+    assert counting.rows == [3 * beam_size] + [2 * beam_size] * 2 + [beam_size] * 4
+    assert batch.lengths.tolist() == [1, 3, 7]
+    for b in range(3):
+        n = int(src_lens[b])
+        if beam_size == 1:
+            alone = greedy_search(
+                model, src[b : b + 1, :n], src_lens[b : b + 1], BOS, EOS, PAD, 1.0, 0
+            )
+        else:
+            alone = beam_search(
+                model, src[b : b + 1, :n], src_lens[b : b + 1], BOS, EOS, PAD, beam_size,
+                max_len_a=1.0, max_len_b=0,
+            ).best  # fmt: skip
+        assert torch.equal(batch.tokens[b, :n], alone.tokens[0])
+        assert (batch.tokens[b, n:] == PAD).all() and (batch.attention[b, n:] == 0).all()
+        torch.testing.assert_close(
+            batch.attention[b, :n, :n], alone.attention[0], atol=1e-5, rtol=1e-5
+        )

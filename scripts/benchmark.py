@@ -1,0 +1,91 @@
+"""Training and decoding speed, memory and time to BLEU 95, side by side with Joey NMT if installed.
+
+    python scripts/benchmark.py --json OUT.json [options] -- HYDRA OVERRIDES
+
+The overrides are train.py's, e.g. the peers' reverse task (README, "Performance"):
+
+    python scripts/benchmark.py --json bench.json --plot docs/attention_cost.png -- \\
+        experiment=bench_reverse data=parallel data.root=DIR data.train=train data.val=dev \\
+        data.test=test data.src_lang=src data.tgt_lang=trg
+
+Writes OUT.json (medians with min and max, every run, the machine and its load) and prints a
+markdown table; ``--markdown`` also writes the table to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from seq2seq.benchmark import QUICK, BenchmarkOptions, run_benchmark, write_report
+from seq2seq.cli import check_writable, int_at_least, run
+
+log = logging.getLogger("seq2seq")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" in argv:
+        split = argv.index("--")
+        argv, overrides = argv[:split], argv[split + 1 :]
+    else:
+        overrides = []
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        usage="%(prog)s --json OUT.json [options] -- HYDRA_OVERRIDES",
+    )
+    parser.add_argument("--json", type=Path, required=True, help="write the report here")
+    parser.add_argument("--markdown", type=Path, help="also write the markdown table here")
+    parser.add_argument("--plot", type=Path, help="write the attention cost-vs-length plot here")
+    parser.add_argument(
+        "--peer",
+        choices=["auto", "joeynmt", "none"],
+        default="auto",
+        help="run the same work through Joey NMT (auto: when it is installed)",
+    )
+    parser.add_argument("--repeats", type=int_at_least(1), default=3, help="training runs each")
+    parser.add_argument("--decode-repeats", type=int_at_least(1), default=5)
+    parser.add_argument("--warmup-batches", type=int_at_least(0), default=20)
+    parser.add_argument(
+        "--val-every",
+        type=float,
+        default=0.25,
+        help="validate (for the time to BLEU 95) every this fraction of an epoch",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a few seconds' smoke test (CI), not a measurement"
+    )
+    args = parser.parse_args(argv)
+    if not 0 < args.val_every <= 1:
+        parser.error(f"--val-every must be in (0, 1], got {args.val_every}")
+    return args, overrides
+
+
+def main() -> int:
+    args, overrides = parse_args(sys.argv[1:])
+    check_writable(args.json, "the report")
+    if args.markdown:
+        check_writable(args.markdown, "the markdown table")
+    options = BenchmarkOptions(
+        repeats=args.repeats,
+        decode_repeats=args.decode_repeats,
+        warmup_batches=args.warmup_batches,
+        val_check_interval=args.val_every,
+        peer=args.peer,
+        plot=args.plot,
+    )
+    if args.quick:
+        options = BenchmarkOptions(**{**vars(options), **QUICK})
+    report = run_benchmark(overrides, options)
+    write_report(report, args.json)
+    if args.markdown:
+        args.markdown.write_text(report["markdown"], encoding="utf-8")
+    print(report["markdown"])
+    load = report["load_average_before"][0], report["load_average_after"][0]
+    print(f"load average (1 min) before {load[0]:.2f}, after {load[1]:.2f}; report: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,787 @@
+"""Speed and memory of training and decoding, measured the same way for us and for Joey NMT.
+
+Shape legend: B batch, S source length, T target length, H hidden size.
+
+``run_benchmark(overrides, ...)`` composes the Hydra config that ``train.py`` would, then measures,
+each in a fresh process (so start-up and peak memory are those of a real run):
+
+- training: steady-state target tokens/s and sentences/s after ``warmup_batches`` (validation time
+  excluded), start-up seconds (process start to the first training batch), peak RSS, and the
+  training seconds until dev BLEU first reaches ``bleu_target`` (dev is decoded greedily every
+  ``val_check_interval`` of an epoch; that time is not counted), and the final dev BLEU;
+- decoding, with the model that run trained: greedy and beam-5 sentences/s over the test split;
+- each scoring function's forward + backward time at B=64, H=256 and S=T in ``lengths``, with all
+  T queries at once (Luong) and one query per step (Bahdanau).
+
+Every figure is the median over ``repeats`` runs (training runs use seeds seed, seed + 1, ...),
+with the min and max. With ``peer="joeynmt"`` the same data, sizes, batch, optimizer and epochs
+run through Joey NMT 2.3 in the same invocation, interleaved with ours, and the report gives
+ours / theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import re
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from seq2seq.attention import Attention
+from seq2seq.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+ATTENTION_LENGTHS = (10, 25, 50, 100)
+# The keys the JSON promises (each a median); more are written beside them.
+HEADLINE = (
+    "train_tgt_tok_per_s",
+    "train_sent_per_s",
+    "startup_s",
+    "peak_rss_mb",
+    "greedy_sent_per_s",
+    "beam5_sent_per_s",
+    "time_to_bleu95_s",
+    "dev_bleu",
+)
+
+
+@dataclass
+class Spread:
+    """The median of some measurements, with their min and max."""
+
+    median: float | None
+    min: float | None
+    max: float | None
+    values: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Spread:
+        known = [value for value in values if value is not None]
+        if not known:
+            return cls(None, None, None, list(values))
+        return cls(statistics.median(known), min(known), max(known), list(values))
+
+    def text(self, digits: int = 0) -> str:
+        if self.median is None:
+            return "n/a"
+        if self.min == self.max:
+            return f"{self.median:,.{digits}f}"
+        return f"{self.median:,.{digits}f} ({self.min:,.{digits}f}–{self.max:,.{digits}f})"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def in_fresh_process(job: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run ``job(*args)`` in a new Python process (imports included) and return its result."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(job, args)
+
+
+# --- ours ------------------------------------------------------------------------------------
+
+
+def compose_config(overrides: Sequence[str], run_dir: Path) -> Any:
+    """The config ``python train.py OVERRIDES`` would run, writing into ``run_dir``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, f"run_dir={run_dir}"])
+    except HydraException as error:
+        raise ConfigError(
+            f"the Hydra overrides after -- do not compose: {error} Pass overrides as train.py "
+            "takes them, e.g. -- experiment=bench_reverse data=parallel data.root=DIR ..."
+        ) from None
+    from seq2seq.pipeline import missing_keys
+
+    missing = missing_keys(cfg)
+    if missing:
+        raise ConfigError(
+            f"the benchmark's config needs a value for {', '.join(missing)}; add it after --, "
+            f"e.g. {missing[0]}=VALUE."
+        )
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def train_and_decode(
+    config: dict[str, Any],
+    started: float,
+    warmup_batches: int,
+    val_check_interval: float,
+    bleu_target: float,
+    decode_repeats: int,
+    decode_batch_size: int,
+) -> dict[str, Any]:
+    """One training run as train.py does it (same modules, same Lightning loop), timed; then the
+    trained model decodes the test split. Runs in a fresh process (``in_fresh_process``)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from seq2seq.bundle import TrainedModel, build_model
+    from seq2seq.lit_module import LitSeq2Seq
+    from seq2seq.pipeline import build_model_config
+    from seq2seq.translator import Translator
+
+    cfg = OmegaConf.create(config)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    datamodule = instantiate(cfg.data.module)
+    datamodule.setup("fit")
+    model_config = build_model_config(
+        cfg, datamodule.src_tokenizer.get_vocab_size(), datamodule.tgt_tokenizer.get_vocab_size()
+    )
+    module = LitSeq2Seq(
+        model=build_model(model_config),
+        src_tokenizer=datamodule.src_tokenizer,
+        tgt_tokenizer=datamodule.tgt_tokenizer,
+        model_config=model_config,
+        optimizer=instantiate(cfg.optim.optimizer),
+        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+        grad_clip=cfg.optim.grad_clip,
+        max_len_a=cfg.decoding.max_len_a,
+        max_len_b=cfg.decoding.max_len_b,
+        bleu_tokenize=cfg.data.bleu_tokenize,
+    )
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    clock = TrainingClock(started, warmup_batches)
+    trainer = pl.Trainer(
+        # Validation writes val_hypotheses.txt there: the benchmark's scratch directory.
+        default_root_dir=cfg.run_dir,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=cfg.trainer.max_epochs,
+        precision=cfg.trainer.precision,
+        val_check_interval=val_check_interval,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        callbacks=[clock],
+    )
+    trainer.fit(module, datamodule=datamodule)
+    result = clock.summary(bleu_target)
+    result["peak_rss_mb"] = peak_rss_mb()  # of training: decoding below allocates less
+
+    translator = Translator(
+        TrainedModel(
+            module.model.eval(),
+            datamodule.src_tokenizer,
+            datamodule.tgt_tokenizer,
+            model_config,
+            {
+                "max_len_a": cfg.decoding.max_len_a,
+                "max_len_b": cfg.decoding.max_len_b,
+                "max_src_len": cfg.decoding.max_src_len,
+            },
+        )
+    )
+    split = "test" if "test" in datamodule.datasets else "val"
+    sentences = [example.src_text for example in datamodule.datasets[split].examples]
+    for name, beam_size in [("greedy", 1), ("beam5", 5)]:
+        rates = []
+        for _ in range(decode_repeats):
+            start = time.perf_counter()
+            translator.translate(sentences, beam_size=beam_size, batch_size=decode_batch_size)
+            rates.append(len(sentences) / (time.perf_counter() - start))
+        result[f"{name}_sent_per_s"] = statistics.median(rates)
+    result["decode_sentences"] = len(sentences)
+    return result
+
+
+class TrainingClock(pl.Callback):
+    """Times training batches, leaving out the first ``warmup_batches`` and every validation.
+
+    The time of a batch runs from the end of the previous one (so data loading counts) to its
+    own end; the first batch after a validation is timed from the end of that validation.
+    """
+
+    def __init__(self, started: float, warmup_batches: int) -> None:
+        self.started = started  # time.time() when the parent started this process
+        self.warmup_batches = warmup_batches
+        self.first_batch: float | None = None
+        self.last_end: float | None = None
+        self.batches = 0
+        self.tokens = 0
+        self.sentences = 0
+        self.seconds = 0.0  # steady state: after the warm-up, without validation
+        self.train_seconds = 0.0  # all training so far, without validation
+        self.validations: list[tuple[float, float]] = []  # (training seconds, dev BLEU)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, _: int) -> None:
+        if self.first_batch is None:
+            self.first_batch = time.time()  # wall clock, comparable with the parent's
+            self.last_end = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, _: int
+    ) -> None:
+        now = time.perf_counter()
+        assert self.last_end is not None
+        elapsed, self.last_end = now - self.last_end, now
+        self.train_seconds += elapsed
+        self.batches += 1
+        if self.batches > self.warmup_batches:
+            self.seconds += elapsed
+            self.tokens += int(batch.tgt_lens.sum())
+            self.sentences += len(batch.tgt_lens)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        bleu = trainer.callback_metrics.get("val/bleu")
+        if bleu is not None:
+            self.validations.append((self.train_seconds, float(bleu)))
+        self.last_end = time.perf_counter()  # the next batch is timed from here
+
+    def summary(self, bleu_target: float) -> dict[str, Any]:
+        assert self.first_batch is not None, "no training batch ran"
+        startup = self.first_batch - self.started
+        reached = [seconds for seconds, bleu in self.validations if bleu >= bleu_target]
+        return {
+            "train_tgt_tok_per_s": self.tokens / self.seconds if self.seconds else None,
+            "train_sent_per_s": self.sentences / self.seconds if self.seconds else None,
+            "startup_s": startup,
+            "train_seconds": self.train_seconds,
+            "time_to_bleu95_s": startup + reached[0] if reached else None,
+            "dev_bleu": self.validations[-1][1] if self.validations else None,
+            "validations": self.validations,
+        }
+
+
+def _train_job(config: dict[str, Any], options: dict[str, Any], started: float) -> dict[str, Any]:
+    """``train_and_decode`` in a fresh process, started at ``started`` (time.time())."""
+    logging.disable(logging.INFO)  # Lightning's and the data module's messages
+    return train_and_decode(config, started, **options)
+
+
+# --- scoring functions -------------------------------------------------------------------------
+
+
+def attention_costs(
+    lengths: Sequence[int] = ATTENTION_LENGTHS,
+    batch_size: int = 64,
+    hidden_size: int = 256,
+    repeats: int = 5,
+    threads: int | None = None,
+) -> dict[str, dict[str, dict[int, Spread]]]:
+    """Forward + backward milliseconds of every scoring function: cost[mode][name][length].
+
+    ``parallel``: all T queries (B, T, H) attend at once, as in the Luong decoder; ``stepwise``:
+    T calls with one query (B, 1, H) each against keys projected once, as in the Bahdanau decoder.
+    Queries, keys and values are (B, L, H) with L = S = T, and a random half of the sentences is
+    padded to 60 % of L.
+    """
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    if threads:
+        torch.set_num_threads(threads)
+    costs: dict[str, dict[str, dict[int, Spread]]] = {"parallel": {}, "stepwise": {}}
+    for path in sorted((CONF_DIR / "attention").glob("*.yaml")):
+        # The option as train.py builds it, with its ${model.hidden_size} resolved to ours.
+        config = OmegaConf.merge(
+            {"model": {"hidden_size": hidden_size}}, {"attention": OmegaConf.load(path)}
+        )
+        factory = instantiate(config.attention)
+        torch.manual_seed(0)
+        attention = factory(query_size=hidden_size, key_size=hidden_size)
+        for mode in costs:
+            costs[mode][path.stem] = {}
+        for length in lengths:
+            generator = torch.Generator().manual_seed(length)
+            queries = torch.randn(batch_size, length, hidden_size, generator=generator)
+            memory = torch.randn(batch_size, length, hidden_size, generator=generator)
+            valid_lens = torch.full((batch_size,), length)
+            valid_lens[torch.rand(batch_size, generator=generator) < 0.5] = max(1, length * 3 // 5)
+            for mode, run in [("parallel", _parallel_attention), ("stepwise", _stepwise_attention)]:
+                times = []
+                for repeat in range(repeats + 1):  # the first is a warm-up
+                    q, m = queries.clone().requires_grad_(), memory.clone().requires_grad_()
+                    start = time.perf_counter()
+                    run(attention, q, m, valid_lens).sum().backward()
+                    if repeat:
+                        times.append(1000 * (time.perf_counter() - start))
+                costs[mode][path.stem][length] = Spread.of(times)
+    return costs
+
+
+def _parallel_attention(
+    attention: Attention, queries: Tensor, memory: Tensor, valid_lens: Tensor
+) -> Tensor:
+    return attention.context(queries, memory, memory, valid_lens)  # (B, T, H)
+
+
+def _stepwise_attention(
+    attention: Attention, queries: Tensor, memory: Tensor, valid_lens: Tensor
+) -> Tensor:
+    projected_keys = attention.project_keys(memory)  # once per batch, as the decoder does
+    contexts = [
+        attention.context(
+            queries[:, t : t + 1], memory, memory, valid_lens, projected_keys=projected_keys
+        )
+        for t in range(queries.shape[1])
+    ]
+    return torch.cat(contexts, dim=1)  # T x (B, 1, H) -> (B, T, H)
+
+
+# --- Joey NMT ------------------------------------------------------------------------------------
+
+# Joey NMT's name for the scoring function nearest to each of ours: it has additive ("bahdanau")
+# and bilinear ("luong", Luong's general); dot products have no counterpart, so they are compared
+# with its bilinear one, as PEERS.md does.
+JOEY_ATTENTION = {
+    "seq2seq.attention.AdditiveAttention": "bahdanau",
+    "seq2seq.attention.MultiplicativeAttention": "luong",
+    "seq2seq.attention.DotProductAttention": "luong",
+}
+
+
+def joeynmt_available() -> bool:
+    try:
+        import joeynmt  # noqa: F401
+    except Exception:  # any import failure (missing package, broken dependency) means "absent"
+        return False
+    return True
+
+
+def joey_config(
+    config: dict[str, Any], work_dir: Path, decode_batch_size: int = 64
+) -> dict[str, Any]:
+    """The Joey NMT 2.3 config of the same work as ours: data files, sizes, batch, optimizer,
+    epochs (no validation while training; dev and test are decoded afterwards, in batches of
+    ``decode_batch_size`` sentences as ours are)."""
+    data, model = config["data"], config["model"]
+    corpus = data["corpus"]
+    if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
+        raise ConfigError(
+            "--peer joeynmt needs files it can read: run with data=parallel data.root=DIR ... "
+            "(e.g. the peers' reverse task, see README 'Performance'), or pass --peer none."
+        )
+    root = Path(corpus["root"])
+    embedding = {
+        "embedding_dim": model["embedding_size"],
+        "scale": False,
+        "dropout": model["dropout"],
+    }
+    side = {"level": "word", "lowercase": False, "max_length": 100, "voc_min_freq": 1}
+    encoder_hidden = model["encoder_hidden_size"] or model["hidden_size"] // 2
+    return {
+        "name": "benchmark",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(work_dir / "joeynmt"),
+        "use_cuda": False,
+        "fp16": False,
+        "random_seed": config["seed"],
+        "data": {
+            "train": str(root / corpus["train"]),
+            "dev": str(root / corpus["val"]),
+            "test": str(root / corpus["test"]),
+            "dataset_type": "plain",
+            "src": {"lang": corpus["src_lang"], **side},
+            "trg": {"lang": corpus["tgt_lang"], **side},
+        },
+        "testing": {
+            "n_best": 1,
+            "beam_size": 1,
+            "beam_alpha": -1,
+            "batch_size": decode_batch_size,
+            "batch_type": "sentence",
+            "max_output_length": 60,
+            "eval_metrics": ["bleu"],
+            "sacrebleu_cfg": {"tokenize": "none"},
+        },
+        "training": {
+            "optimizer": "adam",
+            "adam_betas": [0.9, 0.999],
+            "learning_rate": config["optim"]["optimizer"]["lr"],
+            # Joey rejects no scheduler; a factor of 1 keeps the learning rate constant.
+            "scheduling": "exponential",
+            "decrease_factor": 1.0,
+            "clip_grad_norm": config["optim"]["grad_clip"] or 0.0,
+            "loss": "crossentropy",
+            "normalization": "batch",
+            "batch_size": data["batch_size"],
+            "batch_type": "sentence",
+            "epochs": config["trainer"]["max_epochs"],
+            "shuffle": True,
+            "num_workers": 0,
+            "validation_freq": 10**9,
+            "logging_freq": 25,
+            "early_stopping_metric": "loss",
+            "keep_best_ckpts": 1,
+            "keep_last_ckpts": 1,
+            "overwrite": True,
+            "print_valid_sents": [],
+        },
+        "model": {
+            "initializer": "xavier_uniform",
+            "embed_initializer": "normal",
+            "embed_init_weight": 0.1,
+            "bias_initializer": "zeros",
+            "tied_embeddings": False,
+            "tied_softmax": False,
+            "encoder": {
+                "type": "recurrent",
+                "rnn_type": "gru",
+                "embeddings": embedding,
+                "hidden_size": encoder_hidden,
+                "bidirectional": True,
+                "dropout": model["dropout"],
+                "num_layers": model["encoder_layers"],
+            },
+            "decoder": {
+                "type": "recurrent",
+                "rnn_type": "gru",
+                "embeddings": embedding,
+                "hidden_size": model["hidden_size"],
+                "dropout": model["dropout"],
+                "hidden_dropout": model["dropout"],
+                "num_layers": 1,
+                "input_feeding": False,
+                "init_hidden": "last",
+                "attention": JOEY_ATTENTION[config["attention"]["_target_"]],
+            },
+        },
+    }
+
+
+class _JoeyRates(logging.Handler):
+    """Collects the "Tokens per Sec" Joey NMT logs every ``logging_freq`` updates."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.rates: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = re.search(r"Tokens per Sec:\s+([0-9.]+)", record.getMessage())
+        if match:
+            self.rates.append(float(match.group(1)))
+
+
+def _joey_job(
+    config: dict[str, Any], decode_repeats: int, threads: int | None, started: float
+) -> dict[str, Any]:
+    """Joey NMT's own training loop (as ``joeynmt.training.train`` runs it), then its decoding
+    of dev (BLEU) and test (speed) with the model in memory. Runs in a fresh process started at
+    ``started`` (time.time()), with our ``threads`` setting (Joey NMT has none of its own)."""
+    if threads:
+        torch.set_num_threads(threads)
+    from joeynmt.config import parse_global_args, set_validation_args
+    from joeynmt.prediction import predict, prepare
+    from joeynmt.training import TrainManager
+
+    rates = _JoeyRates()
+    logging.getLogger("joeynmt.training").addHandler(rates)
+    logging.getLogger("joeynmt").setLevel(logging.INFO)
+    for handler in logging.getLogger("joeynmt").handlers:
+        handler.setLevel(logging.WARNING)  # keep the console quiet; ``rates`` still hears all
+    Path(config["model_dir"]).mkdir(parents=True, exist_ok=True)  # joeynmt's CLI makes it
+    args = parse_global_args(config, rank=0, mode="train")
+    model, train_data, dev_data, test_data = prepare(args, rank=0, mode="train")
+    trainer = TrainManager(
+        model=model,
+        model_dir=args.model_dir,
+        device=args.device,
+        n_gpu=args.n_gpu,
+        rank=0,
+        num_workers=args.num_workers,
+        autocast=args.autocast,
+        seed=args.seed,
+        train_args=args.train,
+        dev_args=set_validation_args(args.test),
+    )
+    startup = time.time() - started
+    ready = time.perf_counter()
+    trainer.train_and_validate(train_data=train_data, valid_data=dev_data)
+    result: dict[str, Any] = {
+        "startup_s": startup,
+        "train_seconds": time.perf_counter() - ready,
+        # The first window includes the warm-up; the rest are steady state.
+        "train_tgt_tok_per_s": statistics.median(rates.rates[1:] or rates.rates or [0.0]),
+        "train_sent_per_s": None,  # Joey logs tokens only
+        "peak_rss_mb": peak_rss_mb(),
+        "time_to_bleu95_s": None,  # would need validation inside Joey's timed run
+    }
+    model.eval()
+
+    def decode(data: Any, beam_size: int) -> tuple[float, dict[str, float]]:
+        start = time.perf_counter()
+        scores, *_ = predict(
+            model=model,
+            data=data,
+            device=args.device,
+            n_gpu=args.n_gpu,
+            compute_loss=False,
+            normalization=args.train.normalization,
+            num_workers=args.num_workers,
+            args=args.test._replace(beam_size=beam_size),
+            autocast=args.autocast,
+        )
+        return len(data) / (time.perf_counter() - start), scores
+
+    result["dev_bleu"] = decode(dev_data, 1)[1].get("bleu")
+    for name, beam_size in [("greedy", 1), ("beam5", 5)]:
+        speeds = [decode(test_data, beam_size)[0] for _ in range(decode_repeats)]
+        result[f"{name}_sent_per_s"] = statistics.median(speeds)
+    return result
+
+
+# --- the whole benchmark -----------------------------------------------------------------------
+
+
+@dataclass
+class BenchmarkOptions:
+    """How much to measure; ``quick`` sizes suit a CI smoke test, not a report."""
+
+    repeats: int = 3
+    decode_repeats: int = 5
+    warmup_batches: int = 20
+    val_check_interval: float = 0.25
+    bleu_target: float = 95.0
+    decode_batch_size: int = 64
+    attention_lengths: tuple[int, ...] = ATTENTION_LENGTHS
+    attention_repeats: int = 10
+    peer: str = "auto"  # "auto" (Joey NMT when importable), "joeynmt" or "none"
+    plot: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "decode_repeats", "attention_repeats", "decode_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1.")
+        if self.warmup_batches < 0:
+            raise ConfigError("--warmup-batches must be 0 or more.")
+        if self.peer not in ("auto", "joeynmt", "none"):
+            raise ConfigError(f"--peer must be auto, joeynmt or none, got {self.peer!r}.")
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average": os.getloadavg(),
+    }
+
+
+def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[str, Any]:
+    """Measure ours (and the peer's) on the config ``overrides`` compose; see the module doc."""
+    with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as scratch:
+        work_dir = Path(scratch)
+        config = compose_config(overrides, work_dir / "run")
+        # "auto" compares only where Joey NMT can: installed, and data it can read from files.
+        reads_files = str(config["data"]["corpus"].get("_target_", "")).endswith("ParallelCorpus")
+        use_peer = options.peer == "joeynmt" or (
+            options.peer == "auto" and reads_files and joeynmt_available()
+        )
+        if options.peer == "joeynmt" and not joeynmt_available():
+            raise ConfigError(
+                "--peer joeynmt: Joey NMT cannot be imported. Install it over your torch with "
+                "pip install joeynmt==2.3.0 importlib_metadata (see README 'Performance'), or "
+                "pass --peer none."
+            )
+        peer_config = joey_config(config, work_dir, options.decode_batch_size) if use_peer else None
+        load_before = os.getloadavg()
+        ours: list[dict[str, Any]] = []
+        theirs: list[dict[str, Any]] = []
+        job_options = {
+            "warmup_batches": options.warmup_batches,
+            "val_check_interval": options.val_check_interval,
+            "bleu_target": options.bleu_target,
+            "decode_repeats": options.decode_repeats,
+            "decode_batch_size": options.decode_batch_size,
+        }
+        # Ours and the peer's runs alternate, so drift in the machine's speed hits both alike.
+        for repeat in range(options.repeats):
+            seeded = {**config, "seed": config["seed"] + repeat}
+            log.info("repeat %d/%d: seq2seq", repeat + 1, options.repeats)
+            ours.append(in_fresh_process(_train_job, seeded, job_options, time.time()))
+            if peer_config is not None:
+                log.info("repeat %d/%d: Joey NMT", repeat + 1, options.repeats)
+                peer_seeded = {**peer_config, "random_seed": peer_config["random_seed"] + repeat}
+                theirs.append(
+                    in_fresh_process(
+                        _joey_job,
+                        peer_seeded,
+                        options.decode_repeats,
+                        config.get("threads"),
+                        time.time(),
+                    )
+                )
+        log.info("scoring functions: forward + backward")
+        costs = attention_costs(
+            options.attention_lengths,
+            repeats=options.attention_repeats,
+            threads=config.get("threads"),
+        )
+    report: dict[str, Any] = {
+        "overrides": list(overrides),
+        "machine": machine(),
+        "load_average_before": load_before,
+        "repeats": options.repeats,
+        "warmup_batches": options.warmup_batches,
+        "model": {
+            "decoder": config["model"]["decoder"]["_target_"],
+            "attention": config["attention"]["_target_"],
+        },
+        "ours_runs": ours,
+        "attention_ms": {
+            mode: {
+                name: {str(length): vars(spread) for length, spread in by_length.items()}
+                for name, by_length in by_name.items()
+            }
+            for mode, by_name in costs.items()
+        },
+    }
+    for key in HEADLINE:
+        spread = Spread.of([run.get(key) for run in ours])
+        report[key] = spread.median
+        report[f"{key}_min"], report[f"{key}_max"] = spread.min, spread.max
+    if peer_config is not None:
+        peer: dict[str, Any] = {
+            "name": "joeynmt",
+            "attention": peer_config["model"]["decoder"]["attention"],
+            "runs": theirs,
+        }
+        ratios = {}
+        for key in HEADLINE:
+            peer[key] = Spread.of([run.get(key) for run in theirs]).median
+            if report[key] and peer[key]:
+                # Above 1 means we are better: ours / theirs for rates and BLEU, theirs / ours
+                # for memory and seconds.
+                lower_is_better = key in ("peak_rss_mb", "time_to_bleu95_s", "startup_s")
+                ratios[key] = (
+                    peer[key] / report[key] if lower_is_better else report[key] / peer[key]
+                )
+        report["peer"] = peer
+        report["ratio_vs_peer"] = ratios
+    report["load_average_after"] = os.getloadavg()
+    report["markdown"] = markdown_table(report, costs)
+    if options.plot is not None:
+        plot_attention_costs(costs, options.plot)
+        report["plot"] = str(options.plot)
+    return report
+
+
+def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, Spread]]]) -> str:
+    """The report as markdown: a table of ours (and the peer's) and one of the scoring costs."""
+    ours = report["ours_runs"]
+    theirs = report.get("peer", {}).get("runs", [])
+    decoder = report["model"]["decoder"].rsplit(".", 1)[-1]
+    attention = report["model"]["attention"].rsplit(".", 1)[-1]
+    rows = [
+        ("train target tok/s", "train_tgt_tok_per_s", 0),
+        ("train sentences/s", "train_sent_per_s", 0),
+        ("start-up s", "startup_s", 1),
+        ("peak RSS MB (training)", "peak_rss_mb", 0),
+        ("greedy sentences/s", "greedy_sent_per_s", 0),
+        ("beam-5 sentences/s", "beam5_sent_per_s", 0),
+        ("time to dev BLEU ≥ 95, s", "time_to_bleu95_s", 1),
+        ("dev BLEU at the end (greedy)", "dev_bleu", 1),
+    ]
+    header = f"| | seq2seq ({decoder}, {attention}) |"
+    rule = "|---|---|"
+    if theirs:
+        header += f" Joey NMT ({report['peer']['attention']}) | ratio |"
+        rule += "---|---|"
+    lines = [header, rule]
+    for label, key, digits in rows:
+        line = f"| {label} | {Spread.of([run.get(key) for run in ours]).text(digits)} |"
+        if theirs:
+            ratio = report["ratio_vs_peer"].get(key)
+            line += f" {Spread.of([run.get(key) for run in theirs]).text(digits)} |"
+            line += f" {ratio:.2f}× |" if ratio else " |"
+        lines.append(line)
+    lengths = sorted(
+        {length for by_name in costs.values() for spread in by_name.values() for length in spread}
+    )
+    lines += [
+        "",
+        "Scoring functions, forward + backward ms at B=64, H=256, S=T=L (median of the repeats):",
+        "",
+    ]
+    lines.append("| scoring | mode | " + " | ".join(f"L={length}" for length in lengths) + " |")
+    lines.append("|---|---|" + "---|" * len(lengths))
+    for mode, by_name in costs.items():
+        for name, by_length in by_name.items():
+            cells = " | ".join(f"{by_length[length].median:.2f}" for length in lengths)
+            lines.append(f"| {name} | {mode} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_attention_costs(costs: dict[str, dict[str, dict[int, Spread]]], path: Path) -> None:
+    """Forward + backward ms against L for every scoring function, both modes, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4.2))
+    for mode, style in [("parallel", "-"), ("stepwise", "--")]:
+        for index, (name, by_length) in enumerate(costs[mode].items()):
+            lengths = sorted(by_length)
+            axis.plot(
+                lengths,
+                [by_length[length].median or 0.0 for length in lengths],
+                style,
+                marker="o",
+                color=f"C{index}",
+                label=f"{name} ({mode})",
+            )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("S = T (tokens)")
+    axis.set_ylabel("forward + backward, ms")
+    axis.set_title("Attention cost vs length (B=64, H=256)")
+    axis.legend(fontsize=7, ncol=2)
+    axis.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(report: dict[str, Any], json_path: Path) -> None:
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+# A smoke test of every code path in seconds (CI), not a measurement.
+QUICK = {
+    "repeats": 1,
+    "decode_repeats": 1,
+    "warmup_batches": 1,
+    "val_check_interval": 1.0,
+    "attention_lengths": (10, 25),
+    "attention_repeats": 1,
+}
