@@ -192,6 +192,9 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
     attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
     model = choices.get("model") or cfg.model.rnn._target_.rsplit(".", 1)[-1].lower()
     data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()
+    # BahdanauDecoder -> bahdanau; named only when it is not the default, so names stay short.
+    decoder = cfg.model.decoder._target_.rsplit(".", 1)[-1].removesuffix("Decoder").lower()
+    model_name = model if decoder == "bahdanau" else f"{model}-{decoder}"
     if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
         cfg = cfg.copy()
         with open_dict(cfg):
@@ -199,9 +202,9 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     return RunInfo(
-        name=f"{attention}-{model}-{data}",
+        name=f"{attention}-{model_name}-{data}",
         group=group,
-        tags=(str(attention), str(model), str(data)),
+        tags=(str(attention), str(model), str(data), decoder),
         config={str(key): value for key, value in config.items()},
     )
 

@@ -139,8 +139,12 @@ def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: 
     try:
         HydraConfig.instance().set_config(config)
         run = describe_run(app_config)
-        assert (run.name, run.group, run.tags) == ("dot-lstm-toy", None, ("dot", "lstm", "toy"))
+        assert (run.name, run.group) == ("dot-lstm-toy", None)
+        assert run.tags == ("dot", "lstm", "toy", "bahdanau")
         assert run.config["attention"]["scaled"] is False  # the resolved config travels along
+        luong = app_config.copy()
+        luong.model.decoder._target_ = "seq2seq.decoder.LuongDecoder"
+        assert describe_run(luong).name == "dot-lstm-luong-toy"
         OmegaConf.set_readonly(config.hydra, False)
         config.hydra.mode = RunMode.MULTIRUN
         config.hydra.sweep.dir = "multirun/sweep-1"
