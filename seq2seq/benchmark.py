@@ -138,9 +138,8 @@ def train_and_decode(
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from seq2seq.bundle import TrainedModel, build_model
-    from seq2seq.lit_module import LitSeq2Seq
-    from seq2seq.pipeline import build_model_config
+    from seq2seq.bundle import TrainedModel
+    from seq2seq.pipeline import build_model_config, build_module
     from seq2seq.translator import Translator
 
     cfg = OmegaConf.create(config)
@@ -152,18 +151,7 @@ def train_and_decode(
     model_config = build_model_config(
         cfg, datamodule.src_tokenizer.get_vocab_size(), datamodule.tgt_tokenizer.get_vocab_size()
     )
-    module = LitSeq2Seq(
-        model=build_model(model_config),
-        src_tokenizer=datamodule.src_tokenizer,
-        tgt_tokenizer=datamodule.tgt_tokenizer,
-        model_config=model_config,
-        optimizer=instantiate(cfg.optim.optimizer),
-        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
-        grad_clip=cfg.optim.grad_clip,
-        max_len_a=cfg.decoding.max_len_a,
-        max_len_b=cfg.decoding.max_len_b,
-        bleu_tokenize=cfg.data.bleu_tokenize,
-    )
+    module = build_module(cfg, datamodule, model_config)
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     clock = TrainingClock(started, warmup_batches)
     trainer = pl.Trainer(

@@ -94,23 +94,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if resumed is not None:
         check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
     check_model_sizes(cfg)
-    module = LitSeq2Seq(
-        model=build_model(
-            model_config,
-            "the model.* and attention.* settings",
-            "Fix them on the command line (the defaults are in conf/model/ and conf/attention/).",
-        ),
-        src_tokenizer=datamodule.src_tokenizer,
-        tgt_tokenizer=datamodule.tgt_tokenizer,
-        model_config=model_config,
-        optimizer=instantiate(cfg.optim.optimizer),
-        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
-        grad_clip=cfg.optim.grad_clip,
-        max_len_a=cfg.decoding.max_len_a,
-        max_len_b=cfg.decoding.max_len_b,
-        max_src_len=cfg.decoding.max_src_len,
-        bleu_tokenize=cfg.data.bleu_tokenize,
-    )
+    module = build_module(cfg, datamodule, model_config)
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
@@ -176,6 +160,31 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+def build_module(
+    cfg: DictConfig, datamodule: Seq2SeqDataModule, model_config: dict[str, Any]
+) -> LitSeq2Seq:
+    """The LightningModule ``cfg`` describes: the model of ``model_config`` (``build_model_config``)
+    with ``datamodule``'s vocabularies, and the optimizer, schedule and decoding of ``cfg``."""
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    return LitSeq2Seq(
+        model=build_model(
+            model_config,
+            "the model.* and attention.* settings",
+            "Fix them on the command line (the defaults are in conf/model/ and conf/attention/).",
+        ),
+        src_tokenizer=datamodule.src_tokenizer,
+        tgt_tokenizer=datamodule.tgt_tokenizer,
+        model_config=model_config,
+        optimizer=instantiate(cfg.optim.optimizer),
+        scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
+        grad_clip=cfg.optim.grad_clip,
+        max_len_a=cfg.decoding.max_len_a,
+        max_len_b=cfg.decoding.max_len_b,
+        max_src_len=cfg.decoding.max_src_len,
+        bleu_tokenize=cfg.data.bleu_tokenize,
+    )
 
 
 def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
