@@ -14,7 +14,8 @@ from torch import nn
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.decoder import AttentionFactory, BahdanauDecoder, LuongDecoder
 from seq2seq.model import DecoderFactory, Seq2Seq
-from seq2seq.search import beam_search, greedy_search
+from seq2seq.search import greedy_search
+from tests.test_search import assert_beam_one_is_greedy
 
 ATTENTIONS: dict[str, AttentionFactory] = {
     "additive": partial(AdditiveAttention, num_hiddens=12),
@@ -233,14 +234,7 @@ def test_luong_cell_input_is_the_embedding_alone() -> None:
 def test_luong_beam_one_is_greedy(attention: str, lstm: bool) -> None:
     model = make_model(attention, lstm, decoder="luong")
     src, src_lens, _ = make_batch()
-    greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
-    beam = beam_search(
-        model, src, src_lens, BOS, EOS, PAD, beam_size=1, length_penalty=0.0, max_len_a=1.0,
-        max_len_b=3,
-    ).best  # fmt: skip
-    assert torch.equal(beam.tokens, greedy.tokens)
-    assert torch.equal(beam.lengths, greedy.lengths)
-    torch.testing.assert_close(beam.attention, greedy.attention)
+    assert_beam_one_is_greedy(model, src, src_lens)
 
 
 def test_luong_gradients_match_the_stepwise_reference() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from seq2seq.bundle import build_model, load
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, encode_batch
 from seq2seq.data.toy import ToyTranslation
+from seq2seq.model import Seq2Seq
 from seq2seq.onnx_export import export_onnx, onnx_greedy_search, run_session
 from seq2seq.search import greedy_search
 
@@ -49,19 +51,7 @@ def test_onnx_encoder_and_decoder_step_match_eager(tiny_checkpoint: Path, tmp_pa
             worst = max(worst, float(np.abs(onnx_logits - logits.numpy()).max()))
             worst = max(worst, float(np.abs(onnx_weights - weights.numpy()).max()))
 
-            expected = greedy_search(model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, 2.0, 10)
-            tokens = onnx_greedy_search(
-                encoder,
-                decoder_step,
-                src.numpy(),
-                src_lens.numpy(),
-                BOS_ID,
-                EOS_ID,
-                max_len=int(expected.tokens.shape[1]),
-            )
-            for row in range(batch_size):
-                length = int(expected.lengths[row])
-                assert tokens[row, :length].tolist() == expected.tokens[row, :length].tolist()
+            assert_onnx_greedy_is_eager_greedy(encoder, decoder_step, model, src, src_lens)
     print(f"max |onnxruntime - eager| = {worst:.2e}")
     assert worst < 1e-4
 
@@ -84,6 +74,13 @@ def test_onnx_export_of_a_luong_decoder_matches_eager(
     sentences = [example.src for example in ToyTranslation(train_size=10).splits()["test"]][:7]
     ids = encode_batch(trained.src_tokenizer, sentences)
     src, src_lens = pad(ids), torch.tensor([len(seq) for seq in ids])
+    assert_onnx_greedy_is_eager_greedy(encoder, decoder_step, model, src, src_lens)
+
+
+def assert_onnx_greedy_is_eager_greedy(
+    encoder: Any, decoder_step: Any, model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor
+) -> None:
+    """onnxruntime's greedy loop emits the eager model's tokens, up to each sentence's end."""
     expected = greedy_search(model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, 2.0, 10)
     tokens = onnx_greedy_search(
         encoder,
@@ -94,6 +91,6 @@ def test_onnx_export_of_a_luong_decoder_matches_eager(
         EOS_ID,
         max_len=int(expected.tokens.shape[1]),
     )
-    for row in range(len(sentences)):
+    for row in range(len(src)):
         length = int(expected.lengths[row])
         assert tokens[row, :length].tolist() == expected.tokens[row, :length].tolist()

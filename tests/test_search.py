@@ -109,6 +109,11 @@ def output_tokens(tokens: Tensor, length: Tensor) -> list[int]:
 def test_beam_size_one_is_greedy_without_length_penalty(attention: str, seed: int) -> None:
     model = make_model(seed, attention, eos_bias=1.0)
     src, src_lens = make_batch(seed, [6, 2, 4, 5])
+    assert_beam_one_is_greedy(model, src, src_lens)
+
+
+def assert_beam_one_is_greedy(model: Seq2Seq, src: Tensor, src_lens: Tensor) -> None:
+    """With no length penalty, a beam of one makes exactly greedy's choices (any decoder)."""
     greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
     beam = beam_search(
         model, src, src_lens, BOS, EOS, PAD, beam_size=1, length_penalty=0.0, max_len_a=1.0,
