@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
 
 LEARNABLE = "learnable"
@@ -82,7 +83,7 @@ class Attention(nn.Module):
 
     def __init__(self, dropout: float = 0.0, temperature: float | str = 1.0) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.log_temperature: nn.Parameter | None = None
         self.fixed_temperature = 1.0
         if temperature == LEARNABLE:
@@ -189,6 +190,31 @@ class AdditiveAttention(Attention):
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         features = torch.tanh(self.preactivations(queries, projected_keys))  # (B, Tq, Tk, A)
         return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
+
+    def context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> Tensor:
+        """The same context as ``forward``, through the sigmoid form of the score.
+
+        tanh(x) = 2σ(2x) - 1, so ``score = 2 w_vᵀσ(2x) - Σw_v``: the last term is the same for
+        every key, and the softmax ignores it. On the CPU, torch's float tanh costs about four
+        times its sigmoid, and this tanh over (B, Tq, Tk, A) is the dearest op of additive
+        attention, so training (which needs no weights) scores with ``2 w_vᵀσ(2x)``.
+        """
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)
+        doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
+        shifted = self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # score + Σw_v, (B, Tq, Tk)
+        if self.log_temperature is not None or self.fixed_temperature != 1.0:
+            shifted = shifted / self.temperature
+        weights = masked_softmax(shifted, valid_lens)  # (B, Tq, Tk)
+        return torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
 
 
 class DotProductAttention(Attention):

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError
+from seq2seq.runtime import tune_allocator
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ def train_and_decode(
 
     cfg = OmegaConf.create(config)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    tune_allocator()  # as train.py does
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     datamodule = instantiate(cfg.data.module)

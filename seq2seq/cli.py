@@ -12,6 +12,7 @@ from pathlib import Path
 from hydra.errors import InstantiationException
 
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime import tune_allocator
 
 log = logging.getLogger("seq2seq")
 
@@ -62,6 +63,7 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 def run(main: Callable[[], int]) -> None:
     """Run a script's ``main``: known errors become one paragraph on stderr and exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    tune_allocator()
     try:
         with exit_on_user_error():
             status = main()

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention
+from seq2seq.dropout import Dropout
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
@@ -76,7 +77,7 @@ class AttentionDecoder(nn.Module):
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
         # Dot products need keys of the query's size: project the memory once per batch.
         self.key_projection: nn.Module = (

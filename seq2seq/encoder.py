@@ -11,6 +11,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from seq2seq.dropout import Dropout
+
 RNNFactory = Callable[..., nn.GRU | nn.LSTM]
 
 
@@ -33,7 +35,7 @@ class RNNEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = rnn(
             input_size=embedding_size,
             hidden_size=hidden_size,

@@ -49,6 +49,7 @@ from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
 from seq2seq.loggers import RunInfo, csv_logger, finish
+from seq2seq.runtime import tune_allocator
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if is_rank_zero and resumed is None:  # a resumed run keeps the config.yaml it started with
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     pl.seed_everything(cfg.seed, workers=True)
+    tune_allocator()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 

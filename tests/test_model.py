@@ -13,6 +13,7 @@ from torch import nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
 from seq2seq.decoder import AttentionFactory, BahdanauDecoder, LuongDecoder
+from seq2seq.dropout import Dropout
 from seq2seq.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
 from tests.test_search import assert_beam_one_is_greedy
@@ -239,9 +240,7 @@ def test_luong_beam_one_is_greedy(attention: str, lstm: bool) -> None:
 
 def test_luong_gradients_match_the_stepwise_reference() -> None:
     model = make_model("general", decoder="luong").train()
-    model.apply(
-        lambda module: setattr(module, "p", 0.0) if isinstance(module, nn.Dropout) else None
-    )
+    model.apply(lambda module: setattr(module, "p", 0.0) if isinstance(module, Dropout) else None)
     src, src_lens, tgt_in = make_batch()
     logits, _ = model(src, src_lens, tgt_in, need_weights=False)
     grads = torch.autograd.grad(logits.square().sum(), list(model.decoder.parameters()))

@@ -1,0 +1,25 @@
+"""The allocator thresholds: set through mallopt on glibc, off on request."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+
+from seq2seq.runtime import tune_allocator
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
+)
+def test_mallopt_takes_effect_on_glibc() -> None:
+    assert tune_allocator()
+    # Allocation still works, before and after freeing large blocks.
+    for _ in range(3):
+        assert torch.ones(1_000_000).sum().item() == 1_000_000
+
+
+def test_environment_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEQ2SEQ_MALLOC_TUNING", "0")
+    assert not tune_allocator()
