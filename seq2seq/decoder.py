@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention
@@ -86,6 +87,7 @@ class AttentionDecoder(nn.Module):
             else nn.Identity()
         )
         self.embedding_size = embedding_size
+        self.memory_size = memory_size
         cell_input_size = embedding_size + (memory_size if self.feeds_context else 0)
         self.cell = cell(cell_input_size, hidden_size)
         self.is_lstm = isinstance(self.cell, nn.LSTMCell)
@@ -159,24 +161,63 @@ class AttentionDecoder(nn.Module):
 
 
 class BahdanauDecoder(AttentionDecoder):
-    """A GRU (or LSTM) cell stepped over the target, attending once per step before the cell."""
+    """A GRU (or LSTM) cell stepped over the target, attending once per step before the cell.
+
+    The cell's input is ``[e_{t-1}; c_t]``, so its input projection splits into an embedding part
+    and a context part: ``W_ih [e; c] = W_ie e + W_ic c``. The embedding part does not depend on
+    the attention, so teacher forcing computes it for all T steps in one GEMM before the loop,
+    and each step only adds ``W_ic c_t`` (``cell_gates``). The parameters are the cell's own, so
+    checkpoints are those of ``nn.GRUCell`` / ``nn.LSTMCell`` on ``[e; c]``.
+    """
 
     feeds_context = True
 
+    def split_input_weight(self) -> tuple[Tensor, Tensor]:
+        """The cell's input weight (G, E + M) as its embedding part (G, E) and context part (G, M).
+
+        Called once per batch: every step's use of the context part then adds into one gradient.
+        """
+        return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
+
+    def embedding_gates(self, embedded: Tensor, weight: Tensor) -> Tensor:
+        """W_ie e + b_ih, (..., E) -> (..., G): the part of the cell input without attention."""
+        return F.linear(embedded, weight, self.cell.bias_ih)
+
+    def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+        """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
+        ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
+        """
+        hidden = state[0]  # (B, H)
+        recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
+        if self.is_lstm:
+            # Gates i, f, g, o (PyTorch's order), each (B, H).
+            i, f, g, o = (input_gates + recurrent).chunk(4, dim=-1)
+            cell = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(cell), cell
+        # GRU gates r, z, n: r and z read input and state together, n reads r ⊙ (W_hn h + b_hn).
+        size = hidden.shape[-1]
+        both = torch.sigmoid(input_gates[:, : 2 * size] + recurrent[:, : 2 * size])  # (B, 2H)
+        reset, update = both.chunk(2, dim=-1)  # (B, H) each
+        new = torch.tanh(torch.addcmul(input_gates[:, 2 * size :], reset, recurrent[:, 2 * size :]))
+        return (torch.lerp(new, hidden, update),)  # n + z (h - n) = (1 - z) n + z h
+
     def step(
         self,
-        embedded: Tensor,
+        input_gates: Tensor,
         state: DecoderState,
         source: EncodedSource,
+        context_weight: Tensor,
         need_weights: bool = True,
     ) -> tuple[DecoderState, Tensor, Tensor | None]:
-        """One step: embedded (B, E) previous token -> new state, context (B, M), weights (B, S)."""
+        """One step from the previous token's ``embedding_gates`` (B, G) -> new state, context
+        (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
         context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
         context = context[:, 0]  # (B, M)
-        cell_input = torch.cat([embedded, context], dim=-1)  # (B, E + M)
+        # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
+        gates = torch.addmm(input_gates, context, context_weight.t())
         return (
-            self.step_cell(cell_input, state),
+            self.cell_gates(gates, state),
             context,
             None if weights is None else weights[:, 0],
         )
@@ -186,9 +227,14 @@ class BahdanauDecoder(AttentionDecoder):
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        embedding_weight, context_weight = self.split_input_weight()
+        # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
+        input_gates = self.embedding_gates(embedded, embedding_weight)
         hiddens, contexts, weights = [], [], []
         for t in range(tgt_in.shape[1]):
-            state, context, step_weights = self.step(embedded[:, t], state, source, need_weights)
+            state, context, step_weights = self.step(
+                input_gates[:, t], state, source, context_weight, need_weights
+            )
             hiddens.append(state[0])
             contexts.append(context)
             if step_weights is not None:
@@ -202,7 +248,9 @@ class BahdanauDecoder(AttentionDecoder):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
-        state, context, weights = self.step(embedded, state, source)
+        embedding_weight, context_weight = self.split_input_weight()
+        input_gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
+        state, context, weights = self.step(input_gates, state, source, context_weight)
         assert weights is not None  # asked for by default
         return self.output(state[0], context, embedded), state, weights
 

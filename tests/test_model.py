@@ -248,3 +248,42 @@ def test_luong_gradients_match_the_stepwise_reference() -> None:
     ref_grads = torch.autograd.grad(ref_logits.square().sum(), list(model.decoder.parameters()))
     for grad, ref_grad in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)
+
+
+def stepwise_bahdanau_reference(
+    model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor
+) -> torch.Tensor:
+    """Bahdanau et al. (2015) with the model's own ``nn.GRUCell`` / ``nn.LSTMCell`` on
+    ``[e_{t-1}; c_t]``: what the split input projection must equal. -> logits (B, T, V)."""
+    decoder = model.decoder
+    source, state = model.encode(src, src_lens)
+    all_logits = []
+    for t in range(tgt_in.shape[1]):
+        embedded = decoder.dropout(decoder.embedding(tgt_in[:, t]))  # (B, E)
+        context, _ = decoder.attend(state[0][:, None], source)  # (B, 1, M)
+        cell_input = torch.cat([embedded, context[:, 0]], dim=-1)  # (B, E + M)
+        if decoder.is_lstm:
+            state = tuple(decoder.cell(cell_input, (state[0], state[1])))
+        else:
+            state = (decoder.cell(cell_input, state[0]),)
+        all_logits.append(decoder.output(state[0], context[:, 0], embedded))  # (B, V)
+    return torch.stack(all_logits, 1)
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+@pytest.mark.parametrize("attention", ["additive", "general"])
+def test_bahdanau_split_input_projection_equals_the_cell(attention: str, lstm: bool) -> None:
+    """Teacher forcing computes W_ie e for all steps at once and adds W_ic c_t per step; the
+    logits and every gradient equal the cell applied to [e; c] step by step."""
+    model = make_model(attention, lstm, "bahdanau")
+    model.apply(lambda module: setattr(module, "p", 0.0) if isinstance(module, Dropout) else None)
+    model.train()
+    src, src_lens, tgt_in = make_batch()
+    logits, _ = model(src, src_lens, tgt_in, need_weights=False)
+    ref_logits = stepwise_bahdanau_reference(model, src, src_lens, tgt_in)
+    torch.testing.assert_close(logits, ref_logits)
+    params = list(model.parameters())
+    grads = torch.autograd.grad(logits.square().sum(), params)
+    ref_grads = torch.autograd.grad(ref_logits.square().sum(), params)
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)
