@@ -930,7 +930,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
             peer_configs["opennmt"] = onmt
             corpus = config["data"]["corpus"]
             test_src = str(
-                Path(corpus["root"]) / f"{corpus['test'] or corpus['val']}.{corpus['src_lang']}"
+                Path(corpus["root"]) / f"{corpus.get('test') or corpus['val']}.{corpus['src_lang']}"
             )
             build_opennmt_vocab(python, onmt, work_dir / "opennmt" / "vocab.yaml")
 
