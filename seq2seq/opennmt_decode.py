@@ -20,6 +20,7 @@ one rate per repeat), ``dev_hypotheses`` and ``test_sentences``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ def _engine(spec: dict[str, Any], beam_size: int) -> Any:
             "-batch_size", str(spec["batch_size"]),
             "-batch_type", "sents",
             "-max_length", str(spec["max_length"]),
+            "-output", os.devnull,  # it writes every prediction there (default: ./pred.txt)
         ]
     )  # fmt: skip
     # As onmt.bin.translate.translate does before building its engine.
