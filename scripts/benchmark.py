@@ -1,4 +1,4 @@
-"""Training and decoding speed, memory and time to BLEU 95, side by side with Joey NMT if installed.
+"""Training and decoding speed, memory and time to BLEU 95, beside Joey NMT and OpenNMT-py.
 
     python scripts/benchmark.py --json OUT.json [options] -- HYDRA OVERRIDES
 
@@ -19,7 +19,14 @@ import logging
 import sys
 from pathlib import Path
 
-from seq2seq.benchmark import QUICK, BenchmarkOptions, run_benchmark, write_report
+from seq2seq.benchmark import (
+    OPENNMT_PYTHON_ENV,
+    PEER_CHOICES,
+    QUICK,
+    BenchmarkOptions,
+    run_benchmark,
+    write_report,
+)
 from seq2seq.cli import check_writable, int_at_least, run
 
 log = logging.getLogger("seq2seq")
@@ -40,9 +47,20 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--plot", type=Path, help="write the attention cost-vs-length plot here")
     parser.add_argument(
         "--peer",
-        choices=["auto", "joeynmt", "none"],
+        choices=PEER_CHOICES,
         default="auto",
-        help="run the same work through Joey NMT (auto: when it is installed)",
+        help=(
+            "run the same work through Joey NMT (joeynmt), OpenNMT-py (opennmt) or both (all); "
+            "auto: every one installed that can read the data"
+        ),
+    )
+    parser.add_argument(
+        "--opennmt-python",
+        metavar="PATH",
+        help=(
+            f"the Python of OpenNMT-py's own environment (default: ${OPENNMT_PYTHON_ENV}, else "
+            "this Python if onmt_train lies beside it)"
+        ),
     )
     parser.add_argument("--repeats", type=int_at_least(1), default=3, help="training runs each")
     parser.add_argument("--decode-repeats", type=int_at_least(1), default=5)
@@ -73,6 +91,7 @@ def main() -> int:
         warmup_batches=args.warmup_batches,
         val_check_interval=args.val_every,
         peer=args.peer,
+        opennmt_python=args.opennmt_python,
         plot=args.plot,
     )
     if args.quick:

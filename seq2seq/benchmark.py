@@ -14,21 +14,26 @@ each in a fresh process (so start-up and peak memory are those of a real run):
   T queries at once (Luong) and one query per step (Bahdanau).
 
 Every figure is the median over ``repeats`` runs (training runs use seeds seed, seed + 1, ...),
-with the min and max. With ``peer="joeynmt"`` the same data, sizes, batch, optimizer and epochs
-run through Joey NMT 2.3 in the same invocation, interleaved with ours, and the report gives
-ours / theirs.
+with the min and max. With ``peer="joeynmt"``, ``"opennmt"`` or ``"all"`` the same data, sizes,
+batch, optimizer and epochs run through Joey NMT 2.3 (in-process, its own training loop) and/or
+OpenNMT-py 3.5.1 (its ``onmt_train`` and inference engine, run by the Python of its own
+environment) in the same invocation, interleaved with ours, and the report gives ours / theirs
+for each peer (``report["peers"]``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import multiprocessing
 import os
 import platform
 import re
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -538,7 +543,279 @@ def _joey_job(
     return result
 
 
+# --- OpenNMT-py ----------------------------------------------------------------------------------
+
+# OpenNMT-py 3.5.1 pins torch < 2.3, so it lives in an environment of its own (README
+# "Performance") and runs through that environment's Python, as subprocesses.
+OPENNMT_PYTHON_ENV = "SEQ2SEQ_OPENNMT_PYTHON"
+# OpenNMT-py's ``global_attention`` for each of our scoring functions: additive is its "mlp"
+# (Bahdanau), bilinear its "general"; it has no scaled dot product, so scaled_dot maps to "dot".
+OPENNMT_ATTENTION = {
+    "seq2seq.attention.AdditiveAttention": "mlp",
+    "seq2seq.attention.MultiplicativeAttention": "general",
+    "seq2seq.attention.DotProductAttention": "dot",
+}
+OPENNMT_INSTALL = (
+    "Install it side by side in its own environment (it pins an old torch): "
+    "python -m venv --system-site-packages VENV && VENV/bin/pip install --no-deps "
+    "OpenNMT-py==3.5.1 and its requirements, as README 'Performance' and PEERS.md describe; "
+    f"then pass --opennmt-python VENV/bin/python or set {OPENNMT_PYTHON_ENV}"
+)
+DECODE_MAX_LENGTH = 60  # the longest output either peer may decode (Joey's max_output_length)
+
+
+def opennmt_python(explicit: str | os.PathLike[str] | None = None) -> str | None:
+    """The Python that runs OpenNMT-py: ``explicit``, else $SEQ2SEQ_OPENNMT_PYTHON, else ours if
+    ``onmt_train`` lies beside it; None if none is given or found."""
+    chosen = explicit or os.environ.get(OPENNMT_PYTHON_ENV)
+    if chosen:
+        return str(chosen)
+    beside = Path(sys.executable).parent  # not resolved: a venv's python is a symlink
+    return sys.executable if (beside / "onmt_train").exists() else None
+
+
+def opennmt_available(python: str | None) -> bool:
+    """Whether ``python`` exists and imports OpenNMT-py (dependencies included)."""
+    if not python or not Path(python).is_file():
+        return False
+    try:
+        completed = subprocess.run(
+            [python, "-c", "import onmt"], capture_output=True, timeout=300, env=_opennmt_env(1)
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return completed.returncode == 0
+
+
+def _opennmt_env(threads: int | None) -> dict[str, str]:
+    """The environment of OpenNMT-py's processes: our thread count (it has no option of its own)
+    and permission to unpickle its own checkpoints under torch >= 2.6 (PEERS.md)."""
+    env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def opennmt_config(
+    config: dict[str, Any], work_dir: Path, report_every: int = 25
+) -> dict[str, Any]:
+    """The OpenNMT-py 3.5.1 config (its YAML, as a dict) of the same work as ours: data files,
+    sizes, batch, optimizer and as many updates as our epochs make; no validation while
+    training, a checkpoint at the end only, a training report every ``report_every`` updates.
+
+    As in PEERS.md: input feeding off (our decoders feed none), the whole corpus in one bucket
+    (``bucket_size`` 20000; the default of 262144 repeats a small corpus ~13 times per bucket)
+    and no DataLoader worker processes."""
+    data, model = config["data"], config["model"]
+    corpus = data["corpus"]
+    if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
+        raise ConfigError(
+            "--peer opennmt needs files it can read: run with data=parallel data.root=DIR ... "
+            "(e.g. the peers' reverse task, see README 'Performance'), or pass --peer none."
+        )
+    root = Path(corpus["root"])
+
+    def path(split: str, lang: str) -> str:
+        return str(root / f"{corpus[split]}.{corpus[lang]}")
+
+    with open(path("train", "src_lang"), encoding="utf-8") as lines:
+        train_sentences = sum(1 for _ in lines)
+    batch_size = data["batch_size"]
+    steps = config["trainer"]["max_epochs"] * math.ceil(train_sentences / batch_size)
+    encoder_hidden = model["encoder_hidden_size"] or model["hidden_size"] // 2
+    vocab_dir = work_dir / "opennmt" / "vocab"
+    return {
+        "save_data": str(vocab_dir / "data"),
+        "src_vocab": str(vocab_dir / "vocab.src"),
+        "tgt_vocab": str(vocab_dir / "vocab.tgt"),
+        "overwrite": True,
+        "data": {
+            "corpus_1": {
+                "path_src": path("train", "src_lang"),
+                "path_tgt": path("train", "tgt_lang"),
+            },
+            "valid": {"path_src": path("val", "src_lang"), "path_tgt": path("val", "tgt_lang")},
+        },
+        "save_model": str(work_dir / "opennmt" / "model"),
+        "seed": config["seed"],
+        "model_type": "text",
+        "encoder_type": "brnn",
+        "decoder_type": "rnn",
+        "rnn_type": "GRU",
+        "enc_layers": model["encoder_layers"],
+        "dec_layers": 1,
+        "enc_hid_size": 2 * encoder_hidden,  # brnn splits it over the two directions
+        "dec_hid_size": model["hidden_size"],
+        "word_vec_size": model["embedding_size"],
+        "global_attention": OPENNMT_ATTENTION[config["attention"]["_target_"]],
+        "input_feed": 0,  # StdRNNDecoder: one GRU call over the whole target, attention after
+        "bridge": False,
+        "dropout": [model["dropout"]],
+        "share_vocab": False,
+        "param_init": 0.1,
+        "optim": "adam",
+        "learning_rate": config["optim"]["optimizer"]["lr"],
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "decay_method": "none",
+        "learning_rate_decay": 1.0,
+        "start_decay_steps": 10**9,
+        "max_grad_norm": config["optim"]["grad_clip"] or 0.0,
+        "label_smoothing": 0.0,
+        "normalization": "sents",
+        "batch_type": "sents",
+        "batch_size": batch_size,
+        "valid_batch_size": batch_size,
+        "accum_count": [1],
+        "train_steps": steps,
+        "valid_steps": 10**9,
+        "save_checkpoint_steps": steps,
+        "keep_checkpoint": 1,
+        "report_every": report_every,
+        "num_workers": 0,
+        "bucket_size": 20000,
+        "world_size": 1,
+        "gpu_ranks": [],
+        "model_dtype": "fp32",
+    }
+
+
+_ONMT_TIME = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO\] "
+# Step 20/   30; acc: 7.5; ppl:  49.0; xent: 3.9; lr: 0.00100; sents:     640; bsz:  806/ 870/64;
+# 7482/8075 tok/s;      4 sec;  (onmt.utils.statistics.Statistics.output, one line)
+_ONMT_REPORT = re.compile(
+    _ONMT_TIME + r"Step\s+(\d+)(?:/\s*\d+)?;.*?sents:\s*(\d+); bsz:\s*([\d.]+)/\s*([\d.]+)/\s*"
+    r"([\d.]+);\s*([\d.]+)/\s*([\d.]+) tok/s;",
+    re.MULTILINE,
+)
+_ONMT_START = re.compile(_ONMT_TIME + r"Start training loop", re.MULTILINE)
+
+
+def _log_time(day_time: str, millis: str) -> float:
+    """time.time() of a logging asctime (local time, millisecond resolution)."""
+    return time.mktime(time.strptime(day_time, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+
+
+def parse_opennmt_log(text: str, warmup_batches: int) -> dict[str, Any]:
+    """Training speed from OpenNMT-py's log: steady-state target tokens/s and sentences/s over the
+    report windows that begin after ``warmup_batches`` updates, and when the loop started.
+
+    A window runs from the previous report line (the first from "Start training loop") to its own,
+    by the lines' timestamps, so data loading counts as in ours; its target tokens (EOS included,
+    as our ``tgt_lens`` counts BOS) are the logged mean target tokens per batch times the updates
+    since the previous report. Updates after the last report are not counted."""
+    start = _ONMT_START.search(text)
+    loop_start = _log_time(*start.groups()) if start else None
+    previous_step, previous_time = 0, loop_start
+    tokens = sentences = 0.0
+    seconds = 0.0
+    windows = []
+    for match in _ONMT_REPORT.finditer(text):
+        now = _log_time(match[1], match[2])
+        step, sents, tgt_per_batch = int(match[3]), int(match[4]), float(match[6])
+        window = {"step": step, "tgt_tok_per_s": float(match[9]), "sents": sents}
+        windows.append(window)
+        if previous_time is not None and previous_step >= warmup_batches:
+            tokens += tgt_per_batch * (step - previous_step)
+            sentences += sents
+            seconds += now - previous_time
+        previous_step, previous_time = step, now
+    return {
+        "train_tgt_tok_per_s": tokens / seconds if seconds > 0 else None,
+        "train_sent_per_s": sentences / seconds if seconds > 0 else None,
+        "loop_start": loop_start,
+        "train_seconds": previous_time - loop_start if loop_start and previous_time else None,
+        "windows": windows,
+    }
+
+
+def _run_opennmt(python: str, module: str, args: Sequence[str], threads: int | None) -> str:
+    """Run ``python -m module args`` (OpenNMT-py's CLI); its log (stdout and stderr) as text."""
+    completed = subprocess.run(
+        [python, "-m", module, *args], capture_output=True, text=True, env=_opennmt_env(threads)
+    )
+    output = completed.stdout + completed.stderr
+    if completed.returncode != 0:
+        raise RuntimeError(f"{module} failed ({completed.returncode}):\n{output[-3000:]}")
+    return output
+
+
+def build_opennmt_vocab(python: str, config: dict[str, Any], config_path: Path) -> None:
+    """Write ``config`` as YAML and count its vocabulary (``onmt_build_vocab``), once, before any
+    timed run: PEERS.md timed ``onmt_train`` alone, so building the vocabulary is not start-up."""
+    import yaml
+
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    _run_opennmt(
+        python, "onmt.bin.build_vocab", ["-config", str(config_path), "-n_sample", "-1"], 1
+    )
+
+
+def _opennmt_job(
+    python: str,
+    config: dict[str, Any],
+    config_path: Path,
+    test_src: str,
+    warmup_batches: int,
+    decode_repeats: int,
+    decode_batch_size: int,
+    threads: int | None,
+) -> dict[str, Any]:
+    """``onmt_train`` on ``config`` (written to ``config_path``) with our thread count, then its
+    decoding of dev (BLEU) and of the sentences in ``test_src`` (speed, ``opennmt_decode.py``).
+    Runs in a fresh process, so the peak RSS of its children is that of the training alone."""
+    import sacrebleu
+    import yaml
+
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    started = time.time()
+    log_text = _run_opennmt(python, "onmt.bin.train", ["-config", str(config_path)], threads)
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # only that child so far
+    speed = parse_opennmt_log(log_text, warmup_batches)
+    result: dict[str, Any] = {
+        "startup_s": speed["loop_start"] - started if speed["loop_start"] else None,
+        "train_seconds": speed["train_seconds"],
+        "train_tgt_tok_per_s": speed["train_tgt_tok_per_s"],
+        "train_sent_per_s": speed["train_sent_per_s"],
+        "peak_rss_mb": rss,
+        "time_to_bleu95_s": None,  # would need validation inside OpenNMT-py's timed run
+        "report_windows": speed["windows"],
+    }
+    dev_src, dev_tgt = config["data"]["valid"]["path_src"], config["data"]["valid"]["path_tgt"]
+    spec = {
+        "model": f"{config['save_model']}_step_{config['train_steps']}.pt",
+        "dev_src": dev_src,
+        "test_src": test_src,
+        "batch_size": decode_batch_size,
+        "max_length": DECODE_MAX_LENGTH,
+        "repeats": decode_repeats,
+    }
+    script = Path(__file__).with_name("opennmt_decode.py")
+    completed = subprocess.run(
+        [python, str(script), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=_opennmt_env(threads),
+    )
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("SEQ2SEQ_RESULT ")]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(f"OpenNMT-py decoding failed:\n{completed.stderr[-3000:]}")
+    decoded = json.loads(lines[-1].split(" ", 1)[1])
+    references = Path(dev_tgt).read_text(encoding="utf-8").splitlines()
+    bleu = sacrebleu.corpus_bleu(decoded["dev_hypotheses"], [references], tokenize="none")
+    result["dev_bleu"] = bleu.score
+    for name in ("greedy", "beam5"):
+        result[f"{name}_sent_per_s"] = statistics.median(decoded[f"{name}_sent_per_s"])
+    result["decode_sentences"] = decoded["test_sentences"]
+    return result
+
+
 # --- the whole benchmark -----------------------------------------------------------------------
+
+
+PEERS = {"joeynmt": "Joey NMT", "opennmt": "OpenNMT-py"}  # name: title
+PEER_CHOICES = ("auto", "joeynmt", "opennmt", "all", "none")
 
 
 @dataclass
@@ -553,7 +830,9 @@ class BenchmarkOptions:
     decode_batch_size: int = 64
     attention_lengths: tuple[int, ...] = ATTENTION_LENGTHS
     attention_repeats: int = 10
-    peer: str = "auto"  # "auto" (Joey NMT when importable), "joeynmt" or "none"
+    # "auto" (every installed peer that can read the data), "joeynmt", "opennmt", "all", "none"
+    peer: str = "auto"
+    opennmt_python: str | None = None  # None: $SEQ2SEQ_OPENNMT_PYTHON, or onmt_train beside ours
     plot: Path | None = None
 
     def __post_init__(self) -> None:
@@ -562,8 +841,10 @@ class BenchmarkOptions:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1.")
         if self.warmup_batches < 0:
             raise ConfigError("--warmup-batches must be 0 or more.")
-        if self.peer not in ("auto", "joeynmt", "none"):
-            raise ConfigError(f"--peer must be auto, joeynmt or none, got {self.peer!r}.")
+        if self.peer not in PEER_CHOICES:
+            raise ConfigError(
+                f"--peer must be one of {', '.join(PEER_CHOICES)}, got {self.peer!r}."
+            )
 
 
 def machine() -> dict[str, Any]:
@@ -585,26 +866,91 @@ def machine() -> dict[str, Any]:
     }
 
 
+def chosen_peers(options: BenchmarkOptions, config: dict[str, Any]) -> list[str]:
+    """The peers ``options.peer`` asks for: named ones must be installed (ConfigError if not);
+    "auto" takes every installed peer that can read the data (files, not a synthetic task)."""
+    python = opennmt_python(options.opennmt_python)
+    available = {
+        "joeynmt": joeynmt_available,
+        "opennmt": lambda: opennmt_available(python),
+    }
+    if options.peer == "none":
+        return []
+    if options.peer == "auto":
+        reads_files = str(config["data"]["corpus"].get("_target_", "")).endswith("ParallelCorpus")
+        return [name for name in PEERS if reads_files and available[name]()]
+    names = list(PEERS) if options.peer == "all" else [options.peer]
+    if "joeynmt" in names and not available["joeynmt"]():
+        raise ConfigError(
+            f"--peer {options.peer}: Joey NMT cannot be imported. Install it over your torch with "
+            "pip install joeynmt==2.3.0 importlib_metadata (see README 'Performance'), or "
+            "pass --peer none."
+        )
+    if "opennmt" in names and not available["opennmt"]():
+        if not python:
+            where = "no Python with onmt_train beside it was found"
+        elif not Path(python).is_file():
+            where = f"{python} does not exist"
+        else:
+            where = f"{python} cannot import onmt"
+        raise ConfigError(
+            f"--peer {options.peer}: OpenNMT-py cannot be run ({where}). {OPENNMT_INSTALL}. "
+            "Or pass --peer none."
+        )
+    return names
+
+
 def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[str, Any]:
-    """Measure ours (and the peer's) on the config ``overrides`` compose; see the module doc."""
+    """Measure ours (and the peers') on the config ``overrides`` compose; see the module doc."""
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as scratch:
         work_dir = Path(scratch)
         config = compose_config(overrides, work_dir / "run")
-        # "auto" compares only where Joey NMT can: installed, and data it can read from files.
-        reads_files = str(config["data"]["corpus"].get("_target_", "")).endswith("ParallelCorpus")
-        use_peer = options.peer == "joeynmt" or (
-            options.peer == "auto" and reads_files and joeynmt_available()
-        )
-        if options.peer == "joeynmt" and not joeynmt_available():
-            raise ConfigError(
-                "--peer joeynmt: Joey NMT cannot be imported. Install it over your torch with "
-                "pip install joeynmt==2.3.0 importlib_metadata (see README 'Performance'), or "
-                "pass --peer none."
+        peers = chosen_peers(options, config)
+        threads = config.get("threads")
+        # Each peer's config, and a function running one repeat of it in a fresh process.
+        peer_configs: dict[str, dict[str, Any]] = {}
+        peer_runs: dict[str, Callable[[int], dict[str, Any]]] = {}
+        if "joeynmt" in peers:
+            joey = joey_config(config, work_dir, options.decode_batch_size)
+            peer_configs["joeynmt"] = joey
+
+            def joey_run(repeat: int) -> dict[str, Any]:
+                seeded = {**joey, "random_seed": joey["random_seed"] + repeat}
+                return in_fresh_process(
+                    _joey_job, seeded, options.decode_repeats, threads, time.time()
+                )
+
+            peer_runs["joeynmt"] = joey_run
+        if "opennmt" in peers:
+            python = opennmt_python(options.opennmt_python)
+            assert python is not None  # chosen_peers checked it
+            # Report windows as long as our warm-up, so that skipping the first ones skips it.
+            report_every = options.warmup_batches if 0 < options.warmup_batches <= 50 else 25
+            onmt = opennmt_config(config, work_dir, report_every)
+            peer_configs["opennmt"] = onmt
+            corpus = config["data"]["corpus"]
+            test_src = str(
+                Path(corpus["root"]) / f"{corpus.get('test') or corpus['val']}.{corpus['src_lang']}"
             )
-        peer_config = joey_config(config, work_dir, options.decode_batch_size) if use_peer else None
+            build_opennmt_vocab(python, onmt, work_dir / "opennmt" / "vocab.yaml")
+
+            def onmt_run(repeat: int) -> dict[str, Any]:
+                return in_fresh_process(
+                    _opennmt_job,
+                    python,
+                    {**onmt, "seed": onmt["seed"] + repeat},
+                    work_dir / "opennmt" / f"train-{repeat}.yaml",
+                    test_src,
+                    options.warmup_batches,
+                    options.decode_repeats,
+                    options.decode_batch_size,
+                    threads,
+                )
+
+            peer_runs["opennmt"] = onmt_run
         load_before = os.getloadavg()
         ours: list[dict[str, Any]] = []
-        theirs: list[dict[str, Any]] = []
+        theirs: dict[str, list[dict[str, Any]]] = {name: [] for name in peers}
         job_options = {
             "warmup_batches": options.warmup_batches,
             "val_check_interval": options.val_check_interval,
@@ -612,28 +958,19 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
             "decode_repeats": options.decode_repeats,
             "decode_batch_size": options.decode_batch_size,
         }
-        # Ours and the peer's runs alternate, so drift in the machine's speed hits both alike.
+        # Ours and the peers' runs alternate, so drift in the machine's speed hits all alike.
         for repeat in range(options.repeats):
             seeded = {**config, "seed": config["seed"] + repeat}
             log.info("repeat %d/%d: seq2seq", repeat + 1, options.repeats)
             ours.append(in_fresh_process(_train_job, seeded, job_options, time.time()))
-            if peer_config is not None:
-                log.info("repeat %d/%d: Joey NMT", repeat + 1, options.repeats)
-                peer_seeded = {**peer_config, "random_seed": peer_config["random_seed"] + repeat}
-                theirs.append(
-                    in_fresh_process(
-                        _joey_job,
-                        peer_seeded,
-                        options.decode_repeats,
-                        config.get("threads"),
-                        time.time(),
-                    )
-                )
+            for name in peers:
+                log.info("repeat %d/%d: %s", repeat + 1, options.repeats, PEERS[name])
+                theirs[name].append(peer_runs[name](repeat))
         log.info("scoring functions: forward + backward")
         costs = attention_costs(
             options.attention_lengths,
             repeats=options.attention_repeats,
-            threads=config.get("threads"),
+            threads=threads,
         )
     report: dict[str, Any] = {
         "overrides": list(overrides),
@@ -658,24 +995,10 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
         spread = Spread.of([run.get(key) for run in ours])
         report[key] = spread.median
         report[f"{key}_min"], report[f"{key}_max"] = spread.min, spread.max
-    if peer_config is not None:
-        peer: dict[str, Any] = {
-            "name": "joeynmt",
-            "attention": peer_config["model"]["decoder"]["attention"],
-            "runs": theirs,
-        }
-        ratios = {}
-        for key in HEADLINE:
-            peer[key] = Spread.of([run.get(key) for run in theirs]).median
-            if report[key] and peer[key]:
-                # Above 1 means we are better: ours / theirs for rates and BLEU, theirs / ours
-                # for memory and seconds.
-                lower_is_better = key in ("peak_rss_mb", "time_to_bleu95_s", "startup_s")
-                ratios[key] = (
-                    peer[key] / report[key] if lower_is_better else report[key] / peer[key]
-                )
-        report["peer"] = peer
-        report["ratio_vs_peer"] = ratios
+    report["peers"] = [
+        peer_report(name, _peer_attention(name, peer_configs[name]), theirs[name], report)
+        for name in peers
+    ]
     report["load_average_after"] = os.getloadavg()
     report["markdown"] = markdown_table(report, costs)
     if options.plot is not None:
@@ -684,10 +1007,36 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
     return report
 
 
+def _peer_attention(name: str, config: dict[str, Any]) -> str:
+    """The peer's name for the scoring function it runs."""
+    if name == "joeynmt":
+        return str(config["model"]["decoder"]["attention"])
+    return str(config["global_attention"])
+
+
+def peer_report(
+    name: str, attention: str, runs: list[dict[str, Any]], ours: dict[str, Any]
+) -> dict[str, Any]:
+    """One peer's part of the report: its runs, the median of each headline figure, and ours
+    against it (``ratios``; above 1 means we are better: ours / theirs for rates and BLEU,
+    theirs / ours for memory and seconds)."""
+    peer: dict[str, Any] = {"name": name, "title": PEERS[name], "attention": attention}
+    ratios = {}
+    for key in HEADLINE:
+        peer[key] = Spread.of([run.get(key) for run in runs]).median
+        if ours.get(key) and peer[key]:
+            lower_is_better = key in ("peak_rss_mb", "time_to_bleu95_s", "startup_s")
+            ratios[key] = peer[key] / ours[key] if lower_is_better else ours[key] / peer[key]
+    peer["ratios"] = ratios
+    peer["runs"] = runs
+    return peer
+
+
 def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, Spread]]]) -> str:
-    """The report as markdown: a table of ours (and the peer's) and one of the scoring costs."""
+    """The report as markdown: a table of ours (and each peer's, then ours / each peer's) and one
+    of the scoring costs."""
     ours = report["ours_runs"]
-    theirs = report.get("peer", {}).get("runs", [])
+    peers = report.get("peers", [])
     decoder = report["model"]["decoder"].rsplit(".", 1)[-1]
     attention = report["model"]["attention"].rsplit(".", 1)[-1]
     rows = [
@@ -701,16 +1050,18 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
         ("dev BLEU at the end (greedy)", "dev_bleu", 1),
     ]
     header = f"| | seq2seq ({decoder}, {attention}) |"
-    rule = "|---|---|"
-    if theirs:
-        header += f" Joey NMT ({report['peer']['attention']}) | ratio |"
-        rule += "---|---|"
-    lines = [header, rule]
+    header += "".join(f" {peer['title']} ({peer['attention']}) |" for peer in peers)
+    # One peer: "ratio", as before; more: "ours / PEER" for each.
+    header += "".join(
+        " ratio |" if len(peers) == 1 else f" ours / {peer['title']} |" for peer in peers
+    )
+    lines = [header, "|---|---|" + "---|" * 2 * len(peers)]
     for label, key, digits in rows:
         line = f"| {label} | {Spread.of([run.get(key) for run in ours]).text(digits)} |"
-        if theirs:
-            ratio = report["ratio_vs_peer"].get(key)
-            line += f" {Spread.of([run.get(key) for run in theirs]).text(digits)} |"
+        for peer in peers:
+            line += f" {Spread.of([run.get(key) for run in peer['runs']]).text(digits)} |"
+        for peer in peers:
+            ratio = peer["ratios"].get(key)
             line += f" {ratio:.2f}× |" if ratio else " |"
         lines.append(line)
     lengths = sorted(
