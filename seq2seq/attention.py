@@ -111,9 +111,16 @@ class Attention(nn.Module):
         """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
         raise NotImplementedError
 
-    def logits(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
-        """What the softmax sees: ``score(q, k) / T``, (B, Tq, Tk), before masking."""
-        scores = self.score(queries, projected_keys)  # (B, Tq, Tk)
+    def shifted_score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """``score`` plus any constant per query, (B, Tq, Tk): the softmax ignores the constant,
+        so ``context`` may use a cheaper form (additive attention does). Default: ``score``."""
+        return self.score(queries, projected_keys)
+
+    def logits(self, queries: Tensor, projected_keys: Tensor, shifted: bool = False) -> Tensor:
+        """What the softmax sees: ``score(q, k) / T``, (B, Tq, Tk), before masking; with
+        ``shifted``, ``shifted_score(q, k) / T``, which gives the same weights."""
+        score = self.shifted_score if shifted else self.score
+        scores = score(queries, projected_keys)  # (B, Tq, Tk)
         if self.log_temperature is None and self.fixed_temperature == 1.0:
             return scores  # the default: skip a no-op division
         return scores / self.temperature
@@ -145,8 +152,15 @@ class Attention(nn.Module):
         *,
         projected_keys: Tensor | None = None,
     ) -> Tensor:
-        """Only the context (B, Tq, Dv), for callers that do not need the weights (training)."""
-        return self.forward(queries, keys, values, valid_lens, projected_keys=projected_keys)[0]
+        """Only the context (B, Tq, Dv), for callers that do not need the weights (training).
+
+        The same context as ``forward``, from ``shifted_score``.
+        """
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)
+        logits = self.logits(queries, projected_keys, shifted=True)  # (B, Tq, Tk)
+        weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
+        return torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
 
 
 class AdditiveAttention(Attention):
@@ -191,30 +205,16 @@ class AdditiveAttention(Attention):
         features = torch.tanh(self.preactivations(queries, projected_keys))  # (B, Tq, Tk, A)
         return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
 
-    def context(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        projected_keys: Tensor | None = None,
-    ) -> Tensor:
-        """The same context as ``forward``, through the sigmoid form of the score.
+    def shifted_score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """``score + Σw_v`` through the sigmoid form: tanh(x) = 2σ(2x) - 1, so
+        ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key.
 
-        tanh(x) = 2σ(2x) - 1, so ``score = 2 w_vᵀσ(2x) - Σw_v``: the last term is the same for
-        every key, and the softmax ignores it. On the CPU, torch's float tanh costs about four
-        times its sigmoid, and this tanh over (B, Tq, Tk, A) is the dearest op of additive
-        attention, so training (which needs no weights) scores with ``2 w_vᵀσ(2x)``.
+        On the CPU, torch's float tanh costs about four times its sigmoid, and this tanh over
+        (B, Tq, Tk, A) is the dearest op of additive attention, so training (``context``, which
+        needs no weights) scores with ``2 w_vᵀσ(2x)``.
         """
-        if projected_keys is None:
-            projected_keys = self.project_keys(keys)
         doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
-        shifted = self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # score + Σw_v, (B, Tq, Tk)
-        if self.log_temperature is not None or self.fixed_temperature != 1.0:
-            shifted = shifted / self.temperature
-        weights = masked_softmax(shifted, valid_lens)  # (B, Tq, Tk)
-        return torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
+        return self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # (B, Tq, Tk)
 
 
 class DotProductAttention(Attention):

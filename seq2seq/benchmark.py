@@ -361,6 +361,17 @@ def joeynmt_available() -> bool:
     return True
 
 
+def corpus_files(config: dict[str, Any], peer: str) -> tuple[dict[str, Any], Path]:
+    """The ``data.corpus`` config and its root directory, for a peer that reads the files."""
+    corpus = config["data"]["corpus"]
+    if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
+        raise ConfigError(
+            f"--peer {peer} needs files it can read: run with data=parallel data.root=DIR ... "
+            "(e.g. the peers' reverse task, see README 'Performance'), or pass --peer none."
+        )
+    return corpus, Path(corpus["root"])
+
+
 def joey_config(
     config: dict[str, Any], work_dir: Path, decode_batch_size: int = 64
 ) -> dict[str, Any]:
@@ -368,13 +379,7 @@ def joey_config(
     epochs (no validation while training; dev and test are decoded afterwards, in batches of
     ``decode_batch_size`` sentences as ours are)."""
     data, model = config["data"], config["model"]
-    corpus = data["corpus"]
-    if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
-        raise ConfigError(
-            "--peer joeynmt needs files it can read: run with data=parallel data.root=DIR ... "
-            "(e.g. the peers' reverse task, see README 'Performance'), or pass --peer none."
-        )
-    root = Path(corpus["root"])
+    corpus, root = corpus_files(config, "joeynmt")
     embedding = {
         "embedding_dim": model["embedding_size"],
         "scale": False,
@@ -607,13 +612,7 @@ def opennmt_config(
     (``bucket_size`` 20000; the default of 262144 repeats a small corpus ~13 times per bucket)
     and no DataLoader worker processes."""
     data, model = config["data"], config["model"]
-    corpus = data["corpus"]
-    if not str(corpus.get("_target_", "")).endswith("ParallelCorpus"):
-        raise ConfigError(
-            "--peer opennmt needs files it can read: run with data=parallel data.root=DIR ... "
-            "(e.g. the peers' reverse task, see README 'Performance'), or pass --peer none."
-        )
-    root = Path(corpus["root"])
+    corpus, root = corpus_files(config, "opennmt")
 
     def path(split: str, lang: str) -> str:
         return str(root / f"{corpus[split]}.{corpus[lang]}")

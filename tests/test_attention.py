@@ -528,3 +528,18 @@ def test_knobs_round_trip_through_checkpoint_and_bundle(tmp_path: Path, knobs: l
     torch.testing.assert_close(
         from_bundle.model(src, src_lens, tgt_in)[0], from_checkpoint.model(src, src_lens, tgt_in)[0]
     )
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_additive_shifted_score_is_the_score_plus_the_sum_of_w_v(layer_norm: bool) -> None:
+    """Training scores additive attention through 2 w_vᵀσ(2x) = w_vᵀtanh(x) + Σw_v: the same
+    softmax, so ``context`` equals ``forward``'s context."""
+    torch.manual_seed(5)
+    attention = AdditiveAttention(6, 5, num_hiddens=7, layer_norm=layer_norm)
+    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 4, 5)
+    values, valid_lens = torch.randn(2, 4, 3), torch.tensor([4, 2])
+    projected = attention.project_keys(keys)
+    shift = attention.shifted_score(queries, projected) - attention.score(queries, projected)
+    torch.testing.assert_close(shift, torch.full_like(shift, attention.w_v.weight.sum().item()))
+    context, _ = attention(queries, keys, values, valid_lens)
+    torch.testing.assert_close(attention.context(queries, keys, values, valid_lens), context)
