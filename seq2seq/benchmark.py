@@ -728,15 +728,18 @@ def parse_opennmt_log(text: str, warmup_batches: int) -> dict[str, Any]:
     }
 
 
-def _run_opennmt(python: str, module: str, args: Sequence[str], threads: int | None) -> str:
-    """Run ``python -m module args`` (OpenNMT-py's CLI); its log (stdout and stderr) as text."""
+def _run_opennmt(
+    what: str, python: str, args: Sequence[str], threads: int | None
+) -> tuple[str, str]:
+    """Run ``python args`` (OpenNMT-py's CLI, or our decoding script) in OpenNMT-py's
+    environment; its stdout and stderr as text. ``what`` names it in the error."""
     completed = subprocess.run(
-        [python, "-m", module, *args], capture_output=True, text=True, env=_opennmt_env(threads)
+        [python, *args], capture_output=True, text=True, env=_opennmt_env(threads)
     )
-    output = completed.stdout + completed.stderr
     if completed.returncode != 0:
-        raise RuntimeError(f"{module} failed ({completed.returncode}):\n{output[-3000:]}")
-    return output
+        output = completed.stdout + completed.stderr
+        raise RuntimeError(f"{what} failed ({completed.returncode}):\n{output[-3000:]}")
+    return completed.stdout, completed.stderr
 
 
 def build_opennmt_vocab(python: str, config: dict[str, Any], config_path: Path) -> None:
@@ -747,7 +750,10 @@ def build_opennmt_vocab(python: str, config: dict[str, Any], config_path: Path) 
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     _run_opennmt(
-        python, "onmt.bin.build_vocab", ["-config", str(config_path), "-n_sample", "-1"], 1
+        "onmt_build_vocab",
+        python,
+        ["-m", "onmt.bin.build_vocab", "-config", str(config_path), "-n_sample", "-1"],
+        1,
     )
 
 
@@ -769,7 +775,11 @@ def _opennmt_job(
 
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     started = time.time()
-    log_text = _run_opennmt(python, "onmt.bin.train", ["-config", str(config_path)], threads)
+    log_text = "".join(
+        _run_opennmt(
+            "onmt_train", python, ["-m", "onmt.bin.train", "-config", str(config_path)], threads
+        )
+    )
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # only that child so far
     speed = parse_opennmt_log(log_text, warmup_batches)
     result: dict[str, Any] = {
@@ -791,15 +801,12 @@ def _opennmt_job(
         "repeats": decode_repeats,
     }
     script = Path(__file__).with_name("opennmt_decode.py")
-    completed = subprocess.run(
-        [python, str(script), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=_opennmt_env(threads),
+    stdout, stderr = _run_opennmt(
+        "OpenNMT-py decoding", python, [str(script), json.dumps(spec)], threads
     )
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("SEQ2SEQ_RESULT ")]
-    if completed.returncode != 0 or not lines:
-        raise RuntimeError(f"OpenNMT-py decoding failed:\n{completed.stderr[-3000:]}")
+    lines = [line for line in stdout.splitlines() if line.startswith("SEQ2SEQ_RESULT ")]
+    if not lines:
+        raise RuntimeError(f"OpenNMT-py decoding printed no result:\n{stderr[-3000:]}")
     decoded = json.loads(lines[-1].split(" ", 1)[1])
     references = Path(dev_tgt).read_text(encoding="utf-8").splitlines()
     bleu = sacrebleu.corpus_bleu(decoded["dev_hypotheses"], [references], tokenize="none")
