@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention
 from seq2seq.dropout import Dropout
+from seq2seq.embedding import Embedding
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
@@ -77,7 +78,7 @@ class AttentionDecoder(nn.Module):
         cell: CellFactory = nn.GRUCell,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
         # Dot products need keys of the query's size: project the memory once per batch.

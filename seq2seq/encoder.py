@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.dropout import Dropout
+from seq2seq.embedding import Embedding
 
 RNNFactory = Callable[..., nn.GRU | nn.LSTM]
 
@@ -34,7 +35,7 @@ class RNNEncoder(nn.Module):
         rnn: RNNFactory = nn.GRU,
     ) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.rnn = rnn(
             input_size=embedding_size,
