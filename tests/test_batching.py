@@ -80,6 +80,7 @@ def test_collate_builds_teacher_forcing_pairs_and_lengths() -> None:
     ]
     batch = collate(items)
     assert batch.src.tolist() == [[5, 6, 7], [5, PAD_ID, PAD_ID]]
+    assert batch.src.dtype == batch.tgt_in.dtype == batch.tgt_out.dtype == torch.long
     assert batch.src_lens.tolist() == [3, 1]
     assert batch.tgt_in.tolist() == [[BOS_ID, 8, 9, PAD_ID], [BOS_ID, 8, 9, 10]]
     assert batch.tgt_out.tolist() == [[8, 9, EOS_ID, PAD_ID], [8, 9, 10, EOS_ID]]
