@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
-from seq2seq.decoder import AttentionFactory, BahdanauDecoder, LuongDecoder
+from seq2seq.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
 from seq2seq.dropout import Dropout
 from seq2seq.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
@@ -310,3 +310,15 @@ def test_bahdanau_cell_paths_equal_the_nn_cell(lstm: bool) -> None:
         assert len(ours) == len(expected)
         for tensor, reference in zip(ours, expected, strict=True):
             torch.testing.assert_close(tensor, reference)
+
+
+def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
+    memory = torch.randn(3, 4, 8)
+    projected = torch.randn(3, 4, 5)
+    source = EncodedSource(memory, memory, projected, torch.tensor([4, 2, 3]))
+    rows = torch.tensor([2, 2, 0])
+    picked = source.index_select(rows)
+    assert picked.keys is picked.memory  # still one tensor, selected once
+    assert torch.equal(picked.memory, memory[rows])
+    assert torch.equal(picked.projected_keys, projected[rows])
+    assert picked.src_lens.tolist() == [3, 3, 4]
