@@ -45,6 +45,9 @@ class EncodedSource:
     keys: Tensor  # (B, S, K) memory, projected to the query size when the scoring needs it
     projected_keys: Tensor  # attention.project_keys(keys), the query-independent part of scores
     src_lens: Tensor  # (B,) number of real source tokens
+    # (V, G): the embedding part of the cell's input projection, W_ie e + b_ih, of every target
+    # token, when decoding on the CPU (``AttentionDecoder.prepare_source``); not per row.
+    token_gates: Tensor | None = None
 
     def index_select(self, indices: Tensor) -> EncodedSource:
         """Rows of the batch in the order of ``indices`` (B',), e.g. to expand or reorder beams.
@@ -62,6 +65,7 @@ class EncodedSource:
             selected[id(self.keys)],
             selected[id(self.projected_keys)],
             selected[id(self.src_lens)],
+            self.token_gates,
         )
 
 
@@ -106,9 +110,23 @@ class AttentionDecoder(nn.Module):
         self.output_layer = nn.Linear(hidden_size + memory_size + embedding_size, vocab_size)
 
     def prepare_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource:
-        """Keys and their query-independent projection, once per batch. memory (B, S, M)."""
+        """Keys and their query-independent projection, once per batch. memory (B, S, M).
+
+        Decoding on the CPU (eval mode, no autograd) also gets ``token_gates``: each step's cell
+        input projection of the previous token is then a row lookup instead of a (B, E) @ (E, G)
+        GEMM, a third of the cell's FLOPs. The table costs V / B steps' worth of those GEMMs, so
+        it is built only for vocabularies of at most ``8 * B`` tokens (the reverse task's 54 at
+        B = 64; not a 16k subword vocabulary).
+        """
         keys = self.key_projection(memory)  # (B, S, K)
-        return EncodedSource(memory, keys, self.attention.project_keys(keys), src_lens)
+        token_gates = None
+        decoding = not (self.training or torch.is_grad_enabled())
+        small_vocabulary = self.embedding.num_embeddings <= 8 * memory.shape[0]
+        if decoding and memory.device.type == "cpu" and small_vocabulary:
+            embedding_weight = self.cell.weight_ih[:, : self.embedding_size]  # (G, E)
+            # (V, E) @ (E, G) + b_ih -> (V, G)
+            token_gates = F.linear(self.embedding.weight, embedding_weight, self.cell.bias_ih)
+        return EncodedSource(memory, keys, self.attention.project_keys(keys), src_lens, token_gates)
 
     def init_state(self, summary: Tensor) -> DecoderState:
         """summary (B, M) -> initial state, tensors of (B, H)."""
@@ -145,6 +163,32 @@ class AttentionDecoder(nn.Module):
         if self.is_lstm:
             return tuple(self.cell(cell_input, (state[0], state[1])))
         return (self.cell(cell_input, state[0]),)
+
+    def cpu_cell(
+        self, cell_input: Tensor, input_gates: Tensor, state: DecoderState, input_weight: Tensor
+    ) -> DecoderState:
+        """The cell through ATen's own CPU kernels, with part of its input projection done by
+        the caller: ``input_gates`` (B, G) + ``input_weight`` (G, I) @ ``cell_input`` (B, I).
+
+        ``torch.gru_cell(x, h, W_ih, W_hh, b_ih, b_hh)`` is ``nn.GRUCell``'s function; on the CPU
+        it adds ``b_ih`` through ``addmm``, which broadcasts, so a per-row bias (B, G) carries
+        the precomputed part and the kernel's input GEMM covers only ``cell_input``. (The CUDA
+        kernels read the bias per column, hence the callers' other paths off the CPU.)
+        """
+        weight_hh, bias_hh = self.cell.weight_hh, self.cell.bias_hh
+        if self.is_lstm:
+            hidden, cell = torch.lstm_cell(
+                cell_input, (state[0], state[1]), input_weight, weight_hh, input_gates, bias_hh
+            )
+            return hidden, cell
+        hidden = torch.gru_cell(cell_input, state[0], input_weight, weight_hh, input_gates, bias_hh)
+        return (hidden,)
+
+    def gates_cell(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+        """The cell from its whole input projection ``W_ih x + b_ih`` (B, G), on the CPU: the
+        kernel's input GEMM gets an empty input (B, 0)."""
+        empty = input_gates.new_empty(input_gates.shape[0], 0)  # (B, 0)
+        return self.cpu_cell(empty, input_gates, state, self.cell.weight_ih[:, :0])
 
     def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
@@ -232,25 +276,6 @@ class BahdanauDecoder(AttentionDecoder):
             new_state = self.cell_gates(gates, state)
         return new_state, context, None if weights is None else weights[:, 0]
 
-    def cpu_cell(
-        self, context: Tensor, input_gates: Tensor, state: DecoderState, context_weight: Tensor
-    ) -> DecoderState:
-        """``cell_gates`` through ATen's own CPU cell kernels (about 3 % faster per training step
-        than the Python gate arithmetic): context (B, M), input_gates (B, G) -> new state.
-
-        ``torch.gru_cell(x, h, W_ih, W_hh, b_ih, b_hh)`` is ``nn.GRUCell``'s function; on the CPU
-        it adds ``b_ih`` through ``addmm``, which broadcasts, so a per-row bias (B, G) carries
-        the precomputed embedding part and the kernel's input GEMM covers only the context. (The
-        CUDA kernels read the bias per column, hence ``cell_gates`` off the CPU.)
-        """
-        weight_hh, bias_hh = self.cell.weight_hh, self.cell.bias_hh
-        if self.is_lstm:
-            hidden, cell = torch.lstm_cell(
-                context, (state[0], state[1]), context_weight, weight_hh, input_gates, bias_hh
-            )
-            return hidden, cell
-        return (torch.gru_cell(context, state[0], context_weight, weight_hh, input_gates, bias_hh),)
-
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
     ) -> tuple[Tensor, Tensor | None]:
@@ -280,7 +305,10 @@ class BahdanauDecoder(AttentionDecoder):
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
         embedding_weight, context_weight = self.split_input_weight()
-        input_gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
+        if source.token_gates is None:
+            input_gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
+        else:
+            input_gates = source.token_gates[prev_tokens]  # (B, G) rows of the (V, G) table
         state, context, weights = self.step(input_gates, state, source, context_weight)
         assert weights is not None  # asked for by default
         return self.output(state[0], context, embedded), state, weights
@@ -353,7 +381,10 @@ class LuongDecoder(AttentionDecoder):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
-        state = self.step_cell(embedded, state)
+        if source.token_gates is None:
+            state = self.step_cell(embedded, state)
+        else:
+            state = self.gates_cell(source.token_gates[prev_tokens], state)  # (B, G) rows
         context, weights = self.attend(state[0][:, None, :], source)  # (B, 1, M), (B, 1, S)
         assert weights is not None  # asked for by default
         return self.output(state[0], context[:, 0], embedded), state, weights[:, 0]

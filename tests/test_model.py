@@ -322,3 +322,24 @@ def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
     assert torch.equal(picked.memory, memory[rows])
     assert torch.equal(picked.projected_keys, projected[rows])
     assert picked.src_lens.tolist() == [3, 3, 4]
+
+
+@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_decoding_with_the_token_gate_table_equals_teacher_forcing(
+    attention: str, lstm: bool, decoder: str
+) -> None:
+    model = make_model(attention, lstm, decoder)
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)  # with autograd: no table
+    with torch.no_grad():  # as the searches decode
+        source, state = model.encode(src, src_lens)
+        assert source.token_gates is not None and source.token_gates.shape[0] == 11  # (V, G)
+        assert model.encode(src[:1], src_lens[:1])[0].token_gates is None  # 11 > 8 * 1 rows
+        for t in range(tgt_in.shape[1]):
+            step_logits, state, step_weights = model.decode_step(tgt_in[:, t], state, source)
+            torch.testing.assert_close(step_logits, logits[:, t])
+            torch.testing.assert_close(step_weights, weights[:, t])
+        model.train()
+        assert model.encode(src, src_lens)[0].token_gates is None  # dropout would be skipped
