@@ -72,11 +72,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="validate (for the time to BLEU 95) every this fraction of an epoch",
     )
     parser.add_argument(
+        "--bleu-target",
+        type=float,
+        default=95.0,
+        help="the dev BLEU (0-100) whose first reaching is timed, for ours and the peers alike",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a few seconds' smoke test (CI), not a measurement"
     )
     args = parser.parse_args(argv)
     if not 0 < args.val_every <= 1:
         parser.error(f"--val-every must be in (0, 1], got {args.val_every}")
+    if not 0 <= args.bleu_target <= 100:
+        parser.error(f"--bleu-target must be in [0, 100], got {args.bleu_target}")
     return args, overrides
 
 
@@ -90,6 +98,7 @@ def main() -> int:
         decode_repeats=args.decode_repeats,
         warmup_batches=args.warmup_batches,
         val_check_interval=args.val_every,
+        bleu_target=args.bleu_target,
         peer=args.peer,
         opennmt_python=args.opennmt_python,
         plot=args.plot,

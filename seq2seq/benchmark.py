@@ -18,7 +18,9 @@ with the min and max. With ``peer="joeynmt"``, ``"opennmt"`` or ``"all"`` the sa
 batch, optimizer and epochs run through Joey NMT 2.3 (in-process, its own training loop) and/or
 OpenNMT-py 3.5.1 (its ``onmt_train`` and inference engine, run by the Python of its own
 environment) in the same invocation, interleaved with ours, and the report gives ours / theirs
-for each peer (``report["peers"]``).
+for each peer (``report["peers"]``). Each peer validates greedily on dev (BLEU) inside its own
+timed run at our cadence (``validation_steps``), so its time to BLEU ``bleu_target`` is measured
+as ours is: start-up plus training seconds, validation time left out.
 """
 
 from __future__ import annotations
@@ -253,16 +255,24 @@ class TrainingClock(pl.Callback):
     def summary(self, bleu_target: float) -> dict[str, Any]:
         assert self.first_batch is not None, "no training batch ran"
         startup = self.first_batch - self.started
-        reached = [seconds for seconds, bleu in self.validations if bleu >= bleu_target]
         return {
             "train_tgt_tok_per_s": self.tokens / self.seconds if self.seconds else None,
             "train_sent_per_s": self.sentences / self.seconds if self.seconds else None,
             "startup_s": startup,
             "train_seconds": self.train_seconds,
-            "time_to_bleu95_s": startup + reached[0] if reached else None,
+            "time_to_bleu95_s": time_to_bleu(startup, self.validations, bleu_target),
             "dev_bleu": self.validations[-1][1] if self.validations else None,
             "validations": self.validations,
         }
+
+
+def time_to_bleu(
+    startup: float | None, validations: Sequence[tuple[float, float]], bleu_target: float
+) -> float | None:
+    """Start-up plus the training seconds at the first of ``validations`` (training seconds,
+    BLEU) that reaches ``bleu_target``; None if none does (or the start-up is unknown)."""
+    reached = [seconds for seconds, bleu in validations if bleu >= bleu_target]
+    return startup + reached[0] if reached and startup is not None else None
 
 
 def _train_job(config: dict[str, Any], options: dict[str, Any], started: float) -> dict[str, Any]:
@@ -372,14 +382,57 @@ def corpus_files(config: dict[str, Any], peer: str) -> tuple[dict[str, Any], Pat
     return corpus, Path(corpus["root"])
 
 
+def training_seconds_at(
+    loop_start: float, spans: Sequence[tuple[float, float, float | None]]
+) -> list[tuple[float, float]]:
+    """(training seconds, BLEU) at each validation of a peer, from its (start, end, BLEU) on the
+    clock of ``loop_start``: the time since the loop started less every earlier validation.
+    A validation without a BLEU is not listed, but its time is still left out."""
+    validations, excluded = [], 0.0
+    for start, end, bleu in spans:
+        if bleu is not None:
+            validations.append((start - loop_start - excluded, bleu))
+        excluded += end - start
+    return validations
+
+
+def updates_per_epoch(config: dict[str, Any], peer: str) -> int:
+    """Batches in an epoch of the training file that ``peer`` reads: both peers batch whole
+    sentences, the last batch partial. (Ours buckets by length, which can add a batch or two.)"""
+    corpus, root = corpus_files(config, peer)
+    with open(root / f"{corpus['train']}.{corpus['src_lang']}", encoding="utf-8") as lines:
+        sentences = sum(1 for _ in lines)
+    return math.ceil(sentences / config["data"]["batch_size"])
+
+
+def validation_steps(updates: int, val_check_interval: float) -> int:
+    """Updates between two validations at our cadence: Lightning validates every
+    ``int(batches per epoch * val_check_interval)`` batches, at least 1."""
+    return max(1, int(updates * val_check_interval))
+
+
+def _divisor_near(number: int, target: int) -> int:
+    """The divisor of ``number`` nearest to ``target`` by ratio (the smaller on a tie)."""
+    divisors = [d for d in range(1, number + 1) if number % d == 0]
+    return min(divisors, key=lambda d: abs(math.log(d / target)))
+
+
 def joey_config(
-    config: dict[str, Any], work_dir: Path, decode_batch_size: int = 64
+    config: dict[str, Any],
+    work_dir: Path,
+    val_check_interval: float,
+    decode_batch_size: int = 64,
 ) -> dict[str, Any]:
     """The Joey NMT 2.3 config of the same work as ours: data files, sizes, batch, optimizer,
-    epochs (no validation while training; dev and test are decoded afterwards, in batches of
-    ``decode_batch_size`` sentences as ours are)."""
+    epochs, and greedy validation with dev BLEU every ``val_check_interval`` of an epoch as ours
+    (``validation_steps``); dev and test are decoded afterwards too, in batches of
+    ``decode_batch_size`` sentences as ours are.
+
+    Joey logs "Tokens per Sec" every ``logging_freq`` updates, which must divide
+    ``validation_freq``: the divisor nearest to 25 updates."""
     data, model = config["data"], config["model"]
     corpus, root = corpus_files(config, "joeynmt")
+    validation_freq = validation_steps(updates_per_epoch(config, "joeynmt"), val_check_interval)
     embedding = {
         "embedding_dim": model["embedding_size"],
         "scale": False,
@@ -402,6 +455,7 @@ def joey_config(
             "src": {"lang": corpus["src_lang"], **side},
             "trg": {"lang": corpus["tgt_lang"], **side},
         },
+        # Validation decodes with these, made greedy by joeynmt.config.set_validation_args.
         "testing": {
             "n_best": 1,
             "beam_size": 1,
@@ -427,8 +481,8 @@ def joey_config(
             "epochs": config["trainer"]["max_epochs"],
             "shuffle": True,
             "num_workers": 0,
-            "validation_freq": 10**9,
-            "logging_freq": 25,
+            "validation_freq": validation_freq,
+            "logging_freq": _divisor_near(validation_freq, 25),
             "early_stopping_metric": "loss",
             "keep_best_ckpts": 1,
             "keep_last_ckpts": 1,
@@ -481,11 +535,19 @@ class _JoeyRates(logging.Handler):
 
 
 def _joey_job(
-    config: dict[str, Any], decode_repeats: int, threads: int | None, started: float
+    config: dict[str, Any],
+    decode_repeats: int,
+    bleu_target: float,
+    threads: int | None,
+    started: float,
 ) -> dict[str, Any]:
     """Joey NMT's own training loop (as ``joeynmt.training.train`` runs it), then its decoding
     of dev (BLEU) and test (speed) with the model in memory. Runs in a fresh process started at
-    ``started`` (time.time()), with our ``threads`` setting (Joey NMT has none of its own)."""
+    ``started`` (time.time()), with our ``threads`` setting (Joey NMT has none of its own).
+
+    Each of the loop's validations (``TrainManager._validate``: dev loss, greedy decoding, BLEU,
+    its reports) is timed and left out of the training seconds; its "Tokens per Sec" leave that
+    time out too (``total_valid_duration``)."""
     if threads:
         torch.set_num_threads(threads)
     from joeynmt.config import parse_global_args, set_validation_args
@@ -512,17 +574,37 @@ def _joey_job(
         train_args=args.train,
         dev_args=set_validation_args(args.test),
     )
+    spans: list[tuple[float, float, float]] = []  # (start, end, dev BLEU) of each validation
+    bleus: list[float] = []
+    add_report, validate = trainer._add_report, trainer._validate
+
+    def report_bleu(valid_scores: dict[str, float], new_best: bool = False) -> None:
+        bleus.append(valid_scores["bleu"])  # sacrebleu's score, 0-100 as ours
+        add_report(valid_scores=valid_scores, new_best=new_best)
+
+    def timed_validate(valid_data: Any) -> None:
+        start = time.perf_counter()
+        validate(valid_data)
+        spans.append((start, time.perf_counter(), bleus[-1]))
+
+    # Instance attributes shadow the methods the loop calls as self._validate(...).
+    trainer._add_report, trainer._validate = report_bleu, timed_validate
+    # Nothing reads Joey's checkpoints (the model in memory decodes below) and ours writes none:
+    # skip its save after every better validation and at the end.
+    trainer._save_checkpoint = lambda new_best, score: None
     startup = time.time() - started
     ready = time.perf_counter()
     trainer.train_and_validate(train_data=train_data, valid_data=dev_data)
+    validations = training_seconds_at(ready, spans)
     result: dict[str, Any] = {
         "startup_s": startup,
-        "train_seconds": time.perf_counter() - ready,
+        "train_seconds": time.perf_counter() - ready - sum(end - start for start, end, _ in spans),
         # The first window includes the warm-up; the rest are steady state.
         "train_tgt_tok_per_s": statistics.median(rates.rates[1:] or rates.rates or [0.0]),
         "train_sent_per_s": None,  # Joey logs tokens only
         "peak_rss_mb": peak_rss_mb(),
-        "time_to_bleu95_s": None,  # would need validation inside Joey's timed run
+        "time_to_bleu95_s": time_to_bleu(startup, validations, bleu_target),
+        "validations": validations,
     }
     model.eval()
 
@@ -602,11 +684,18 @@ def _opennmt_env(threads: int | None) -> dict[str, str]:
 
 
 def opennmt_config(
-    config: dict[str, Any], work_dir: Path, report_every: int = 25
+    config: dict[str, Any], work_dir: Path, val_check_interval: float, report_every: int = 25
 ) -> dict[str, Any]:
     """The OpenNMT-py 3.5.1 config (its YAML, as a dict) of the same work as ours: data files,
-    sizes, batch, optimizer and as many updates as our epochs make; no validation while
-    training, a checkpoint at the end only, a training report every ``report_every`` updates.
+    sizes, batch, optimizer and as many updates as our epochs make; validation (dev loss, then
+    greedy decoding and BLEU) every ``val_check_interval`` of an epoch as ours
+    (``validation_steps``), a checkpoint at the end only, a training report every
+    ``report_every`` updates.
+
+    Its validation decodes greedily whatever the config says (``ScoringPreparator.translate``
+    sets ``beam_size`` 1), up to ``max_length`` 250 tokens (its translation default, which the
+    training config cannot change), and scores with sacrebleu's default 13a tokenization, which
+    leaves pre-tokenized text such as the reverse task's as it is.
 
     As in PEERS.md: input feeding off (our decoders feed none), the whole corpus in one bucket
     (``bucket_size`` 20000; the default of 262144 repeats a small corpus ~13 times per bucket)
@@ -617,10 +706,9 @@ def opennmt_config(
     def path(split: str, lang: str) -> str:
         return str(root / f"{corpus[split]}.{corpus[lang]}")
 
-    with open(path("train", "src_lang"), encoding="utf-8") as lines:
-        train_sentences = sum(1 for _ in lines)
     batch_size = data["batch_size"]
-    steps = config["trainer"]["max_epochs"] * math.ceil(train_sentences / batch_size)
+    updates = updates_per_epoch(config, "opennmt")
+    steps = config["trainer"]["max_epochs"] * updates
     encoder_hidden = model["encoder_hidden_size"] or model["hidden_size"] // 2
     vocab_dir = work_dir / "opennmt" / "vocab"
     return {
@@ -667,7 +755,8 @@ def opennmt_config(
         "valid_batch_size": batch_size,
         "accum_count": [1],
         "train_steps": steps,
-        "valid_steps": 10**9,
+        "valid_steps": validation_steps(updates, val_check_interval),
+        "valid_metrics": ["BLEU"],
         "save_checkpoint_steps": steps,
         "keep_checkpoint": 1,
         "report_every": report_every,
@@ -688,6 +777,16 @@ _ONMT_REPORT = re.compile(
     re.MULTILINE,
 )
 _ONMT_START = re.compile(_ONMT_TIME + r"Start training loop", re.MULTILINE)
+# A validation (onmt.trainer.Trainer.validate, then the step report after it) logs, in order:
+#   valid stats calculation\n    took: 0.0052 s.   (dev loss, timed from the validation's start)
+#   validation BLEU: 0.153                         (sacrebleu, after greedy decoding of dev)
+#   Validation accuracy: 2.027                     (the last line of its report)
+_FLOAT = r"([-+\d.eE]+)"
+_ONMT_VALID_LOSS = re.compile(
+    _ONMT_TIME + r"valid stats calculation\s+took: " + _FLOAT + r" s\.", re.MULTILINE
+)
+_ONMT_VALID_BLEU = re.compile(_ONMT_TIME + r"validation BLEU: " + _FLOAT, re.MULTILINE)
+_ONMT_VALID_END = re.compile(_ONMT_TIME + r"Validation accuracy: ", re.MULTILINE)
 
 
 def _log_time(day_time: str, millis: str) -> float:
@@ -695,35 +794,75 @@ def _log_time(day_time: str, millis: str) -> float:
     return time.mktime(time.strptime(day_time, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
 
 
+def _opennmt_validations(text: str) -> list[tuple[int, float, float, float | None]]:
+    """Each validation in OpenNMT-py's log: where in ``text`` it is logged, its start and end
+    (time.time()) and its dev BLEU (None if not logged).
+
+    It starts when its dev loss started (that line's time less the seconds it logs; nothing runs
+    between the update and it) and ends at the last line of the report after it."""
+    losses = list(_ONMT_VALID_LOSS.finditer(text))
+    validations = []
+    for index, loss in enumerate(losses):
+        stop = losses[index + 1].start() if index + 1 < len(losses) else len(text)
+        bleu = _ONMT_VALID_BLEU.search(text, loss.end(), stop)
+        end = _ONMT_VALID_END.search(text, loss.end(), stop) or bleu or loss
+        start = _log_time(loss[1], loss[2]) - float(loss[3])
+        score = float(bleu[3]) if bleu else None
+        validations.append((loss.start(), start, _log_time(end[1], end[2]), score))
+    return validations
+
+
 def parse_opennmt_log(text: str, warmup_batches: int) -> dict[str, Any]:
     """Training speed from OpenNMT-py's log: steady-state target tokens/s and sentences/s over the
-    report windows that begin after ``warmup_batches`` updates, and when the loop started.
+    report windows that begin after ``warmup_batches`` updates, when the loop started, and each
+    validation's training seconds and dev BLEU.
 
     A window runs from the previous report line (the first from "Start training loop") to its own,
-    by the lines' timestamps, so data loading counts as in ours; its target tokens (EOS included,
-    as our ``tgt_lens`` counts BOS) are the logged mean target tokens per batch times the updates
-    since the previous report. Updates after the last report are not counted."""
+    by the lines' timestamps, so data loading counts as in ours, less the validations logged
+    between the two lines; its target tokens (EOS included, as our ``tgt_lens`` counts BOS) are
+    the logged mean target tokens per batch times the updates since the previous report. Updates
+    after the last report are not counted. (The tok/s OpenNMT-py logs, kept in ``windows``,
+    include validation time.)"""
     start = _ONMT_START.search(text)
     loop_start = _log_time(*start.groups()) if start else None
-    previous_step, previous_time = 0, loop_start
+    validations = _opennmt_validations(text)
+
+    def validating(after: int, before: int) -> float:
+        """Seconds of the validations logged between those two places in ``text``."""
+        return sum(
+            (end - begin for place, begin, end, _ in validations if after < place < before), 0.0
+        )
+
+    previous_step, previous_time, previous_place = 0, loop_start, start.end() if start else 0
     tokens = sentences = 0.0
     seconds = 0.0
     windows = []
     for match in _ONMT_REPORT.finditer(text):
         now = _log_time(match[1], match[2])
         step, sents, tgt_per_batch = int(match[3]), int(match[4]), float(match[6])
-        window = {"step": step, "tgt_tok_per_s": float(match[9]), "sents": sents}
+        excluded = validating(previous_place, match.start())
+        window = {
+            "step": step,
+            "tgt_tok_per_s": float(match[9]),
+            "sents": sents,
+            "validation_s": excluded,
+        }
         windows.append(window)
         if previous_time is not None and previous_step >= warmup_batches:
             tokens += tgt_per_batch * (step - previous_step)
             sentences += sents
-            seconds += now - previous_time
-        previous_step, previous_time = step, now
+            seconds += now - previous_time - excluded
+        previous_step, previous_time, previous_place = step, now, match.end()
+    train_seconds = None
+    if loop_start and previous_time:
+        train_seconds = previous_time - loop_start - validating(0, previous_place)
+    spans = [(begin, end, bleu) for _, begin, end, bleu in validations]
     return {
         "train_tgt_tok_per_s": tokens / seconds if seconds > 0 else None,
         "train_sent_per_s": sentences / seconds if seconds > 0 else None,
         "loop_start": loop_start,
-        "train_seconds": previous_time - loop_start if loop_start and previous_time else None,
+        "train_seconds": train_seconds,
+        "validations": training_seconds_at(loop_start, spans) if loop_start else [],
         "windows": windows,
     }
 
@@ -763,13 +902,15 @@ def _opennmt_job(
     config_path: Path,
     test_src: str,
     warmup_batches: int,
+    bleu_target: float,
     decode_repeats: int,
     decode_batch_size: int,
     threads: int | None,
 ) -> dict[str, Any]:
     """``onmt_train`` on ``config`` (written to ``config_path``) with our thread count, then its
     decoding of dev (BLEU) and of the sentences in ``test_src`` (speed, ``opennmt_decode.py``).
-    Runs in a fresh process, so the peak RSS of its children is that of the training alone."""
+    Runs in a fresh process, so the peak RSS of its children is that of the training alone.
+    Its validations' times and BLEU come from its log (``parse_opennmt_log``)."""
     import sacrebleu
     import yaml
 
@@ -782,13 +923,15 @@ def _opennmt_job(
     )
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # only that child so far
     speed = parse_opennmt_log(log_text, warmup_batches)
+    startup = speed["loop_start"] - started if speed["loop_start"] else None
     result: dict[str, Any] = {
-        "startup_s": speed["loop_start"] - started if speed["loop_start"] else None,
+        "startup_s": startup,
         "train_seconds": speed["train_seconds"],
         "train_tgt_tok_per_s": speed["train_tgt_tok_per_s"],
         "train_sent_per_s": speed["train_sent_per_s"],
         "peak_rss_mb": rss,
-        "time_to_bleu95_s": None,  # would need validation inside OpenNMT-py's timed run
+        "time_to_bleu95_s": time_to_bleu(startup, speed["validations"], bleu_target),
+        "validations": speed["validations"],
         "report_windows": speed["windows"],
     }
     dev_src, dev_tgt = config["data"]["valid"]["path_src"], config["data"]["valid"]["path_tgt"]
@@ -917,13 +1060,20 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
         peer_configs: dict[str, dict[str, Any]] = {}
         peer_runs: dict[str, Callable[[int], dict[str, Any]]] = {}
         if "joeynmt" in peers:
-            joey = joey_config(config, work_dir, options.decode_batch_size)
+            joey = joey_config(
+                config, work_dir, options.val_check_interval, options.decode_batch_size
+            )
             peer_configs["joeynmt"] = joey
 
             def joey_run(repeat: int) -> dict[str, Any]:
                 seeded = {**joey, "random_seed": joey["random_seed"] + repeat}
                 return in_fresh_process(
-                    _joey_job, seeded, options.decode_repeats, threads, time.time()
+                    _joey_job,
+                    seeded,
+                    options.decode_repeats,
+                    options.bleu_target,
+                    threads,
+                    time.time(),
                 )
 
             peer_runs["joeynmt"] = joey_run
@@ -932,7 +1082,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
             assert python is not None  # chosen_peers checked it
             # Report windows as long as our warm-up, so that skipping the first ones skips it.
             report_every = options.warmup_batches if 0 < options.warmup_batches <= 50 else 25
-            onmt = opennmt_config(config, work_dir, report_every)
+            onmt = opennmt_config(config, work_dir, options.val_check_interval, report_every)
             peer_configs["opennmt"] = onmt
             corpus = config["data"]["corpus"]
             test_src = str(
@@ -948,6 +1098,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
                     work_dir / "opennmt" / f"train-{repeat}.yaml",
                     test_src,
                     options.warmup_batches,
+                    options.bleu_target,
                     options.decode_repeats,
                     options.decode_batch_size,
                     threads,
@@ -984,6 +1135,9 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
         "load_average_before": load_before,
         "repeats": options.repeats,
         "warmup_batches": options.warmup_batches,
+        "val_check_interval": options.val_check_interval,
+        # time_to_bleu95_s keeps its name whatever the target (the JSON's promise).
+        "bleu_target": options.bleu_target,
         "model": {
             "decoder": config["model"]["decoder"]["_target_"],
             "attention": config["attention"]["_target_"],
@@ -1052,7 +1206,7 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
         ("peak RSS MB (training)", "peak_rss_mb", 0),
         ("greedy sentences/s", "greedy_sent_per_s", 0),
         ("beam-5 sentences/s", "beam5_sent_per_s", 0),
-        ("time to dev BLEU ≥ 95, s", "time_to_bleu95_s", 1),
+        (f"time to dev BLEU ≥ {report['bleu_target']:g}, s", "time_to_bleu95_s", 1),
         ("dev BLEU at the end (greedy)", "dev_bleu", 1),
     ]
     header = f"| | seq2seq ({decoder}, {attention}) |"

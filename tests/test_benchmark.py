@@ -5,18 +5,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from seq2seq.benchmark import (
     Spread,
+    _joey_job,
     attention_costs,
     compose_config,
+    in_fresh_process,
+    joey_config,
+    joeynmt_available,
     opennmt_available,
     opennmt_config,
     opennmt_python,
     parse_opennmt_log,
+    time_to_bleu,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +131,7 @@ def test_opennmt_config_is_the_same_work_as_ours(
         [*overrides, f"attention={attention}", "optim.optimizer.lr=0.002", "optim.grad_clip=3"],
         tmp_path / "run",
     )
-    onmt = opennmt_config(config, tmp_path / "work", report_every=20)
+    onmt = opennmt_config(config, tmp_path / "work", val_check_interval=1.0, report_every=20)
     assert onmt["global_attention"] == expected
     assert (onmt["encoder_type"], onmt["rnn_type"], onmt["input_feed"]) == ("brnn", "GRU", 0)
     assert onmt["enc_hid_size"] == 256  # 2 directions x our encoder_hidden_size 128
@@ -133,7 +139,8 @@ def test_opennmt_config_is_the_same_work_as_ours(
     assert (onmt["learning_rate"], onmt["max_grad_norm"], onmt["optim"]) == (0.002, 3.0, "adam")
     assert (onmt["batch_size"], onmt["batch_type"], onmt["normalization"]) == (64, "sents", "sents")
     assert onmt["train_steps"] == 3 * 3  # 3 epochs of ceil(130 / 64) batches
-    assert onmt["save_checkpoint_steps"] == onmt["train_steps"] < onmt["valid_steps"]
+    assert onmt["save_checkpoint_steps"] == onmt["train_steps"]  # the end only
+    assert (onmt["valid_steps"], onmt["valid_metrics"]) == (3, ["BLEU"])  # once an epoch
     assert (onmt["report_every"], onmt["num_workers"], onmt["bucket_size"]) == (20, 0, 20000)
     assert onmt["data"]["corpus_1"]["path_tgt"] == str(tmp_path / "train.trg")
     assert onmt["data"]["valid"]["path_src"] == str(tmp_path / "dev.src")
@@ -170,6 +177,199 @@ def test_opennmt_log_gives_steady_state_speed_after_the_warm_up_windows() -> Non
     assert parse_opennmt_log(ONMT_LOG, warmup_batches=30)["train_tgt_tok_per_s"] is None
 
 
+# Captured from OpenNMT-py 3.5.1's onmt_train on 300 pairs of the reverse task (batches of 32,
+# 2 epochs = 20 updates, report_every 2, valid_steps 5 with valid_metrics BLEU, 1 thread), from
+# "Start training loop" on; of the data loader's "Weighted corpora loaded" messages and torch's
+# warnings, only the first message is kept.
+ONMT_VALID_LOG = """\
+[2026-11-22 15:50:46,883 INFO] Start training loop and validate every 5 steps...
+[2026-11-22 15:50:46,884 INFO] Scoring with: None
+[2026-11-22 15:50:46,889 INFO] Weighted corpora loaded so far:
+\t\t\t* corpus_1: 2
+[2026-11-22 15:50:47,990 INFO] Step  2/   20; acc: 2.0; ppl:  56.2; xent: 4.0; \
+lr: 0.00100; sents:      50; bsz:  484/ 510/25; 876/921 tok/s;      1 sec;
+[2026-11-22 15:50:48,010 INFO] Step  4/   20; acc: 0.4; ppl:  56.4; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  218/ 250/32; 21989/25217 tok/s;      1 sec;
+[2026-11-22 15:50:48,037 INFO] valid stats calculation
+                           took: 0.005224943161010742 s.
+[2026-11-22 15:50:48,066 INFO] The translation of the valid dataset for dynamic scoring
+                               took : 0.028516530990600586 s.
+[2026-11-22 15:50:48,066 INFO] UPDATING VALIDATION BLEU
+[2026-11-22 15:50:48,075 INFO] validation BLEU: 0.15332277009202125
+[2026-11-22 15:50:48,076 INFO] Train perplexity: 56.1742
+[2026-11-22 15:50:48,076 INFO] Train accuracy: 1.78094
+[2026-11-22 15:50:48,076 INFO] Sentences processed: 146
+[2026-11-22 15:50:48,076 INFO] Average bsz:  420/ 449/29
+[2026-11-22 15:50:48,076 INFO] Validation perplexity: 56.1162
+[2026-11-22 15:50:48,076 INFO] Validation accuracy: 2.02703
+[2026-11-22 15:50:48,093 INFO] Step  6/   20; acc: 2.2; ppl:  56.0; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  660/ 692/32; 15895/16665 tok/s;      1 sec;
+[2026-11-22 15:50:48,122 INFO] Step  8/   20; acc: 1.5; ppl:  55.9; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  480/ 512/32; 33762/36013 tok/s;      1 sec;
+[2026-11-22 15:50:48,155 INFO] Step 10/   20; acc: 1.5; ppl:  56.2; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  598/ 630/32; 36355/38302 tok/s;      1 sec;
+[2026-11-22 15:50:48,160 INFO] valid stats calculation
+                           took: 0.00488734245300293 s.
+[2026-11-22 15:50:48,187 INFO] The translation of the valid dataset for dynamic scoring
+                               took : 0.026815414428710938 s.
+[2026-11-22 15:50:48,187 INFO] UPDATING VALIDATION BLEU
+[2026-11-22 15:50:48,190 INFO] validation BLEU: 0.15701994769958616
+[2026-11-22 15:50:48,190 INFO] Train perplexity: 56.0904
+[2026-11-22 15:50:48,190 INFO] Train accuracy: 1.67727
+[2026-11-22 15:50:48,190 INFO] Sentences processed: 306
+[2026-11-22 15:50:48,190 INFO] Average bsz:  488/ 519/31
+[2026-11-22 15:50:48,190 INFO] Validation perplexity: 55.9085
+[2026-11-22 15:50:48,190 INFO] Validation accuracy: 2.36486
+[2026-11-22 15:50:48,218 INFO] Step 12/   20; acc: 1.8; ppl:  56.0; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  476/ 508/32; 15128/16144 tok/s;      1 sec;
+[2026-11-22 15:50:49,298 INFO] Step 14/   20; acc: 1.8; ppl:  55.8; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  250/ 282/32; 463/522 tok/s;      2 sec;
+[2026-11-22 15:50:49,321 INFO] valid stats calculation
+                           took: 0.005187273025512695 s.
+[2026-11-22 15:50:49,352 INFO] The translation of the valid dataset for dynamic scoring
+                               took : 0.03076171875 s.
+[2026-11-22 15:50:49,352 INFO] UPDATING VALIDATION BLEU
+[2026-11-22 15:50:49,354 INFO] validation BLEU: 0.15701994769958616
+[2026-11-22 15:50:49,354 INFO] Train perplexity: 56.0343
+[2026-11-22 15:50:49,355 INFO] Train accuracy: 1.65837
+[2026-11-22 15:50:49,355 INFO] Sentences processed: 452
+[2026-11-22 15:50:49,355 INFO] Average bsz:  452/ 482/30
+[2026-11-22 15:50:49,355 INFO] Validation perplexity: 55.637
+[2026-11-22 15:50:49,355 INFO] Validation accuracy: 2.7027
+[2026-11-22 15:50:49,368 INFO] Step 16/   20; acc: 1.4; ppl:  55.6; xent: 4.0; \
+lr: 0.00100; sents:      50; bsz:  456/ 481/25; 12964/13675 tok/s;      2 sec;
+[2026-11-22 15:50:49,400 INFO] Step 18/   20; acc: 4.1; ppl:  55.4; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  572/ 604/32; 37080/39153 tok/s;      3 sec;
+[2026-11-22 15:50:49,424 INFO] Step 20/   20; acc: 7.4; ppl:  55.3; xent: 4.0; \
+lr: 0.00100; sents:      64; bsz:  405/ 437/32; 32745/35333 tok/s;      3 sec;
+[2026-11-22 15:50:49,429 INFO] valid stats calculation
+                           took: 0.004663228988647461 s.
+[2026-11-22 15:50:49,438 INFO] The translation of the valid dataset for dynamic scoring
+                               took : 0.008523225784301758 s.
+[2026-11-22 15:50:49,438 INFO] UPDATING VALIDATION BLEU
+[2026-11-22 15:50:49,440 INFO] validation BLEU: 0.0
+[2026-11-22 15:50:49,440 INFO] Train perplexity: 55.8704
+[2026-11-22 15:50:49,440 INFO] Train accuracy: 2.46612
+[2026-11-22 15:50:49,440 INFO] Sentences processed: 612
+[2026-11-22 15:50:49,440 INFO] Average bsz:  460/ 491/31
+[2026-11-22 15:50:49,440 INFO] Validation perplexity: 55.2631
+[2026-11-22 15:50:49,440 INFO] Validation accuracy: 6.75676
+[2026-11-22 15:50:49,440 INFO] Saving checkpoint /tmp/onmtcap/opennmt/model_step_20.pt
+"""
+
+
+def clock(hms: str) -> float:
+    """Seconds since midnight of a log time HH:MM:SS,mmm (the captured run is in one day)."""
+    hours, minutes, seconds = hms.split(":")
+    return 3600 * int(hours) + 60 * int(minutes) + float(seconds.replace(",", "."))
+
+
+def test_opennmt_log_leaves_validation_out_of_training_time() -> None:
+    loop_start = clock("15:50:46,883")
+    # Each validation: from its dev loss line less the seconds it logs, to the last line of its
+    # report ("Validation accuracy"); its BLEU. The first three lie between two report lines.
+    spans = [
+        (clock("15:50:48,037") - 0.005224943161010742, clock("15:50:48,076"), 0.15332277009202125),
+        (clock("15:50:48,160") - 0.00488734245300293, clock("15:50:48,190"), 0.15701994769958616),
+        (clock("15:50:49,321") - 0.005187273025512695, clock("15:50:49,355"), 0.15701994769958616),
+        (clock("15:50:49,429") - 0.004663228988647461, clock("15:50:49,440"), 0.0),
+    ]  # fmt: skip
+    durations = [end - start for start, end, _ in spans]
+    parsed = parse_opennmt_log(ONMT_VALID_LOG, warmup_batches=4)
+
+    expected = [
+        (start - loop_start - sum(durations[:index]), bleu)
+        for index, (start, _, bleu) in enumerate(spans)
+    ]
+    assert len(parsed["validations"]) == len(expected)
+    for (seconds, bleu), (expected_seconds, expected_bleu) in zip(
+        parsed["validations"], expected, strict=True
+    ):
+        assert seconds == pytest.approx(expected_seconds, abs=1e-6)
+        assert bleu == expected_bleu  # sacrebleu's 0-100 scale, as OpenNMT-py logs it
+    # Each validation is taken from the report window it was logged in.
+    by_step = {window["step"]: window["validation_s"] for window in parsed["windows"]}
+    assert by_step[6] == pytest.approx(durations[0], abs=1e-6)  # after the report at step 4
+    assert by_step[12] == pytest.approx(durations[1], abs=1e-6)  # after the report at step 10
+    assert by_step[16] == pytest.approx(durations[2], abs=1e-6)
+    # The 4th comes after the last report line, in no window.
+    assert sum(by_step.values()) == pytest.approx(sum(durations[:3]), abs=1e-6)
+
+    # Steady state: steps 5-20 (the windows after step 4), without the three validations.
+    seconds = clock("15:50:49,424") - clock("15:50:48,010") - sum(durations[:3])
+    tokens = 2 * (692 + 512 + 630 + 508 + 282 + 481 + 604 + 437)
+    assert parsed["train_tgt_tok_per_s"] == pytest.approx(tokens / seconds)
+    assert parsed["train_sent_per_s"] == pytest.approx((64 * 7 + 50) / seconds)
+    assert parsed["train_seconds"] == pytest.approx(
+        clock("15:50:49,424") - loop_start - sum(durations[:3])
+    )
+
+    # The first validation at or above the target counts, plus the start-up.
+    startup = 2.5
+    assert time_to_bleu(startup, parsed["validations"], 0.155) == pytest.approx(
+        startup + expected[1][0]
+    )
+    assert time_to_bleu(startup, parsed["validations"], 0.0) == pytest.approx(
+        startup + expected[0][0]
+    )
+    assert time_to_bleu(startup, parsed["validations"], 95.0) is None
+    assert time_to_bleu(None, parsed["validations"], 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("sentences", "interval", "every", "logging"),
+    [(1000, 0.25, 4, 4), (20000, 0.25, 78, 26), (130, 0.1, 1, 1), (130, 1.0, 3, 3)],
+)
+def test_both_peers_validate_at_our_cadence(
+    tmp_path: Path, sentences: int, interval: float, every: int, logging: int
+) -> None:
+    # Ours validates every int(batches per epoch * interval) batches, batches of 64 sentences.
+    config = compose_config(reverse_task(tmp_path, sentences), tmp_path / "run")
+    joey = joey_config(config, tmp_path / "work", interval)
+    onmt = opennmt_config(config, tmp_path / "work", interval)
+    assert joey["training"]["validation_freq"] == onmt["valid_steps"] == every
+    # Joey refuses a logging_freq that does not divide validation_freq; near 25 where it can.
+    assert joey["training"]["logging_freq"] == logging
+    assert joey["testing"]["eval_metrics"] == ["bleu"]
+    assert joey["testing"]["sacrebleu_cfg"] == {"tokenize": "none"}
+    assert onmt["valid_metrics"] == ["BLEU"]
+
+
+def test_joey_accepts_the_config_and_validates_greedily(tmp_path: Path) -> None:
+    if not joeynmt_available():
+        pytest.skip("Joey NMT is not installed")
+    from joeynmt.config import parse_global_args, set_validation_args
+
+    config = compose_config(reverse_task(tmp_path, 1000), tmp_path / "run")
+    joey = joey_config(config, tmp_path / "work", 0.25)
+    joey["testing"]["beam_size"] = 5  # validation is greedy whatever testing says
+    args = parse_global_args(joey, rank=0, mode="train")
+    assert (args.train.validation_freq, args.train.logging_freq) == (4, 4)
+    validation = set_validation_args(args.test)
+    assert (validation.beam_size, validation.n_best) == (1, 1)
+    assert validation.eval_metrics == ["bleu"]
+
+
+@pytest.mark.slow
+def test_joey_times_its_validations_out_of_its_training(tmp_path: Path) -> None:
+    if not joeynmt_available():
+        pytest.skip("Joey NMT is not installed")
+    overrides = [
+        *reverse_task(tmp_path, train_sentences=256), "model.hidden_size=16",
+        "model.embedding_size=8", "model.encoder_hidden_size=8", "trainer.max_epochs=2",
+    ]  # fmt: skip
+    joey = joey_config(compose_config(overrides, tmp_path / "run"), tmp_path / "work", 0.5)
+    result = in_fresh_process(_joey_job, joey, 1, 0.0, 1, time.time())
+    # 4 updates an epoch, validation every 2: 4 validations in 2 epochs.
+    seconds = [seconds for seconds, _ in result["validations"]]
+    assert len(seconds) == 4
+    assert 0 < seconds[0] < seconds[1] < seconds[2] < seconds[3] <= result["train_seconds"]
+    assert all(0 <= bleu <= 100 for _, bleu in result["validations"])
+    # Every BLEU reaches a target of 0: the first validation is the one.
+    assert result["time_to_bleu95_s"] == pytest.approx(result["startup_s"] + seconds[0])
+    assert result["train_tgt_tok_per_s"] > 0
+
+
 @pytest.mark.slow
 def test_quick_benchmark_runs_opennmt_side_by_side(tmp_path: Path) -> None:
     if not opennmt_available(opennmt_python()):
@@ -187,4 +387,7 @@ def test_quick_benchmark_runs_opennmt_side_by_side(tmp_path: Path) -> None:
     for key in ("train_tgt_tok_per_s", "startup_s", "peak_rss_mb", "greedy_sent_per_s"):
         assert peer[key] > 0, key
     assert peer["dev_bleu"] is not None
+    (run,) = peer["runs"]
+    assert len(run["validations"]) == 1  # --quick validates once an epoch
+    assert "time_to_bleu95_s" in peer  # None: a tiny run never reaches BLEU 95
     assert "| OpenNMT-py (dot) |" in completed.stdout
