@@ -124,8 +124,7 @@ class AttentionDecoder(nn.Module):
         small_vocabulary = self.embedding.num_embeddings <= 8 * memory.shape[0]
         if decoding and memory.device.type == "cpu" and small_vocabulary:
             embedding_weight = self.cell.weight_ih[:, : self.embedding_size]  # (G, E)
-            # (V, E) @ (E, G) + b_ih -> (V, G)
-            token_gates = F.linear(self.embedding.weight, embedding_weight, self.cell.bias_ih)
+            token_gates = self.embedding_gates(self.embedding.weight, embedding_weight)  # (V, G)
         return EncodedSource(memory, keys, self.attention.project_keys(keys), src_lens, token_gates)
 
     def init_state(self, summary: Tensor) -> DecoderState:
@@ -157,6 +156,11 @@ class AttentionDecoder(nn.Module):
             source.src_lens,
             projected_keys=source.projected_keys,
         )
+
+    def embedding_gates(self, embedded: Tensor, weight: Tensor) -> Tensor:
+        """W_ie e + b_ih, (..., E) -> (..., G): the part of the cell input without attention.
+        ``weight`` is the embedding part (G, E) of the cell's input weight."""
+        return F.linear(embedded, weight, self.cell.bias_ih)
 
     def step_cell(self, cell_input: Tensor, state: DecoderState) -> DecoderState:
         """One step of the cell: cell_input (B, E [+ M]), state -> new state."""
@@ -232,10 +236,6 @@ class BahdanauDecoder(AttentionDecoder):
         Called once per batch: every step's use of the context part then adds into one gradient.
         """
         return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
-
-    def embedding_gates(self, embedded: Tensor, weight: Tensor) -> Tensor:
-        """W_ie e + b_ih, (..., E) -> (..., G): the part of the cell input without attention."""
-        return F.linear(embedded, weight, self.cell.bias_ih)
 
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
