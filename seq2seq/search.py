@@ -74,26 +74,27 @@ def greedy_search(
     batch_size, device = src.shape[0], src.device
     source, state = model.encode(src, src_lens)
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device)  # (B,)
+    max_steps = max(1, int(limits.max()))
     # The sentences still decoding, in the order of the decoder's rows (A,).
     active = torch.arange(batch_size, device=device)
     active_limits = limits  # (A,)
     prev_tokens = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (A,)
-    lengths = limits.clone()  # (B,)
-    tokens, weights = [], []
-    for t in range(max(1, int(limits.max()))):
+    # Each step writes its active rows in place (PAD and zero weights stay for the finished
+    # ones): a step costs as few small ops as possible, which is most of greedy's time here.
+    tokens = torch.full((batch_size, max_steps), pad_id, dtype=torch.long, device=device)
+    weights: Tensor | None = None  # (B, L, S), once the first step gives the dtype
+    num_steps = max_steps
+    for t in range(max_steps):
         logits, state, step_weights = model.decode_step(prev_tokens, state, source)
         next_tokens = logits.argmax(dim=-1)  # (A,)
-        # Each step's tokens and weights for every sentence: PAD and zeros for the finished ones.
-        tokens.append(torch.full_like(lengths, pad_id).index_copy(0, active, next_tokens))
-        weights.append(
-            step_weights.new_zeros(batch_size, step_weights.shape[1]).index_copy(
-                0, active, step_weights
-            )
-        )  # (B, S)
+        if weights is None:
+            weights = step_weights.new_zeros(batch_size, max_steps, step_weights.shape[1])
+        tokens[active, t] = next_tokens
+        weights[active, t] = step_weights
         finishing = (next_tokens == eos_id) | (t + 1 >= active_limits)  # (A,)
-        lengths[active[finishing]] = t + 1
         num_finishing = int(finishing.sum())  # the one host sync of the step
         if num_finishing == len(active):
+            num_steps = t + 1
             break
         prev_tokens = next_tokens
         if num_finishing:
@@ -105,7 +106,12 @@ def greedy_search(
             )
             source = source.index_select(still)
             state = tuple(tensor.index_select(0, still) for tensor in state)
-    return Hypotheses(torch.stack(tokens, 1), lengths, torch.stack(weights, 1))
+    assert weights is not None  # the loop runs at least once
+    tokens = tokens[:, :num_steps]  # (B, L)
+    # A sentence ends at its first EOS, or else at its limit (one token at least).
+    is_eos = tokens == eos_id  # (B, L)
+    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, limits.clamp(min=1))
+    return Hypotheses(tokens, lengths, weights[:, :num_steps])
 
 
 def length_penalty_factor(lengths: Tensor, alpha: float) -> Tensor:
