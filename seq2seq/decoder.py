@@ -135,12 +135,35 @@ class AttentionDecoder(nn.Module):
     def attend(
         self, queries: Tensor, source: EncodedSource, need_weights: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """queries (B, Tq, H) -> contexts (B, Tq, M), weights (B, Tq, S) or None.
+        """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None.
+
+        R is the source's batch B, or B · K when K hypotheses of each sentence share its source
+        (beam search: row b · K + k is hypothesis k of sentence b). Those are scored as K · Tq
+        queries of one sentence, so each sentence's keys and memory are read once per step
+        instead of once per hypothesis, and the source is never copied per hypothesis.
 
         With ``need_weights=False`` the scoring function may take a fused path
         (``Attention.context``).
         """
-        if not need_weights:
+        rows, num_queries = queries.shape[:2]
+        sentences = source.memory.shape[0]
+        if rows != sentences:
+            if rows % sentences:
+                raise ValueError(
+                    f"{rows} query rows for {sentences} source sentences: the rows must be a "
+                    "whole number of hypotheses per sentence, in the order b · K + k."
+                )
+            # (B·K, Tq, H) -> (B, K·Tq, H): the queries of sentence b are contiguous rows.
+            queries = queries.reshape(sentences, -1, queries.shape[2])
+        if need_weights:
+            context, weights = self.attention(
+                queries,
+                source.keys,
+                source.memory,
+                source.src_lens,
+                projected_keys=source.projected_keys,
+            )
+        else:
             context = self.attention.context(
                 queries,
                 source.keys,
@@ -148,14 +171,12 @@ class AttentionDecoder(nn.Module):
                 source.src_lens,
                 projected_keys=source.projected_keys,
             )
-            return context, None
-        return self.attention(
-            queries,
-            source.keys,
-            source.memory,
-            source.src_lens,
-            projected_keys=source.projected_keys,
-        )
+            weights = None
+        if rows != sentences:  # (B, K·Tq, ...) -> (B·K, Tq, ...)
+            context = context.reshape(rows, num_queries, context.shape[2])
+            if weights is not None:
+                weights = weights.reshape(rows, num_queries, weights.shape[2])
+        return context, weights
 
     def embedding_gates(self, embedded: Tensor, weight: Tensor) -> Tensor:
         """W_ie e + b_ih, (..., E) -> (..., G): the part of the cell input without attention.

@@ -159,15 +159,15 @@ def beam_search(
     device = src.device
     batch_size, num_beams = src.shape[0], beam_size
     source, state = model.encode(src, src_lens)
-    # Beam k of sentence b lives in row b·K + k: repeat each sentence's encoding K times.
+    # Beam k of sentence b lives in row b·K + k. The K beams of a sentence share its one copy of
+    # the encoding (the decoder's ``attend`` reads B·K query rows against B sentences), so only
+    # the state is repeated.
     rows = torch.arange(batch_size, device=device).repeat_interleave(num_beams)  # (B·K,)
-    source = source.index_select(rows)
     state = tuple(tensor.index_select(0, rows) for tensor in state)  # each (B·K, H)
     # A limit below 1 still emits one token, as in greedy_search.
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device).clamp(min=1)  # (B,)
     max_steps = int(limits.max())
     lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
-    beam_offsets = torch.arange(num_beams, device=device)  # (K,)
 
     # A sentence is dropped from the decoder's batch as soon as it is done, so the steps that the
     # others still need cost nothing for it. ``active`` (A,) lists the sentences still searching,
@@ -269,8 +269,7 @@ def beam_search(
             active, active_limits = active[still], active_limits[still]
             live_scores, live_tokens = live_scores[still], live_tokens[still]
             parent_rows = parent_rows[still]  # (A', K)
-            kept_rows = (still[:, None] * num_beams + beam_offsets).view(-1)  # (A'·K,)
-            source = source.index_select(kept_rows)
+            source = source.index_select(still)
         state = tuple(tensor.index_select(0, parent_rows.view(-1)) for tensor in state)
         prev_tokens = live_tokens.view(-1)  # (A', K) -> (A'·K,)
 

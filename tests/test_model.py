@@ -343,3 +343,37 @@ def test_decoding_with_the_token_gate_table_equals_teacher_forcing(
             torch.testing.assert_close(step_weights, weights[:, t])
         model.train()
         assert model.encode(src, src_lens)[0].token_gates is None  # dropout would be skipped
+
+
+@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+def test_hypotheses_sharing_their_sentences_source_equal_a_source_copied_per_row(
+    attention: str, decoder: str
+) -> None:
+    """Beam search steps B·K rows against B sentences (row b·K + k is hypothesis k of sentence
+    b): the same logits, states and weights as with the source repeated for every row."""
+    model = make_model(attention, decoder=decoder)
+    src, src_lens, _ = make_batch()
+    num_beams = 4
+    with torch.no_grad():
+        source, state = model.encode(src, src_lens)
+        rows = torch.arange(len(src_lens)).repeat_interleave(num_beams)  # (B·K,)
+        state = tuple(tensor.index_select(0, rows) for tensor in state)
+        prev_tokens = torch.randint(4, 11, (len(rows),))  # a different token in every row
+        for _ in range(3):
+            shared = model.decode_step(prev_tokens, state, source)
+            copied = model.decode_step(prev_tokens, state, source.index_select(rows))
+            for got, expected in zip(shared, copied, strict=True):  # logits, state, weights
+                torch.testing.assert_close(got, expected)
+            state, prev_tokens = shared[1], shared[0].argmax(-1)
+
+
+def test_query_rows_that_are_not_whole_hypotheses_per_sentence_are_refused() -> None:
+    model = make_model()
+    src, src_lens, _ = make_batch()
+    with torch.no_grad():
+        source, state = model.encode(src, src_lens)
+        rows = torch.tensor([0, 0, 1, 1, 2])  # 5 rows for 3 sentences
+        state = tuple(tensor.index_select(0, rows) for tensor in state)
+        with pytest.raises(ValueError, match="5 query rows for 3 source sentences"):
+            model.decode_step(torch.full((5,), BOS), state, source)
