@@ -281,7 +281,9 @@ def _load_weights(trained: TrainedModel, state_dict: dict[str, torch.Tensor], or
     except RuntimeError as error:
         raise ModelFileError(
             f"the weights in {origin} do not fit the model its config describes "
-            f"({str(error).splitlines()[0]} ...). The file is damaged or its parts come from "
-            "different models; use the original checkpoint or export it again."
+            f"({str(error).splitlines()[0]} ...). The file is damaged, its parts come from "
+            "different models, or an older seq2seq wrote it for a model with other parts (the "
+            "Luong decoder's output layer changed); use the original checkpoint or export it "
+            "again, and retrain a model from an older version."
         ) from None
     trained.model.eval()

@@ -169,12 +169,17 @@ def stepwise_luong_reference(
     model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Luong et al. (2015) written out one step at a time, from the model's own parameters:
+    h_0 = the encoder's summary if it has the size H, else tanh(W_b summary + b_b);
     h_t = GRUCell(e_{t-1}, h_{t-1}); weights_t = softmax over real keys of score(h_t, keys);
-    c_t = weights_t · memory; logits_t = W_o [h_t; c_t; e_{t-1}] + b_o."""
+    c_t = weights_t · memory; logits_t = W_s tanh(W_c [c_t; h_t]) + b_s."""
     decoder = model.decoder
     memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
     keys = decoder.key_projection(memory)  # (B, S, H)
-    hidden = torch.tanh(decoder.bridge(summary))  # (B, H)
+    if summary.shape[-1] == decoder.cell.hidden_size:
+        hidden = summary  # (B, H)
+    else:
+        assert decoder.bridge is not None
+        hidden = torch.tanh(decoder.bridge(summary))  # (B, H)
     is_real = torch.arange(src.shape[1])[None, :] < src_lens[:, None]  # (B, S)
     all_logits, all_weights = [], []
     for t in range(tgt_in.shape[1]):
@@ -185,15 +190,21 @@ def stepwise_luong_reference(
         ]  # (B, S)
         weights = scores.masked_fill(~is_real, float("-inf")).softmax(-1)  # (B, S)
         context = torch.bmm(weights[:, None], memory)[:, 0]  # (B,1,S) @ (B,S,M) -> (B, M)
-        features = torch.cat([hidden, context, embedded], dim=-1)  # (B, H + M + E)
-        all_logits.append(decoder.output_layer(features))  # (B, V)
+        attentional = torch.tanh(decoder.attentional(torch.cat([context, hidden], dim=-1)))
+        all_logits.append(decoder.output_layer(attentional))  # (B, H) -> (B, V)
         all_weights.append(weights)
     return torch.stack(all_logits, 1), torch.stack(all_weights, 1)  # (B, T, V), (B, T, S)
 
 
+@pytest.mark.parametrize(
+    "encoder_hidden_size", [None, 5], ids=["summary-is-h0", "bridge-and-key-projection"]
+)
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_luong_parallel_path_equals_a_stepwise_reference(attention: str) -> None:
-    model = make_model(attention, decoder="luong", encoder_hidden_size=5)  # keys projected 10 -> 16
+def test_luong_parallel_path_equals_a_stepwise_reference(
+    attention: str, encoder_hidden_size: int | None
+) -> None:
+    # 5: the memory (10) is bridged and, for dot products, its keys projected to 16.
+    model = make_model(attention, decoder="luong", encoder_hidden_size=encoder_hidden_size)
     src, src_lens, tgt_in = make_batch()
     logits, weights = model(src, src_lens, tgt_in)  # one RNN call, one batched attention
     ref_logits, ref_weights = stepwise_luong_reference(model, src, src_lens, tgt_in)
@@ -219,15 +230,42 @@ def test_luong_decoder_keeps_the_attention_knobs(knobs: dict[str, object]) -> No
     torch.testing.assert_close(logits, ref_logits)
 
 
-def test_luong_cell_input_is_the_embedding_alone() -> None:
+def test_each_decoder_has_the_parts_of_its_paper() -> None:
     bahdanau, luong = make_model(decoder="bahdanau"), make_model(decoder="luong")
     assert bahdanau.decoder.cell.input_size == 8 + 16  # [e; c]
     assert luong.decoder.cell.input_size == 8  # e only: no input feeding
-    # Everything else has the same parameters, so a config switches between them.
-    shapes = {name: p.shape for name, p in luong.named_parameters() if "cell.weight_ih" not in name}
-    assert shapes == {
-        name: p.shape for name, p in bahdanau.named_parameters() if "cell.weight_ih" not in name
-    }
+    # Bahdanau: a bridge s_0 = tanh(W_b summary), an output layer over [s; c; e].
+    assert bahdanau.decoder.bridge is not None and not hasattr(bahdanau.decoder, "attentional")
+    assert bahdanau.decoder.output_layer.in_features == 16 + 16 + 8
+    # Luong: the summary (16 = H) is h_0, and the logits read tanh(W_c [c; h]) (no bias in W_c).
+    assert luong.decoder.bridge is None
+    attentional = luong.decoder.attentional
+    assert isinstance(attentional, nn.Linear) and attentional.bias is None
+    assert (attentional.in_features, attentional.out_features) == (16 + 16, 16)
+    assert luong.decoder.output_layer.in_features == 16
+    # Every other parameter is shared, so one config switches between them.
+    own = ("decoder.cell.weight_ih", "decoder.bridge.", "decoder.attentional.")
+    own += ("decoder.output_layer.weight",)
+
+    def shared(model: Seq2Seq) -> dict[str, torch.Size]:
+        return {name: p.shape for name, p in model.named_parameters() if not name.startswith(own)}
+
+    assert shared(luong) == shared(bahdanau)
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_luong_starts_from_the_summary_or_a_bridge_when_sizes_differ(lstm: bool) -> None:
+    src, src_lens, _ = make_batch()
+    same = make_model(lstm=lstm, decoder="luong")  # encoder 2 x 8 = decoder 16
+    _, summary = same.encoder(src, src_lens)
+    _, state = same.encode(src, src_lens)
+    assert torch.equal(state[0], summary)
+    if lstm:
+        assert torch.equal(state[1], torch.zeros_like(summary))  # the cell starts empty
+    other = make_model(lstm=lstm, decoder="luong", encoder_hidden_size=5)  # 10 -> 16
+    assert other.decoder.bridge is not None
+    _, state = other.encode(src, src_lens)
+    assert all(tensor.shape == (3, 16) for tensor in state)
 
 
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
