@@ -62,7 +62,7 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None) -> Tensor:
     is_valid = valid_key_mask(valid_lens, scores.shape[1], scores.shape[2])  # (B, Tq, Tk)
     # The most negative finite float32, not -inf: a fully padded row then stays finite (uniform
     # before the multiplication below) instead of computing -inf - -inf = NaN.
-    filled = scores_fp32.masked_fill(~is_valid, torch.finfo(torch.float32).min)
+    filled = torch.where(is_valid, scores_fp32, torch.finfo(torch.float32).min)  # (B, Tq, Tk)
     weights = F.softmax(filled, dim=-1) * is_valid  # exact zeros at padding and in empty rows
     return weights.to(scores.dtype)
 
