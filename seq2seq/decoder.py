@@ -145,9 +145,8 @@ class AttentionDecoder(nn.Module):
 
     def init_state(self, summary: Tensor) -> DecoderState:
         """summary (B, M) -> initial state, tensors of (B, H)."""
-        if (
-            self.bridge is None
-        ):  # Luong, M = H: the summary is the state, an LSTM's cell starts at 0
+        if self.bridge is None:
+            # Luong with M = H: the summary is the state itself; an LSTM's cell starts at 0.
             return (summary, torch.zeros_like(summary)) if self.is_lstm else (summary,)
         bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
         return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
