@@ -55,11 +55,11 @@ class EncodedSource:
     token_gates: Tensor | None = None
 
     def index_select(self, indices: Tensor) -> EncodedSource:
-        """Rows of the batch in the order of ``indices`` (B',), e.g. to expand or reorder beams.
+        """Rows of the batch in the order of ``indices`` (B',), e.g. to drop finished sentences.
 
         Fields that are one tensor (dot-product scoring of a memory of the query's size uses the
-        memory as keys and as projected keys) are selected once and stay one tensor: beam search
-        selects rows at almost every step, and three copies cost it ~10 % of its time.
+        memory as keys and as projected keys) are selected once and stay one tensor: decoding
+        selects rows at most steps of a batch whose sentences finish at different lengths.
         """
         selected: dict[int, Tensor] = {}
         for tensor in (self.memory, self.keys, self.projected_keys, self.src_lens):
