@@ -27,23 +27,14 @@ from seq2seq.benchmark import (
     run_benchmark,
     write_report,
 )
-from seq2seq.cli import check_writable, int_at_least, run
+from seq2seq.cli import check_report_paths, int_at_least, report_parser, run, split_overrides
 
 log = logging.getLogger("seq2seq")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    if "--" in argv:
-        split = argv.index("--")
-        argv, overrides = argv[:split], argv[split + 1 :]
-    else:
-        overrides = []
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        usage="%(prog)s --json OUT.json [options] -- HYDRA_OVERRIDES",
-    )
-    parser.add_argument("--json", type=Path, required=True, help="write the report here")
-    parser.add_argument("--markdown", type=Path, help="also write the markdown table here")
+    argv, overrides = split_overrides(argv)
+    parser = report_parser(__doc__)
     parser.add_argument("--plot", type=Path, help="write the attention cost-vs-length plot here")
     parser.add_argument(
         "--peer",
@@ -90,9 +81,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main() -> int:
     args, overrides = parse_args(sys.argv[1:])
-    check_writable(args.json, "the report")
-    if args.markdown:
-        check_writable(args.markdown, "the markdown table")
+    check_report_paths(args.json, args.markdown)
     options = BenchmarkOptions(
         repeats=args.repeats,
         decode_repeats=args.decode_repeats,

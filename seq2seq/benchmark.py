@@ -61,6 +61,7 @@ HEADLINE = (
     "train_sent_per_s",
     "startup_s",
     "peak_rss_mb",
+    "peak_gpu_mb",
     "greedy_sent_per_s",
     "beam5_sent_per_s",
     "time_to_bleu95_s",
@@ -132,6 +133,23 @@ def compose_config(overrides: Sequence[str], run_dir: Path) -> Any:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def benchmark_device(config: dict[str, Any]) -> str:
+    """The device: "cuda" when the config asks for a GPU (``trainer=gpu``, or
+    ``trainer.accelerator`` gpu or cuda), else "cpu". Lightning's "auto" counts as the CPU here:
+    the peers run on the CPU, and a comparison must not change hardware because a GPU happens to
+    be there."""
+    accelerator = str(config.get("trainer", {}).get("accelerator", "cpu"))
+    if accelerator not in ("gpu", "cuda"):
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} asks for a GPU, but torch {torch.__version__} sees "
+            "none. Drop trainer=gpu to benchmark on the CPU, or install a CUDA build of torch "
+            "(README, 'Quick start', GPU users)."
+        )
+    return "cuda"
+
+
 def train_and_decode(
     config: dict[str, Any],
     started: float,
@@ -151,6 +169,7 @@ def train_and_decode(
     from seq2seq.translator import Translator
 
     cfg = OmegaConf.create(config)
+    device = benchmark_device(config)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     tune_allocator()  # as train.py does
     if cfg.threads:
@@ -162,11 +181,11 @@ def train_and_decode(
     )
     module = build_module(cfg, datamodule, model_config)
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    clock = TrainingClock(started, warmup_batches)
+    clock = TrainingClock(started, warmup_batches, synchronize=device == "cuda")
     trainer = pl.Trainer(
         # Validation writes val_hypotheses.txt there: the benchmark's scratch directory.
         default_root_dir=cfg.run_dir,
-        accelerator="cpu",
+        accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         max_epochs=cfg.trainer.max_epochs,
         precision=cfg.trainer.precision,
@@ -182,6 +201,8 @@ def train_and_decode(
     trainer.fit(module, datamodule=datamodule)
     result = clock.summary(bleu_target)
     result["peak_rss_mb"] = peak_rss_mb()  # of training: decoding below allocates less
+    if device == "cuda":
+        result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
     translator = Translator(
         TrainedModel(
@@ -194,7 +215,8 @@ def train_and_decode(
                 "max_len_b": cfg.decoding.max_len_b,
                 "max_src_len": cfg.decoding.max_src_len,
             },
-        )
+        ),
+        device,
     )
     split = "test" if "test" in datamodule.datasets else "val"
     sentences = [example.src_text for example in datamodule.datasets[split].examples]
@@ -203,6 +225,7 @@ def train_and_decode(
         for _ in range(decode_repeats):
             start = time.perf_counter()
             translator.translate(sentences, beam_size=beam_size, batch_size=decode_batch_size)
+            synchronize(device)
             rates.append(len(sentences) / (time.perf_counter() - start))
         result[f"{name}_sent_per_s"] = statistics.median(rates)
     result["decode_sentences"] = len(sentences)
@@ -213,12 +236,15 @@ class TrainingClock(pl.Callback):
     """Times training batches, leaving out the first ``warmup_batches`` and every validation.
 
     The time of a batch runs from the end of the previous one (so data loading counts) to its
-    own end; the first batch after a validation is timed from the end of that validation.
+    own end; the first batch after a validation is timed from the end of that validation. With
+    ``synchronize`` (training on a GPU) each end waits for the GPU's queued work, so that a batch's
+    time is that of its kernels, not of their launches.
     """
 
-    def __init__(self, started: float, warmup_batches: int) -> None:
+    def __init__(self, started: float, warmup_batches: int, synchronize: bool = False) -> None:
         self.started = started  # time.time() when the parent started this process
         self.warmup_batches = warmup_batches
+        self.synchronize = synchronize
         self.first_batch: float | None = None
         self.last_end: float | None = None
         self.batches = 0
@@ -236,6 +262,8 @@ class TrainingClock(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, _: int
     ) -> None:
+        if self.synchronize:
+            synchronize("cuda")
         now = time.perf_counter()
         assert self.last_end is not None
         elapsed, self.last_end = now - self.last_end, now
@@ -250,6 +278,8 @@ class TrainingClock(pl.Callback):
         bleu = trainer.callback_metrics.get("val/bleu")
         if bleu is not None:
             self.validations.append((self.train_seconds, float(bleu)))
+        if self.synchronize:
+            synchronize("cuda")
         self.last_end = time.perf_counter()  # the next batch is timed from here
 
     def summary(self, bleu_target: float) -> dict[str, Any]:
@@ -290,13 +320,14 @@ def attention_costs(
     hidden_size: int = 256,
     repeats: int = 5,
     threads: int | None = None,
+    device: str = "cpu",
 ) -> dict[str, dict[str, dict[int, Spread]]]:
     """Forward + backward milliseconds of every scoring function: cost[mode][name][length].
 
     ``parallel``: all T queries (B, T, H) attend at once, as in the Luong decoder; ``stepwise``:
     T calls with one query (B, 1, H) each against keys projected once, as in the Bahdanau decoder.
     Queries, keys and values are (B, L, H) with L = S = T, and a random half of the sentences is
-    padded to 60 % of L.
+    padded to 60 % of L. On "cuda" each time waits for the GPU's work to finish.
     """
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
@@ -311,7 +342,7 @@ def attention_costs(
         )
         factory = instantiate(config.attention)
         torch.manual_seed(0)
-        attention = factory(query_size=hidden_size, key_size=hidden_size)
+        attention = factory(query_size=hidden_size, key_size=hidden_size).to(device)
         for mode in costs:
             costs[mode][path.stem] = {}
         for length in lengths:
@@ -320,16 +351,25 @@ def attention_costs(
             memory = torch.randn(batch_size, length, hidden_size, generator=generator)
             valid_lens = torch.full((batch_size,), length)
             valid_lens[torch.rand(batch_size, generator=generator) < 0.5] = max(1, length * 3 // 5)
+            queries, memory, valid_lens = (t.to(device) for t in (queries, memory, valid_lens))
             for mode, run in [("parallel", _parallel_attention), ("stepwise", _stepwise_attention)]:
                 times = []
                 for repeat in range(repeats + 1):  # the first is a warm-up
                     q, m = queries.clone().requires_grad_(), memory.clone().requires_grad_()
+                    synchronize(device)
                     start = time.perf_counter()
                     run(attention, q, m, valid_lens).sum().backward()
+                    synchronize(device)
                     if repeat:
                         times.append(1000 * (time.perf_counter() - start))
                 costs[mode][path.stem][length] = Spread.of(times)
     return costs
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the GPU's queued work, so that a host clock read after it times the kernels."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _parallel_attention(
@@ -996,8 +1036,8 @@ class BenchmarkOptions:
             )
 
 
-def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+def machine(device: str = "cpu") -> dict[str, Any]:
+    """What the numbers were measured on (the GPU too when ``device`` is "cuda")."""
     cpu = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -1012,6 +1052,19 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "load_average": os.getloadavg(),
+        **(gpu_description() if device == "cuda" else {}),
+    }
+
+
+def gpu_description() -> dict[str, Any]:
+    """The GPU's name, memory and compute capability, and torch's CUDA and cuDNN versions."""
+    properties = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": properties.name,
+        "gpu_memory_gb": round(properties.total_memory / 2**30, 1),
+        "gpu_capability": f"{properties.major}.{properties.minor}",
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
     }
 
 
@@ -1025,6 +1078,16 @@ def chosen_peers(options: BenchmarkOptions, config: dict[str, Any]) -> list[str]
     }
     if options.peer == "none":
         return []
+    if benchmark_device(config) == "cuda":
+        # Both peers' configs here run them on the CPU (Joey NMT's use_cuda: false, OpenNMT-py
+        # without gpu_ranks), so a side-by-side ratio would compare hardware, not toolkits.
+        if options.peer == "auto":
+            return []
+        raise ConfigError(
+            f"--peer {options.peer} runs the peers on the CPU, and trainer=gpu runs ours on the "
+            "GPU: their ratio would compare hardware. Pass --peer none with trainer=gpu, or drop "
+            "trainer=gpu to compare with the peers on the CPU."
+        )
     if options.peer == "auto":
         reads_files = str(config["data"]["corpus"].get("_target_", "")).endswith("ParallelCorpus")
         return [name for name in PEERS if reads_files and available[name]()]
@@ -1128,10 +1191,11 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
             options.attention_lengths,
             repeats=options.attention_repeats,
             threads=threads,
+            device=benchmark_device(config),
         )
     report: dict[str, Any] = {
         "overrides": list(overrides),
-        "machine": machine(),
+        "machine": machine(benchmark_device(config)),
         "load_average_before": load_before,
         "repeats": options.repeats,
         "warmup_batches": options.warmup_batches,
@@ -1204,12 +1268,17 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
         ("train sentences/s", "train_sent_per_s", 0),
         ("start-up s", "startup_s", 1),
         ("peak RSS MB (training)", "peak_rss_mb", 0),
+        ("peak GPU memory MB (training)", "peak_gpu_mb", 0),
         ("greedy sentences/s", "greedy_sent_per_s", 0),
         ("beam-5 sentences/s", "beam5_sent_per_s", 0),
         (f"time to dev BLEU ≥ {report['bleu_target']:g}, s", "time_to_bleu95_s", 1),
         ("dev BLEU at the end (greedy)", "dev_bleu", 1),
     ]
-    header = f"| | seq2seq ({decoder}, {attention}) |"
+    gpu = report["machine"].get("gpu")
+    if gpu is None:  # a CPU run has no GPU memory row
+        rows = [row for row in rows if row[1] != "peak_gpu_mb"]
+    where = f", {gpu}" if gpu else ""
+    header = f"| | seq2seq ({decoder}, {attention}{where}) |"
     header += "".join(f" {peer['title']} ({peer['attention']}) |" for peer in peers)
     # One peer: "ratio", as before; more: "ours / PEER" for each.
     header += "".join(
@@ -1229,7 +1298,8 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
     )
     lines += [
         "",
-        "Scoring functions, forward + backward ms at B=64, H=256, S=T=L (median of the repeats):",
+        f"Scoring functions, forward + backward ms at B=64, H=256, S=T=L{where} (median of the "
+        "repeats):",
         "",
     ]
     lines.append("| scoring | mode | " + " | ".join(f"L={length}" for length in lengths) + " |")

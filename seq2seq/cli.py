@@ -45,6 +45,14 @@ def exit_on_user_error() -> Iterator[None]:
         sys.exit(2)
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[options] -- HYDRA_OVERRIDES`` -> (options, overrides); no ``--``: no overrides."""
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer >= ``minimum`` (so ``--beam-size 0`` is refused early)."""
 
@@ -79,6 +87,25 @@ def check_device(device: str) -> None:
 
     if device != "cpu" and not torch.cuda.is_available():
         raise UsageError(f"--device {device} asked for, but torch sees no GPU; use cpu.")
+
+
+def report_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The parser of a benchmark script (``doc`` its module docstring): ``--json OUT.json``,
+    ``--markdown``, then its own options and ``-- HYDRA_OVERRIDES``."""
+    parser = argparse.ArgumentParser(
+        description=(doc or "").split("\n\n")[0],
+        usage="%(prog)s --json OUT.json [options] -- HYDRA_OVERRIDES",
+    )
+    parser.add_argument("--json", type=Path, required=True, help="write the report here")
+    parser.add_argument("--markdown", type=Path, help="also write the markdown table here")
+    return parser
+
+
+def check_report_paths(json_path: Path, markdown_path: Path | None) -> None:
+    """A benchmark's ``--json`` report and optional ``--markdown`` table can be written."""
+    check_writable(json_path, "the report")
+    if markdown_path:
+        check_writable(markdown_path, "the markdown table")
 
 
 def check_writable(path: Path, what: str) -> None:

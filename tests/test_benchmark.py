@@ -9,21 +9,27 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq.benchmark import (
+    BenchmarkOptions,
     Spread,
     _joey_job,
     attention_costs,
+    benchmark_device,
+    chosen_peers,
     compose_config,
     in_fresh_process,
     joey_config,
     joeynmt_available,
+    markdown_table,
     opennmt_available,
     opennmt_config,
     opennmt_python,
     parse_opennmt_log,
     time_to_bleu,
 )
+from seq2seq.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -391,3 +397,44 @@ def test_quick_benchmark_runs_opennmt_side_by_side(tmp_path: Path) -> None:
     assert len(run["validations"]) == 1  # --quick validates once an epoch
     assert "time_to_bleu95_s" in peer  # None: a tiny run never reaches BLEU 95
     assert "| OpenNMT-py (dot) |" in completed.stdout
+
+
+def test_the_benchmark_runs_on_a_gpu_only_when_the_config_asks_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def device(*overrides: str) -> str:
+        return benchmark_device(compose_config([*TINY, *overrides], tmp_path / "run"))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # Lightning's "auto" would take a GPU that happens to be there; the peers run on the CPU.
+    assert device() == "cpu"
+    assert device("trainer=gpu") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"trainer\.accelerator=gpu asks for a GPU"):
+        device("trainer=gpu")
+
+
+def test_peers_are_not_compared_with_a_run_on_a_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    config = compose_config([*TINY, "trainer=gpu"], tmp_path / "run")
+    assert chosen_peers(BenchmarkOptions(peer="auto"), config) == []
+    with pytest.raises(ConfigError, match="would compare hardware"):
+        chosen_peers(BenchmarkOptions(peer="joeynmt"), config)
+
+
+def test_the_table_names_the_gpu_and_its_memory_only_for_a_gpu_run() -> None:
+    run = {"train_tgt_tok_per_s": 1000.0, "peak_rss_mb": 500.0, "peak_gpu_mb": 120.0}
+    report = {
+        "ours_runs": [run],
+        "model": {"decoder": "seq2seq.decoder.LuongDecoder", "attention": "x.Dot"},
+        "bleu_target": 95.0,
+        "machine": {"cpu": "some CPU", "gpu": "Some GPU"},
+    }
+    on_gpu = markdown_table(report, {})
+    assert "| peak GPU memory MB (training) | 120 |" in on_gpu
+    assert "seq2seq (LuongDecoder, Dot, Some GPU)" in on_gpu
+    cpu_run = {key: value for key, value in run.items() if key != "peak_gpu_mb"}
+    on_cpu = markdown_table({**report, "ours_runs": [cpu_run], "machine": {"cpu": "c"}}, {})
+    assert "GPU" not in on_cpu
