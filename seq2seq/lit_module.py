@@ -9,6 +9,7 @@ BLEU, chrF, loss, attention entropy and AER once from the scores of all DDP rank
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -23,6 +24,12 @@ from torch import Tensor
 from seq2seq.alignment import GoldAlignment, argmax_links, count_links
 from seq2seq.atomic import write_atomic
 from seq2seq.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
+from seq2seq.cuda_graphs import (
+    DecoderGraphs,
+    check_cuda_graphs,
+    decoder_loss,
+    materialize_grads,
+)
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
@@ -30,6 +37,8 @@ from seq2seq.distributed import gather_objects
 from seq2seq.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
 from seq2seq.model import Seq2Seq
 from seq2seq.search import greedy_search
+
+log = logging.getLogger(__name__)
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -67,6 +76,7 @@ class LitSeq2Seq(pl.LightningModule):
         max_len_b: int = 10,
         max_src_len: int = 256,
         bleu_tokenize: str = "13a",
+        cuda_graphs: bool = False,
     ) -> None:
         super().__init__()
         self.model = model
@@ -80,6 +90,9 @@ class LitSeq2Seq(pl.LightningModule):
         self.max_len_b = max_len_b
         self.max_src_len = max_src_len
         self.bleu_tokenize = bleu_tokenize
+        # Training replays the decoder from CUDA graphs (seq2seq.cuda_graphs); a cache of
+        # recordings, not a submodule: the parameters stay the model's.
+        self.decoder_graphs = DecoderGraphs(model.decoder) if cuda_graphs else None
         # Sentence scores of the running evaluation, reset when each one starts.
         self._eval_scores: list[SentenceScore] = []
         # Training throughput since the last validation: target tokens, and seconds spent
@@ -93,14 +106,13 @@ class LitSeq2Seq(pl.LightningModule):
 
     def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed token cross-entropy (in float32) and the number of target tokens."""
-        # The loss needs no attention weights, which lets dot-product attention use fused SDPA.
-        logits, _ = self.model(batch.src, batch.src_lens, batch.tgt_in, need_weights=False)
-        loss_sum = F.cross_entropy(
-            logits.float().flatten(0, 1),  # (B*T, V)
-            batch.tgt_out.flatten(),  # (B*T,)
-            ignore_index=PAD_ID,
-            reduction="sum",
-        )
+        memory, summary = self.model.encoder(batch.src, batch.src_lens)  # (B, S, M), (B, M)
+        state = self.model.decoder.init_state(summary)
+        inputs = (batch.tgt_in, batch.tgt_out, memory, batch.src_lens, *state)
+        if self.decoder_graphs is not None and self.training:
+            loss_sum = self.decoder_graphs(*inputs)
+        else:
+            loss_sum = decoder_loss(self.model.decoder, *inputs)
         return loss_sum, batch.tgt_lens.sum()
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
@@ -117,6 +129,20 @@ class LitSeq2Seq(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        if self.decoder_graphs is not None:
+            trainer = self.trainer
+            check_cuda_graphs(self.device, trainer.world_size, str(trainer.precision))
+            materialize_grads(self)
+
+    def on_fit_end(self) -> None:
+        if self.decoder_graphs is not None:
+            log.info("training: %s", self.decoder_graphs.summary())
+
+    def optimizer_zero_grad(
+        self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # With CUDA graphs the gradients keep their own buffers (DecoderGraphs), zeroed in place.
+        optimizer.zero_grad(set_to_none=self.decoder_graphs is None)
 
     def on_validation_epoch_start(self) -> None:
         self._stop_train_clock()

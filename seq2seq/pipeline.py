@@ -186,6 +186,7 @@ def build_module(
         max_len_b=cfg.decoding.max_len_b,
         max_src_len=cfg.decoding.max_src_len,
         bleu_tokenize=cfg.data.bleu_tokenize,
+        cuda_graphs=cfg.cuda_graphs,
     )
 
 

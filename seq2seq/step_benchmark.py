@@ -18,7 +18,8 @@ differently), backward, gradient clipping and Adam. ``VARIANTS``:
 - ``compile``: the decoder and loss through ``torch.compile`` (Inductor's fused kernels);
 - ``compile-cudagraphs``: the same with ``mode="reduce-overhead"`` (Inductor, then CUDA graphs);
 - ``cudagraphs``: the decoder and loss recorded by ``torch.cuda.make_graphed_callables``, forward
-  and backward each one graph, the kernels eager PyTorch would launch.
+  and backward each one graph, the kernels eager PyTorch would launch (``DecoderGraphs``, what
+  ``train.py cuda_graphs=true`` trains with).
 
 Dropout is off (``build_dropout_free``), and after timing every variant is checked against
 eager on the same batch and weights: the relative difference of the loss and of the gradient of
@@ -35,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.benchmark import compose_config, machine, synchronize
+from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, materialize_grads
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decoder import AttentionDecoder
 from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
 from seq2seq.model import Seq2Seq
@@ -48,29 +48,6 @@ from seq2seq.model import Seq2Seq
 VARIANTS = ("eager", "compile", "compile-cudagraphs", "cudagraphs")
 GPU_ONLY = ("compile-cudagraphs", "cudagraphs")
 FIRST_TOKEN = 4  # ids below are PAD, UNK, BOS, EOS
-
-
-class DecoderLoss(nn.Module):
-    """The decoder under teacher forcing and its summed token cross-entropy, from tensors alone
-    (what ``torch.compile`` and ``make_graphed_callables`` take): the part of a training step
-    that runs once per target step."""
-
-    def __init__(self, decoder: AttentionDecoder) -> None:
-        super().__init__()
-        self.decoder = decoder
-
-    def forward(
-        self, tgt_in: Tensor, tgt_out: Tensor, memory: Tensor, src_lens: Tensor, *state: Tensor
-    ) -> Tensor:
-        """tgt_in, tgt_out (B, T), memory (B, S, M), src_lens (B,), state (B, H) each -> ()."""
-        source = self.decoder.prepare_source(memory, src_lens)
-        logits, _ = self.decoder(tgt_in, state, source, need_weights=False)  # (B, T, V)
-        return F.cross_entropy(
-            logits.float().flatten(0, 1),  # (B*T, V)
-            tgt_out.flatten(),  # (B*T,)
-            ignore_index=PAD_ID,
-            reduction="sum",
-        )
 
 
 def random_batch(
@@ -133,11 +110,7 @@ class Step:
         self.model, self.decode, self.batch, self.grad_clip = model, decode, batch, grad_clip
         self.graph_trees = graph_trees
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        # Gradients in buffers of their own, zeroed in place at every step. A recorded graph's
-        # backward returns its static output buffers; a parameter without a gradient would adopt
-        # one as its .grad, and the next replay would then add into itself (twice the gradient).
-        for parameter in model.parameters():
-            parameter.grad = torch.zeros_like(parameter)
+        materialize_grads(model)  # zeroed in place at every step, as cuda_graphs=true trains
         self.tokens = int((batch["tgt_out"] != PAD_ID).sum())
 
     def loss_and_grads(self) -> Tensor:
@@ -172,20 +145,7 @@ def make_decode(variant: str, model: Seq2Seq, batch: dict[str, Tensor]) -> Calla
     if variant == "compile-cudagraphs":
         return torch.compile(decoder_loss, mode="reduce-overhead", dynamic=False)
     if variant == "cudagraphs":
-        with torch.no_grad():
-            memory, summary = model.encoder(batch["src"], batch["src_lens"])
-            state = model.decoder.init_state(summary)
-        sample = (
-            batch["tgt_in"],
-            batch["tgt_out"],
-            memory.detach().requires_grad_(),
-            batch["src_lens"],
-            *(tensor.detach().requires_grad_() for tensor in state),
-        )
-        # allow_unused_input: the bridge (if any) is the decoder's but runs before DecoderLoss.
-        return torch.cuda.make_graphed_callables(  # type: ignore[return-value]
-            decoder_loss, sample, allow_unused_input=True
-        )
+        return DecoderGraphs(model.decoder)  # what train.py cuda_graphs=true runs
     raise ConfigError(f"unknown step variant {variant!r}; choose from {', '.join(VARIANTS)}.")
 
 

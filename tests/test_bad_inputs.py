@@ -106,6 +106,11 @@ def train_in_process(overrides: list[str], capsys: pytest.CaptureFixture[str]) -
         ("model.hiden_size=3", "Key 'hiden_size' is not in struct"),
         ("trainer.max_epoch=3", "Key 'max_epoch' is not in struct"),
         ("model.encoder_layers=0", "model.encoder_layers=0 (it must be a positive integer)"),
+        pytest.param(
+            "cuda_graphs=true",
+            "cuda_graphs=true records CUDA graphs, but training runs on cpu",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="trains on the GPU there"),
+        ),
     ],
 )
 def test_train_py_config_errors(

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from seq2seq.cuda_graphs import DecoderLoss
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.step_benchmark import (
-    DecoderLoss,
     Step,
     build_dropout_free,
     check_variants,
@@ -41,23 +40,6 @@ def test_random_batch_is_padded_as_the_data_module_pads() -> None:
     # Teacher forcing: the decoder reads at t + 1 what it had to predict at t.
     inside = positions[None, :9] < lens[:, None]
     assert torch.equal(tgt_in[:, 1:][inside], tgt_out[:, :-1][inside])
-
-
-@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
-def test_decoder_loss_is_the_summed_token_cross_entropy_of_the_model(decoder: str) -> None:
-    config = compose([*TINY, f"model.decoder={decoder}"])
-    model = build_dropout_free(config, vocab_size=20, device="cpu")
-    batch = random_batch(6, 8, 20, "cpu")
-    logits, _ = model(batch["src"], batch["src_lens"], batch["tgt_in"])  # (B, T, V)
-    expected = F.cross_entropy(
-        logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"
-    )
-    memory, summary = model.encoder(batch["src"], batch["src_lens"])
-    state = model.decoder.init_state(summary)
-    loss = DecoderLoss(model.decoder)(
-        batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state
-    )
-    torch.testing.assert_close(loss, expected)
 
 
 def test_a_step_updates_the_weights_and_keeps_gradients_in_their_own_buffers() -> None:

@@ -1,0 +1,102 @@
+"""Training the decoder from CUDA graphs (``cuda_graphs=true``): the loss it records, its
+refusals, and on a GPU that it computes what eager PyTorch does. CI has no GPU; the GPU tests run
+wherever one is (README, "Performance", "On a GPU", says where they last ran)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.bundle import build_model
+from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, check_cuda_graphs
+from seq2seq.data.tokenization import PAD_ID
+from seq2seq.errors import ConfigError
+from seq2seq.pipeline import build_model_config
+from seq2seq.step_benchmark import build_dropout_free, compose, random_batch, run_step_benchmark
+
+TINY = ["model.hidden_size=16", "model.embedding_size=8", "data.batch_size=6", "threads=1"]
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+
+
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_decoder_loss_is_the_summed_token_cross_entropy_of_the_model(decoder: str) -> None:
+    config = compose([*TINY, f"model.decoder={decoder}"])
+    model = build_dropout_free(config, vocab_size=20, device="cpu")
+    batch = random_batch(6, 8, 20, "cpu")
+    logits, _ = model(batch["src"], batch["src_lens"], batch["tgt_in"])  # (B, T, V)
+    expected = F.cross_entropy(
+        logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"
+    )
+    memory, summary = model.encoder(batch["src"], batch["src_lens"])
+    state = model.decoder.init_state(summary)
+    loss = DecoderLoss(model.decoder)(
+        batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state
+    )
+    torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize(
+    ("device", "world_size", "precision", "expected"),
+    [
+        ("cpu", 1, "32-true", "training runs on cpu. Add trainer=gpu"),
+        ("cuda", 2, "32-true", "this run has 2 processes"),
+        ("cuda", 1, "bf16-mixed", "needs trainer.precision=32-true, got bf16-mixed"),
+    ],
+)
+def test_setups_that_graphs_cannot_train_are_refused_in_one_paragraph(
+    device: str, world_size: int, precision: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        check_cuda_graphs(torch.device(device), world_size, precision)
+    check_cuda_graphs(torch.device("cuda"), 1, "32-true")  # what it can train
+
+
+@needs_gpu
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_graphed_steps_compute_what_eager_steps_do(decoder: str) -> None:
+    # Two shapes, two graphs; after several Adam steps each variant's gradients are compared
+    # with eager's from the same weights on the same batch.
+    report = run_step_benchmark(
+        [*TINY, f"model.decoder={decoder}"],
+        ["eager", "cudagraphs"],
+        "cuda",
+        [5, 9],
+        vocab_size=20,
+        warmup=2,
+        steps=3,
+        chunks=1,
+    )
+    for row in report["rows"]:
+        assert "error" not in row, row
+        assert row["loss_rel_diff"] < 1e-6 and row["max_grad_rel_diff"] < 1e-5, row
+
+
+@needs_gpu
+def test_one_graph_per_shape_and_eager_beyond_the_cap() -> None:
+    config = compose(TINY)
+    model = build_dropout_free(config, vocab_size=20, device="cuda")
+    graphs = DecoderGraphs(model.decoder, max_graphs=1)
+    for length in (5, 5, 7):
+        batch = random_batch(6, length, 20, "cuda", seed=length)
+        memory, summary = model.encoder(batch["src"], batch["src_lens"])
+        state = model.decoder.init_state(summary)
+        inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
+        torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
+    assert len(graphs.graphs) == 1 and graphs.eager_batches == 1
+    assert "1 CUDA graphs recorded" in graphs.summary()
+
+
+@needs_gpu
+def test_every_replay_draws_fresh_dropout_masks() -> None:
+    config = compose([*TINY, "model.dropout=0.5"])
+    torch.manual_seed(0)
+    model = build_model(build_model_config(config, 20, 20)).cuda().train()
+    graphs = DecoderGraphs(model.decoder)
+    batch = random_batch(6, 7, 20, "cuda")
+    memory, summary = model.encoder(batch["src"], batch["src_lens"])
+    state = model.decoder.init_state(summary)
+    inputs = (batch["tgt_in"], batch["tgt_out"], memory.detach(), batch["src_lens"])
+    inputs += tuple(tensor.detach() for tensor in state)
+    losses = {float(graphs(*inputs)) for _ in range(4)}
+    assert len(graphs.graphs) == 1 and len(losses) == 4  # the same inputs, other masks
