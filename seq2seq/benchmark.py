@@ -574,6 +574,26 @@ class _JoeyRates(logging.Handler):
             self.rates.append(float(match.group(1)))
 
 
+def _quiet_joey() -> None:
+    """Keep Joey NMT's messages and progress bars off the console. It gives each of its modules'
+    loggers a console handler at INFO: those go to WARNING (its training figures still reach
+    ``_JoeyRates``, a handler of ours). Its prediction shows a progress bar per decoding pass;
+    that is turned off (it passes ``disable=`` itself, so TQDM_DISABLE cannot)."""
+    import joeynmt.prediction
+
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("joeynmt") and isinstance(logger, logging.Logger):
+            for handler in logger.handlers:
+                if type(handler) is logging.StreamHandler:  # not a FileHandler, not ours
+                    handler.setLevel(logging.WARNING)
+    progress_bar = joeynmt.prediction.tqdm
+
+    def silent_progress_bar(*args: Any, **kwargs: Any) -> Any:
+        return progress_bar(*args, **{**kwargs, "disable": True})
+
+    joeynmt.prediction.tqdm = silent_progress_bar
+
+
 def _joey_job(
     config: dict[str, Any],
     decode_repeats: int,
@@ -596,9 +616,7 @@ def _joey_job(
 
     rates = _JoeyRates()
     logging.getLogger("joeynmt.training").addHandler(rates)
-    logging.getLogger("joeynmt").setLevel(logging.INFO)
-    for handler in logging.getLogger("joeynmt").handlers:
-        handler.setLevel(logging.WARNING)  # keep the console quiet; ``rates`` still hears all
+    _quiet_joey()
     Path(config["model_dir"]).mkdir(parents=True, exist_ok=True)  # joeynmt's CLI makes it
     args = parse_global_args(config, rank=0, mode="train")
     model, train_data, dev_data, test_data = prepare(args, rank=0, mode="train")

@@ -132,7 +132,7 @@ class Step:
         if self.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=False)  # graphs keep reading the same buffers
+        self.optimizer.zero_grad(set_to_none=False)  # the buffers materialize_grads made stay
 
 
 def make_decode(variant: str, model: Seq2Seq, batch: dict[str, Tensor]) -> Callable[..., Tensor]:

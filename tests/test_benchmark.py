@@ -15,6 +15,7 @@ from seq2seq.benchmark import (
     BenchmarkOptions,
     Spread,
     _joey_job,
+    _quiet_joey,
     attention_costs,
     benchmark_device,
     chosen_peers,
@@ -438,3 +439,26 @@ def test_the_table_names_the_gpu_and_its_memory_only_for_a_gpu_run() -> None:
     cpu_run = {key: value for key, value in run.items() if key != "peak_gpu_mb"}
     on_cpu = markdown_table({**report, "ours_runs": [cpu_run], "machine": {"cpu": "c"}}, {})
     assert "GPU" not in on_cpu
+
+
+@pytest.mark.skipif(not joeynmt_available(), reason="needs joeynmt==2.3.0")
+def test_joey_keeps_its_messages_and_progress_bars_off_the_console() -> None:
+    in_fresh_process(_quiet_joey_and_check)  # fresh: joeynmt's loggers as its job finds them
+
+
+def _quiet_joey_and_check() -> dict[str, object]:
+    import logging
+
+    import joeynmt.data
+    import joeynmt.prediction
+
+    _quiet_joey()
+    handlers = [
+        handler
+        for handler in logging.getLogger("joeynmt.data").handlers
+        if type(handler) is logging.StreamHandler
+    ]
+    assert handlers and all(handler.level == logging.WARNING for handler in handlers)
+    with joeynmt.prediction.tqdm(total=3, disable=False, desc="Predicting...") as bar:
+        assert bar.disable
+    return {}
