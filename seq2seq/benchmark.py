@@ -1135,6 +1135,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
     with tempfile.TemporaryDirectory(prefix="seq2seq-bench-") as scratch:
         work_dir = Path(scratch)
         config = compose_config(overrides, work_dir / "run")
+        device = benchmark_device(config)
         peers = chosen_peers(options, config)
         threads = config.get("threads")
         # Each peer's config, and a function running one repeat of it in a fresh process.
@@ -1209,11 +1210,11 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
             options.attention_lengths,
             repeats=options.attention_repeats,
             threads=threads,
-            device=benchmark_device(config),
+            device=device,
         )
     report: dict[str, Any] = {
         "overrides": list(overrides),
-        "machine": machine(benchmark_device(config)),
+        "machine": machine(device),
         "load_average_before": load_before,
         "repeats": options.repeats,
         "warmup_batches": options.warmup_batches,
