@@ -40,14 +40,14 @@ from torch import Tensor, nn
 
 from seq2seq.benchmark import compose_config, machine, synchronize
 from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, materialize_grads
-from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
 from seq2seq.model import Seq2Seq
 
 VARIANTS = ("eager", "compile", "compile-cudagraphs", "cudagraphs")
 GPU_ONLY = ("compile-cudagraphs", "cudagraphs")
-FIRST_TOKEN = 4  # ids below are PAD, UNK, BOS, EOS
+FIRST_TOKEN = len(SPECIAL_TOKENS)  # the ids below are PAD, UNK, BOS and EOS
 
 
 def random_batch(
