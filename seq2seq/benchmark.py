@@ -21,6 +21,10 @@ environment) in the same invocation, interleaved with ours, and the report gives
 for each peer (``report["peers"]``). Each peer validates greedily on dev (BLEU) inside its own
 timed run at our cadence (``validation_steps``), so its time to BLEU ``bleu_target`` is measured
 as ours is: start-up plus training seconds, validation time left out.
+
+With ``trainer=gpu`` in the overrides (``benchmark_device``) ours trains, decodes and times the
+scoring functions on the GPU, waiting for the GPU before every clock reading, and reports its peak
+GPU memory and the GPU; the peers, which run on the CPU, are then left out.
 """
 
 from __future__ import annotations
