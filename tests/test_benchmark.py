@@ -145,6 +145,7 @@ def test_opennmt_config_is_the_same_work_as_ours(
     assert (onmt["dec_hid_size"], onmt["word_vec_size"], onmt["dropout"]) == (256, 128, [0.1])
     assert (onmt["learning_rate"], onmt["max_grad_norm"], onmt["optim"]) == (0.002, 3.0, "adam")
     assert (onmt["batch_size"], onmt["batch_type"], onmt["normalization"]) == (64, "sents", "sents")
+    assert onmt["valid_batch_size"] == config["data"]["eval_batch_size"] == 64  # validation too
     assert onmt["train_steps"] == 3 * 3  # 3 epochs of ceil(130 / 64) batches
     assert onmt["save_checkpoint_steps"] == onmt["train_steps"]  # the end only
     assert (onmt["valid_steps"], onmt["valid_metrics"]) == (3, ["BLEU"])  # once an epoch
