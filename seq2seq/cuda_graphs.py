@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.decoder import AttentionDecoder
 from seq2seq.errors import ConfigError
+from seq2seq.model import Seq2Seq
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,22 @@ def decoder_loss(
         ignore_index=PAD_ID,
         reduction="sum",
     )
+
+
+def teacher_forced_loss(
+    model: Seq2Seq,
+    decode: Callable[..., Tensor],
+    src: Tensor,
+    src_lens: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+) -> Tensor:
+    """The encoder (always eager), the decoder's initial state, then ``decode``: ``decoder_loss``
+    bound to the model's decoder, a ``DecoderLoss`` or a ``DecoderGraphs``, which take
+    (tgt_in, tgt_out, memory, src_lens, *state). src (B, S), tgt_in, tgt_out (B, T) -> ()."""
+    memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
+    state = model.decoder.init_state(summary)
+    return decode(tgt_in, tgt_out, memory, src_lens, *state)
 
 
 class DecoderLoss(nn.Module):

@@ -9,6 +9,7 @@ BLEU, chrF, loss, attention entropy and AER once from the scores of all DDP rank
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +30,7 @@ from seq2seq.cuda_graphs import (
     check_cuda_graphs,
     decoder_loss,
     materialize_grads,
+    teacher_forced_loss,
 )
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -106,13 +108,12 @@ class LitSeq2Seq(pl.LightningModule):
 
     def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """Summed token cross-entropy (in float32) and the number of target tokens."""
-        memory, summary = self.model.encoder(batch.src, batch.src_lens)  # (B, S, M), (B, M)
-        state = self.model.decoder.init_state(summary)
-        inputs = (batch.tgt_in, batch.tgt_out, memory, batch.src_lens, *state)
+        decode: Callable[..., Tensor] = functools.partial(decoder_loss, self.model.decoder)
         if self.decoder_graphs is not None and self.training:
-            loss_sum = self.decoder_graphs(*inputs)
-        else:
-            loss_sum = decoder_loss(self.model.decoder, *inputs)
+            decode = self.decoder_graphs
+        loss_sum = teacher_forced_loss(
+            self.model, decode, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out
+        )
         return loss_sum, batch.tgt_lens.sum()
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:

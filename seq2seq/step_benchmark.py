@@ -39,7 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.benchmark import compose_config, machine, synchronize
-from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, materialize_grads
+from seq2seq.cli import check_device
+from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, materialize_grads, teacher_forced_loss
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
@@ -120,9 +121,14 @@ class Step:
             # A new step for CUDA graph trees: the last step's outputs, consumed by its backward,
             # may be overwritten.
             torch.compiler.cudagraph_mark_step_begin()
-        memory, summary = self.model.encoder(batch["src"], batch["src_lens"])  # (B, S, M), (B, M)
-        state = self.model.decoder.init_state(summary)
-        loss_sum = self.decode(batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
+        loss_sum = teacher_forced_loss(
+            self.model,
+            self.decode,
+            batch["src"],
+            batch["src_lens"],
+            batch["tgt_in"],
+            batch["tgt_out"],
+        )
         loss = loss_sum / self.tokens
         loss.backward()
         return loss.detach()
@@ -161,10 +167,7 @@ def check_variants(variants: Sequence[str], device: str) -> None:
             f"--variants {', '.join(needs_gpu)} record CUDA graphs and need --device cuda; on "
             f"the CPU choose from {', '.join(v for v in VARIANTS if v not in GPU_ONLY)}."
         )
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            f"--device cuda, but torch {torch.__version__} sees no GPU. Pass --device cpu."
-        )
+    check_device(device)
 
 
 def difference(variant_step: Step, reference: Step) -> dict[str, float]:
@@ -173,10 +176,10 @@ def difference(variant_step: Step, reference: Step) -> dict[str, float]:
     for step in (reference, variant_step):
         step.optimizer.zero_grad(set_to_none=False)
         loss = step.loss_and_grads()
-        grads = {
-            name: torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
-            for name, p in step.model.named_parameters()
-        }
+        grads = {}
+        for name, parameter in step.model.named_parameters():
+            assert parameter.grad is not None  # Step gave each one a buffer (materialize_grads)
+            grads[name] = parameter.grad.detach().clone()
         step.optimizer.zero_grad(set_to_none=False)
         results.append((loss, grads))
     (loss_ref, grads_ref), (loss, grads) = results
