@@ -48,7 +48,7 @@ def decoder_loss(
 
     tgt_in, tgt_out (B, T), memory (B, S, M), src_lens (B,), state tensors of (B, H) -> ().
     """
-    source = decoder.prepare_source(memory, src_lens)
+    source = decoder.prepare_source(memory, src_lens, stepping=False)
     # No attention weights: dot-product attention may then use fused SDPA.
     logits, _ = decoder(tgt_in, state, source, need_weights=False)  # (B, T, V)
     return F.cross_entropy(

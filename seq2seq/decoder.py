@@ -24,7 +24,7 @@ out:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -53,6 +53,9 @@ class EncodedSource:
     # (V, G): the embedding part of the cell's input projection, W_ie e + b_ih, of every target
     # token, when decoding on the CPU (``AttentionDecoder.prepare_source``); not per row.
     token_gates: Tensor | None = None
+    # (B, S, H): the context part of Luong's attentional layer applied to every source position,
+    # W_c1 m_s, when decoding (``LuongDecoder.prepare_source``).
+    attentional_memory: Tensor | None = None
 
     def index_select(self, indices: Tensor) -> EncodedSource:
         """Rows of the batch in the order of ``indices`` (B',), e.g. to drop finished sentences.
@@ -65,12 +68,16 @@ class EncodedSource:
         for tensor in (self.memory, self.keys, self.projected_keys, self.src_lens):
             if id(tensor) not in selected:
                 selected[id(tensor)] = tensor.index_select(0, indices)
+        attentional_memory = self.attentional_memory
+        if attentional_memory is not None:
+            attentional_memory = attentional_memory.index_select(0, indices)
         return EncodedSource(
             selected[id(self.memory)],
             selected[id(self.keys)],
             selected[id(self.projected_keys)],
             selected[id(self.src_lens)],
             self.token_gates,
+            attentional_memory,
         )
 
 
@@ -125,18 +132,26 @@ class AttentionDecoder(nn.Module):
         """Create the layers that ``output`` maps each step's features to logits with."""
         raise NotImplementedError
 
-    def prepare_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource:
+    def is_decoding(self, stepping: bool) -> bool:
+        """Whether ``prepare_source`` builds the tables only ``decode_step`` reads: for a caller
+        that will step (``stepping``, the searches), in eval mode, without autograd."""
+        return stepping and not (self.training or torch.is_grad_enabled())
+
+    def prepare_source(
+        self, memory: Tensor, src_lens: Tensor, stepping: bool = True
+    ) -> EncodedSource:
         """Keys and their query-independent projection, once per batch. memory (B, S, M).
 
-        Decoding on the CPU (eval mode, no autograd) also gets ``token_gates``: each step's cell
-        input projection of the previous token is then a row lookup instead of a (B, E) @ (E, G)
-        GEMM, a third of the cell's FLOPs. The table costs V / B steps' worth of those GEMMs, so
-        it is built only for vocabularies of at most ``8 * B`` tokens (the reverse task's 54 at
-        B = 64; not a 16k subword vocabulary).
+        Decoding on the CPU (``is_decoding(stepping)``) also gets ``token_gates``: each step's
+        cell input projection of the previous token is then a row lookup instead of a (B, E) @
+        (E, G) GEMM, a third of the cell's FLOPs. The table costs V / B steps' worth of those
+        GEMMs, so it is built only for vocabularies of at most ``8 * B`` tokens (the reverse
+        task's 54 at B = 64; not a 16k subword vocabulary). Teacher forcing passes
+        ``stepping=False``: it reads no table.
         """
         keys = self.key_projection(memory)  # (B, S, K)
         token_gates = None
-        decoding = not (self.training or torch.is_grad_enabled())
+        decoding = self.is_decoding(stepping)
         small_vocabulary = self.embedding.num_embeddings <= 8 * memory.shape[0]
         if decoding and memory.device.type == "cpu" and small_vocabulary:
             embedding_weight = self.cell.weight_ih[:, : self.embedding_size]  # (G, E)
@@ -152,9 +167,16 @@ class AttentionDecoder(nn.Module):
         return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
 
     def attend(
-        self, queries: Tensor, source: EncodedSource, need_weights: bool = True
+        self,
+        queries: Tensor,
+        source: EncodedSource,
+        need_weights: bool = True,
+        values: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None.
+
+        ``values`` (B, S, D) replaces the memory as what the weights average (contexts are then
+        (R, Tq, D)); by default it is ``source.memory``.
 
         R is the source's batch B, or B · K when K hypotheses of each sentence share its source
         (beam search: row b · K + k is hypothesis k of sentence b). Those are scored as K · Tq
@@ -174,11 +196,13 @@ class AttentionDecoder(nn.Module):
                 )
             # (B·K, Tq, H) -> (B, K·Tq, H): the queries of sentence b are contiguous rows.
             queries = queries.reshape(sentences, -1, queries.shape[2])
+        if values is None:
+            values = source.memory
         if need_weights:
             context, weights = self.attention(
                 queries,
                 source.keys,
-                source.memory,
+                values,
                 source.src_lens,
                 projected_keys=source.projected_keys,
             )
@@ -186,7 +210,7 @@ class AttentionDecoder(nn.Module):
             context = self.attention.context(
                 queries,
                 source.keys,
-                source.memory,
+                values,
                 source.src_lens,
                 projected_keys=source.projected_keys,
             )
@@ -228,11 +252,25 @@ class AttentionDecoder(nn.Module):
         hidden = torch.gru_cell(cell_input, state[0], input_weight, weight_hh, input_gates, bias_hh)
         return (hidden,)
 
-    def gates_cell(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
-        """The cell from its whole input projection ``W_ih x + b_ih`` (B, G), on the CPU: the
-        kernel's input GEMM gets an empty input (B, 0)."""
-        empty = input_gates.new_empty(input_gates.shape[0], 0)  # (B, 0)
-        return self.cpu_cell(empty, input_gates, state, self.cell.weight_ih[:, :0])
+    def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+        """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
+        ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
+        Bahdanau's step uses it off the CPU, Luong's decoding step on the CPU, where its few
+        elementwise ops beat ``cpu_cell`` fed an empty input (its kernel would copy the (B, G)
+        rows once more)."""
+        hidden = state[0]  # (B, H)
+        recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
+        if self.is_lstm:
+            # Gates i, f, g, o (PyTorch's order), each (B, H).
+            i, f, g, o = (input_gates + recurrent).chunk(4, dim=-1)
+            cell = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(cell), cell
+        # GRU gates r, z, n: r and z read input and state together, n reads r ⊙ (W_hn h + b_hn).
+        size = hidden.shape[-1]
+        both = torch.sigmoid(input_gates[:, : 2 * size] + recurrent[:, : 2 * size])  # (B, 2H)
+        reset, update = both.chunk(2, dim=-1)  # (B, H) each
+        new = torch.tanh(torch.addcmul(input_gates[:, 2 * size :], reset, recurrent[:, 2 * size :]))
+        return (torch.lerp(new, hidden, update),)  # n + z (h - n) = (1 - z) n + z h
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -277,24 +315,6 @@ class BahdanauDecoder(AttentionDecoder):
         Called once per batch: every step's use of the context part then adds into one gradient.
         """
         return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
-
-    def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
-        """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
-        ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
-        """
-        hidden = state[0]  # (B, H)
-        recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
-        if self.is_lstm:
-            # Gates i, f, g, o (PyTorch's order), each (B, H).
-            i, f, g, o = (input_gates + recurrent).chunk(4, dim=-1)
-            cell = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
-            return torch.sigmoid(o) * torch.tanh(cell), cell
-        # GRU gates r, z, n: r and z read input and state together, n reads r ⊙ (W_hn h + b_hn).
-        size = hidden.shape[-1]
-        both = torch.sigmoid(input_gates[:, : 2 * size] + recurrent[:, : 2 * size])  # (B, 2H)
-        reset, update = both.chunk(2, dim=-1)  # (B, H) each
-        new = torch.tanh(torch.addcmul(input_gates[:, 2 * size :], reset, recurrent[:, 2 * size :]))
-        return (torch.lerp(new, hidden, update),)  # n + z (h - n) = (1 - z) n + z h
 
     def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
@@ -354,7 +374,9 @@ class BahdanauDecoder(AttentionDecoder):
         if source.token_gates is None:
             input_gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
         else:
-            input_gates = source.token_gates[prev_tokens]  # (B, G) rows of the (V, G) table
+            # (B, G) rows of the (V, G) table (index_select: on the CPU several times faster
+            # than advanced indexing, which a step's few hundred microseconds notice).
+            input_gates = source.token_gates.index_select(0, prev_tokens)
         state, context, weights = self.step(input_gates, state, source, context_weight)
         assert weights is not None  # asked for by default
         return self.output(state[0], context, embedded), state, weights
@@ -391,6 +413,19 @@ class LuongDecoder(AttentionDecoder):
         # W_c of eq. 5 has no bias in the paper (nor in OpenNMT-py); W_s of eq. 6 has one.
         self.attentional = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.output_layer = nn.Linear(hidden_size, vocab_size)
+
+    def prepare_source(
+        self, memory: Tensor, src_lens: Tensor, stepping: bool = True
+    ) -> EncodedSource:
+        """The base class's, plus ``attentional_memory`` when decoding (``is_decoding``):
+        W_c1 m (B, S, H) over the S source positions costs about S steps' worth of the per-step
+        W_c1 c GEMM it replaces, and beam search saves it for each of its K rows per sentence."""
+        source = super().prepare_source(memory, src_lens, stepping)
+        if self.is_decoding(stepping):
+            context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
+            # (B, S, M) -> (B, S, H)
+            source = replace(source, attentional_memory=F.linear(memory, context_weight))
+        return source
 
     def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
         """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
@@ -441,10 +476,23 @@ class LuongDecoder(AttentionDecoder):
         if source.token_gates is None:
             state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
         else:
-            state = self.gates_cell(source.token_gates[prev_tokens], state)  # (B, G) rows
-        context, weights = self.attend(state[0][:, None, :], source)  # (B, 1, M), (B, 1, S)
+            # (B, G) rows of the table, then the gates (see ``cell_gates``).
+            state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
+        query = state[0]  # (B, H)
+        if source.attentional_memory is None:
+            context, weights = self.attend(query[:, None, :], source)  # (B, 1, M), (B, 1, S)
+            assert weights is not None  # asked for by default
+            return self.output(query, context[:, 0]), state, weights[:, 0]
+        # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s): the weights average the
+        # memory projected once per batch, which leaves no concatenation and only the W_c2 h GEMM
+        # per step. (B, 1, H), (B, 1, S)
+        context_part, weights = self.attend(
+            query[:, None, :], source, values=source.attentional_memory
+        )
         assert weights is not None  # asked for by default
-        return self.output(state[0], context[:, 0]), state, weights[:, 0]
+        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
+        attentional = torch.tanh(torch.addmm(context_part[:, 0], query, hidden_weight.t()))
+        return self.output_layer(self.dropout(attentional)), state, weights[:, 0]
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional

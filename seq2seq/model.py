@@ -75,10 +75,15 @@ class Seq2Seq(nn.Module):
             cell=cell,
         )
 
-    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncodedSource, DecoderState]:
-        """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state."""
+    def encode(
+        self, src: Tensor, src_lens: Tensor, stepping: bool = True
+    ) -> tuple[EncodedSource, DecoderState]:
+        """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state.
+
+        ``stepping=False`` (teacher forcing) leaves out what only ``decode_step`` reads."""
         memory, summary = self.encoder(src, src_lens)  # (B, S, M), (B, M)
-        return self.decoder.prepare_source(memory, src_lens), self.decoder.init_state(summary)
+        source = self.decoder.prepare_source(memory, src_lens, stepping)
+        return source, self.decoder.init_state(summary)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
@@ -90,5 +95,5 @@ class Seq2Seq(nn.Module):
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S) or None."""
-        source, state = self.encode(src, src_lens)
+        source, state = self.encode(src, src_lens, stepping=False)
         return self.decoder(tgt_in, state, source, need_weights)

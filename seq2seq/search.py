@@ -168,12 +168,16 @@ def beam_search(
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device).clamp(min=1)  # (B,)
     max_steps = int(limits.max())
     lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
+    # The same as Python floats for the per-step divisions: dividing by a float is one op.
+    lp_of = lp.tolist()
 
     # A sentence is dropped from the decoder's batch as soon as it is done, so the steps that the
     # others still need cost nothing for it. ``active`` (A,) lists the sentences still searching,
     # in the order of their rows: active sentence a owns rows a·K .. a·K + K - 1.
     active = torch.arange(batch_size, device=device)  # (A,)
     active_limits = limits  # (A,)
+    limit_lp = lp[active_limits]  # (A,) lp(limit) of each active sentence
+    row_base = active[:, None] * num_beams  # (A, 1) first row of each active sentence
 
     # Live hypotheses of the active sentences: raw log P. At the start all K beams hold the same
     # prefix <bos>, so only beam 0 may expand; the others start at -inf and the first step fills
@@ -182,73 +186,66 @@ def beam_search(
     live_scores[:, 0] = 0.0
     prev_tokens = torch.full((batch_size * num_beams,), bos_id, dtype=torch.long, device=device)
 
-    # Finished hypotheses of every sentence: only the N best ever matter (the output and the
-    # stopping rule read nothing else), so each sentence keeps N slots, best first. A hypothesis is
-    # stored as the step it ended at, the live beam it extended and its last token; backtracking
-    # through the per-step history below recovers the rest.
-    finished_scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (B, N)
-    finished_end = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
-    finished_parent = torch.zeros((batch_size, n_best), dtype=torch.long, device=device)
-    finished_token = torch.full((batch_size, n_best), pad_id, dtype=torch.long, device=device)
+    # A candidate at step t is coded as its index among its sentence's K·V extensions,
+    # k·V + token (k: the live beam it extends), and a finished hypothesis as t·K·V + that index:
+    # one integer carries its end step, parent beam and last token, so keeping the N best moves
+    # one tensor. Backtracking through the per-step codes of the live beams recovers the rest.
+    # Finished hypotheses: only the N best ever matter (the output and the stopping rule read
+    # nothing else), so each active sentence keeps N slots, best first, and hands them to the
+    # (B, N) results when it leaves the batch. -inf marks an empty slot.
+    active_scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (A, N)
+    active_codes = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
+    finished_scores = torch.empty_like(active_scores)  # (B, N)
+    finished_codes = torch.empty_like(active_codes)  # (B, N)
     # Per step t, for every sentence (zeros for those already done, which backtracking never
-    # reads): the live beams' parents (B, K) and tokens (B, K), and the attention (B, K, S) each
-    # beam of step t - 1 used to produce the token at position t.
-    history: list[tuple[Tensor, Tensor, Tensor]] = []
+    # reads): the live beams' codes (B, L, K), and the attention (B, L, K, S) each beam of step
+    # t - 1 used to produce the token at position t, allocated when the first step gives S's dtype.
+    history_codes = torch.zeros((batch_size, max_steps, num_beams), dtype=torch.long, device=device)
+    history_weights: Tensor | None = None
 
+    num_steps = max_steps
     for t in range(max_steps):
         logits, state, weights = model.decode_step(prev_tokens, state, source)
         num_active, vocab_size = live_scores.shape[0], logits.shape[-1]
+        span = num_beams * vocab_size  # candidates per sentence
         log_probs = logits.float().log_softmax(dim=-1)  # (A·K, V), float32 for the sums below
         # Every extension of every live beam, per sentence: (A·K, V) -> (A, K, V) -> (A, K·V).
         extended = live_scores[:, :, None] + log_probs.view(num_active, num_beams, vocab_size)
-        candidates = extended.view(num_active, num_beams * vocab_size)
-        num_candidates = min(2 * num_beams, candidates.shape[1])
-        # (A, 2K) best first; index = beam · V + token.
-        cand_scores, cand_indices = candidates.topk(num_candidates, dim=1)
-        cand_parents = cand_indices // vocab_size  # (A, 2K) live beam each candidate extends
-        cand_tokens = cand_indices % vocab_size  # (A, 2K)
-        is_eos = cand_tokens == eos_id  # (A, 2K)
-        length = t + 1  # every candidate now has this many tokens
-        at_limit = length >= active_limits  # (A,)
+        candidates = extended.view(num_active, span)
+        # (A, 2K) best first, and their codes k·V + token.
+        cand_scores, cand_codes = candidates.topk(min(2 * num_beams, span), dim=1)
+        is_eos = cand_codes % vocab_size == eos_id  # (A, 2K)
+        at_limit = active_limits <= t + 1  # (A,) every candidate now has t + 1 tokens
 
         # A candidate finishes if it ends in EOS or hits the limit, and only if it ranks among the
         # first K: a beam of K would have kept it (this is what makes K = 1 greedy). Dead beams
         # (-inf) add nothing.
-        finishing = (is_eos | at_limit[:, None]) & torch.isfinite(cand_scores)
-        finishing[:, num_beams:] = False
-        new_scores = (cand_scores / lp[length]).masked_fill(~finishing, float("-inf"))  # (A, 2K)
-        # Merge with the finished set and keep the N best: (A, N + 2K) -> (A, N).
-        merged = torch.cat([finished_scores[active], new_scores], dim=1)
-        active_finished_scores, keep = merged.topk(n_best, dim=1)
-        end_steps = torch.full_like(cand_tokens, t)  # (A, 2K)
-        for finished, candidate in [
-            (finished_end, end_steps),
-            (finished_parent, cand_parents),
-            (finished_token, cand_tokens),
-        ]:
-            merged_values = torch.cat([finished[active], candidate], dim=1).gather(1, keep)
-            finished.index_copy_(0, active, merged_values)  # (A, N) into the rows of (B, N)
-        finished_scores.index_copy_(0, active, active_finished_scores)
+        first_scores = cand_scores[:, :num_beams]  # (A, K)
+        finishing = (is_eos[:, :num_beams] | at_limit[:, None]) & (first_scores > float("-inf"))
+        new_scores = torch.where(finishing, first_scores / lp_of[t + 1], float("-inf"))
+        # Merge with the finished set and keep the N best: (A, N + K) -> (A, N).
+        active_scores, keep = torch.cat([active_scores, new_scores], dim=1).topk(n_best, dim=1)
+        new_codes = cand_codes[:, :num_beams] + t * span  # (A, K)
+        active_codes = torch.cat([active_codes, new_codes], dim=1).gather(1, keep)
 
         # The K best non-EOS candidates stay live. They all have the same length, so raw log P
         # ranks them as the normalized score would.
         non_eos_scores = cand_scores.masked_fill(is_eos, float("-inf"))  # (A, 2K)
         # (A, K) log P and (A, K) positions among the 2K candidates.
         live_scores, live_slots = non_eos_scores.topk(num_beams, dim=1)
-        live_parents = cand_parents.gather(1, live_slots)  # (A, K)
-        live_tokens = cand_tokens.gather(1, live_slots)  # (A, K)
-        # Rows are a·K + k, so (A·K, S) -> (A, K, S) groups each sentence's beams; the active
-        # sentences' rows go into zero-filled (B, ...) tensors.
+        live_codes = cand_codes.gather(1, live_slots)  # (A, K)
+        # Rows are a·K + k, so (A·K, S) -> (A, K, S) groups each sentence's beams.
         step_weights = weights.view(num_active, num_beams, -1)  # (A, K, S)
-        history.append(
-            (
-                live_parents.new_zeros(batch_size, num_beams).index_copy(0, active, live_parents),
-                live_tokens.new_zeros(batch_size, num_beams).index_copy(0, active, live_tokens),
-                step_weights.new_zeros(batch_size, num_beams, step_weights.shape[2]).index_copy(
-                    0, active, step_weights
-                ),
+        if history_weights is None:
+            history_weights = step_weights.new_zeros(
+                batch_size, max_steps, num_beams, step_weights.shape[2]
             )
-        )
+        if num_active == batch_size:  # a slice copy is cheaper than scattering rows
+            history_codes[:, t] = live_codes
+            history_weights[:, t] = step_weights
+        else:
+            history_codes[active, t] = live_codes
+            history_weights[active, t] = step_weights
 
         # Stopping bound. A live hypothesis with log P = s <= 0 at length t + 1 can only finish
         # at a length n in [t + 2, limit] with log P <= s, so its score is at most
@@ -256,27 +253,41 @@ def beam_search(
         # gives a larger score. For α > 0 the max is lp(limit), for α = 0 it is 1 (score <= s),
         # for α < 0 it is lp(t + 2). live_scores[:, 0] is the best live s, and the bound grows
         # with s, so once the N-th finished score reaches it nothing live can enter the top N.
-        best_possible = live_scores[:, 0] / torch.maximum(lp[t + 2], lp[active_limits])  # (A,)
-        done = at_limit | (active_finished_scores[:, -1] >= best_possible)  # (A,)
+        best_possible = live_scores[:, 0] / limit_lp.clamp(min=lp_of[t + 2])  # (A,)
+        done = at_limit | (active_scores[:, -1] >= best_possible)  # (A,)
         num_done = int(done.sum())  # the one host sync of the step
         if num_done == num_active:
+            num_steps = t + 1
             break
         # Reorder the decoder state to follow each live beam's parent: row a·K + parent.
-        parent_rows = torch.arange(num_active, device=device)[:, None] * num_beams + live_parents
+        parent_rows = row_base + live_codes // vocab_size  # (A, K)
         if num_done:
-            # Drop the done sentences: their rows leave the state, the source and the scores.
+            # Drop the done sentences: they hand their results over, and their rows leave the
+            # state, the source and the scores.
+            finished_scores.index_copy_(0, active, active_scores)
+            finished_codes.index_copy_(0, active, active_codes)
             still = (~done).nonzero()[:, 0]  # (A',) positions among the active sentences
-            active, active_limits = active[still], active_limits[still]
-            live_scores, live_tokens = live_scores[still], live_tokens[still]
+            active, active_limits, limit_lp = active[still], active_limits[still], limit_lp[still]
+            row_base = row_base[: len(still)]
+            live_scores, live_codes = live_scores[still], live_codes[still]
+            active_scores, active_codes = active_scores[still], active_codes[still]
             parent_rows = parent_rows[still]  # (A', K)
             source = source.index_select(still)
         state = tuple(tensor.index_select(0, parent_rows.view(-1)) for tensor in state)
-        prev_tokens = live_tokens.view(-1)  # (A', K) -> (A'·K,)
+        prev_tokens = (live_codes % vocab_size).view(-1)  # (A', K) -> (A'·K,)
+    finished_scores.index_copy_(0, active, active_scores)
+    finished_codes.index_copy_(0, active, active_codes)
+    assert history_weights is not None  # the loop runs at least once
 
-    tokens, attention = _backtrack(
-        history, finished_end, finished_parent, finished_token, src.shape[1], pad_id
+    # An empty slot (-inf) may hold any candidate's code; it has no end step.
+    finished_codes = finished_codes.masked_fill(finished_scores == float("-inf"), -1)
+    tokens, attention, lengths = _backtrack(
+        history_codes[:, :num_steps],
+        history_weights[:, :num_steps],
+        finished_codes,
+        vocab_size,
+        pad_id,
     )
-    lengths = finished_end + 1  # (B, N); 0 for an empty slot
     longest = max(1, int(lengths.max()))
     tokens, attention = tokens[:, :, :longest], attention[:, :, :longest]  # trim to (B, N, L)
     best_longest = max(1, int(lengths[:, 0].max()))
@@ -290,34 +301,41 @@ def beam_search(
 
 
 def _backtrack(
-    history: list[tuple[Tensor, Tensor, Tensor]],
-    finished_end: Tensor,
-    finished_parent: Tensor,
-    finished_token: Tensor,
-    src_len: int,
+    history_codes: Tensor,
+    history_weights: Tensor,
+    finished_codes: Tensor,
+    vocab_size: int,
     pad_id: int,
-) -> tuple[Tensor, Tensor]:
-    """Tokens (B, N, T) and attention (B, N, T, S) of the finished hypotheses, T = len(history).
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Tokens (B, N, T), attention (B, N, T, S) and lengths (B, N) of the finished hypotheses.
 
-    Walks from each hypothesis's last step back to step 0: ``cursor`` is the live beam (after step
-    t) whose prefix the hypothesis shares, and its parent is the beam it extended at step t.
+    ``history_codes`` (B, T, K) holds each step's live beams as k·V + token (k: the live beam of
+    the step before that it extends), ``history_weights`` (B, T, K, S) the attention of each row
+    of each step, and ``finished_codes`` (B, N) each hypothesis as t·K·V + k·V + token (-1: an
+    empty slot). Walks from each hypothesis's last step back to step 0: ``cursor`` is the live
+    beam (after step t) whose prefix the hypothesis shares, and its parent is the beam it
+    extended at step t.
     """
-    batch_size, n_best = finished_end.shape
-    num_steps = len(history)
-    device = finished_end.device
-    dtype = history[0][2].dtype
-    tokens = torch.full((batch_size, n_best, num_steps), pad_id, dtype=torch.long, device=device)
-    attention = torch.zeros((batch_size, n_best, num_steps, src_len), dtype=dtype, device=device)
-    cursor = torch.zeros_like(finished_end)  # (B, N)
+    batch_size, num_steps, num_beams = history_codes.shape
+    span = num_beams * vocab_size
+    ends = torch.where(finished_codes >= 0, finished_codes // span, -1)  # (B, N) end steps
+    last_codes = finished_codes % span  # (B, N) k·V + token of the last step
+    n_best = ends.shape[1]
+    tokens = torch.empty((batch_size, n_best, num_steps), dtype=torch.long, device=ends.device)
+    parents = torch.empty_like(tokens)  # (B, N, T) the beam each position's token extended
+    cursor = torch.zeros_like(ends)  # (B, N)
     for t in reversed(range(num_steps)):
-        parents, step_tokens, weights = history[t]  # (B, K), (B, K), (B, K, S)
-        ends_here = finished_end == t  # (B, N)
-        covered = finished_end >= t  # (B, N) position t is part of the hypothesis
-        parent = torch.where(ends_here, finished_parent, parents.gather(1, cursor))  # (B, N)
-        token = torch.where(ends_here, finished_token, step_tokens.gather(1, cursor))  # (B, N)
-        # Attention of the parent beam's step, one row per hypothesis: (B, K, S) -> (B, N, S).
-        step_attention = weights.gather(1, parent[:, :, None].expand(-1, -1, src_len))
-        tokens[:, :, t] = token.masked_fill(~covered, pad_id)
-        attention[:, :, t] = step_attention.masked_fill(~covered[:, :, None], 0.0)
+        covered = ends >= t  # (B, N) position t is part of the hypothesis
+        code = torch.where(ends == t, last_codes, history_codes[:, t].gather(1, cursor))
+        parent = code // vocab_size  # (B, N)
+        tokens[:, :, t] = torch.where(covered, code % vocab_size, pad_id)
+        parents[:, :, t] = parent
         cursor = torch.where(covered, parent, cursor)
-    return tokens, attention
+    # Each position's attention is that of its parent beam's row: (B, T, K, S) -> (B, T, N, S).
+    src_len = history_weights.shape[3]
+    index = parents.transpose(1, 2)[:, :, :, None].expand(-1, -1, -1, src_len)  # (B, T, N, S)
+    attention = history_weights.gather(2, index).transpose(1, 2)  # (B, N, T, S)
+    positions = torch.arange(num_steps, device=ends.device)  # (T,)
+    covered = positions <= ends[:, :, None]  # (B, N, T)
+    attention = attention.masked_fill(~covered[:, :, :, None], 0.0)
+    return tokens, attention, ends + 1  # lengths: 0 for an empty slot

@@ -365,7 +365,7 @@ def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
 @pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
 @pytest.mark.parametrize("attention", ["additive", "dot"])
-def test_decoding_with_the_token_gate_table_equals_teacher_forcing(
+def test_decoding_with_the_per_batch_tables_equals_teacher_forcing(
     attention: str, lstm: bool, decoder: str
 ) -> None:
     model = make_model(attention, lstm, decoder)
@@ -375,12 +375,22 @@ def test_decoding_with_the_token_gate_table_equals_teacher_forcing(
         source, state = model.encode(src, src_lens)
         assert source.token_gates is not None and source.token_gates.shape[0] == 11  # (V, G)
         assert model.encode(src[:1], src_lens[:1])[0].token_gates is None  # 11 > 8 * 1 rows
+        # Luong's steps also read W_c1 m (B, S, H) instead of computing W_c1 c.
+        if decoder == "luong":
+            assert source.attentional_memory is not None
+            assert source.attentional_memory.shape == (3, 5, 16)
+        else:
+            assert source.attentional_memory is None
         for t in range(tgt_in.shape[1]):
             step_logits, state, step_weights = model.decode_step(tgt_in[:, t], state, source)
             torch.testing.assert_close(step_logits, logits[:, t])
             torch.testing.assert_close(step_weights, weights[:, t])
+        # Teacher forcing steps nothing, so it gets no tables.
+        teacher_forced = model.encode(src, src_lens, stepping=False)[0]
+        assert teacher_forced.token_gates is None and teacher_forced.attentional_memory is None
         model.train()
-        assert model.encode(src, src_lens)[0].token_gates is None  # dropout would be skipped
+        training = model.encode(src, src_lens)[0]  # dropout would be skipped
+        assert training.token_gates is None and training.attentional_memory is None
 
 
 @pytest.mark.parametrize("decoder", list(DECODERS))

@@ -408,3 +408,19 @@ def test_done_sentences_leave_the_batch_and_the_outputs_do_not_change(beam_size:
         torch.testing.assert_close(
             batch.attention[b, :n, :n], alone.attention[0], atol=1e-5, rtol=1e-5
         )
+
+
+def test_ranks_without_a_hypothesis_are_empty_slots() -> None:
+    """A vocabulary of 4 and a length limit of 1 allow 4 hypotheses, so a fifth rank is empty:
+    score -inf, length 0, padding and no attention."""
+    model = make_model(0, tgt_vocab_size=4)
+    src, src_lens = make_batch(0, [3, 2])
+    result = beam_search(
+        model, src, src_lens, BOS, EOS, PAD, 5, 0.6, max_len_a=0.0, max_len_b=1, n_best=5
+    )
+    assert torch.isfinite(result.scores[:, :4]).all()
+    assert (result.scores[:, 4] == float("-inf")).all()
+    assert (result.lengths[:, :4] == 1).all() and (result.lengths[:, 4] == 0).all()
+    assert (result.tokens[:, 4] == PAD).all() and (result.attention[:, 4] == 0).all()
+    for b in range(2):
+        assert sorted(result.tokens[b, :4, 0].tolist()) == [0, 1, 2, 3]
