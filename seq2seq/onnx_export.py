@@ -37,7 +37,9 @@ class EncoderGraph(nn.Module):
         self.model = model
 
     def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, ...]:
-        source, state = self.model.encode(src, src_lens)
+        # The step graph rebuilds the source from these tensors alone, so none of the per-step
+        # tables that only eager decoding reads (``stepping=False``).
+        source, state = self.model.encode(src, src_lens, stepping=False)
         return (source.memory, source.keys, source.projected_keys, *state)
 
 

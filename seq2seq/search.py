@@ -186,13 +186,13 @@ def beam_search(
     live_scores[:, 0] = 0.0
     prev_tokens = torch.full((batch_size * num_beams,), bos_id, dtype=torch.long, device=device)
 
-    # A candidate at step t is coded as its index among its sentence's K·V extensions,
-    # k·V + token (k: the live beam it extends), and a finished hypothesis as t·K·V + that index:
-    # one integer carries its end step, parent beam and last token, so keeping the N best moves
-    # one tensor. Backtracking through the per-step codes of the live beams recovers the rest.
-    # Finished hypotheses: only the N best ever matter (the output and the stopping rule read
-    # nothing else), so each active sentence keeps N slots, best first, and hands them to the
-    # (B, N) results when it leaves the batch. -inf marks an empty slot.
+    # A candidate of step t is coded as its index among its sentence's K·V extensions, k·V + token
+    # (k: the live beam it extends), and a finished hypothesis as t·K·V + that index. One integer
+    # carries the end step, the parent beam and the last token, so keeping the N best moves one
+    # tensor, and backtracking through the live beams' per-step codes recovers the rest.
+    # Only the N best finished hypotheses ever matter (the output and the stopping rule read
+    # nothing else): each active sentence keeps N slots, best first (-inf: empty), which go to
+    # the (B, N) results when the sentence leaves the batch.
     active_scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (A, N)
     active_codes = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
     finished_scores = torch.empty_like(active_scores)  # (B, N)
@@ -262,8 +262,8 @@ def beam_search(
         # Reorder the decoder state to follow each live beam's parent: row a·K + parent.
         parent_rows = row_base + live_codes // vocab_size  # (A, K)
         if num_done:
-            # Drop the done sentences: they hand their results over, and their rows leave the
-            # state, the source and the scores.
+            # Drop the done sentences: the active ones' slots go to the results (final for the
+            # done ones), and the done ones' rows leave the state, the source and the scores.
             finished_scores.index_copy_(0, active, active_scores)
             finished_codes.index_copy_(0, active, active_codes)
             still = (~done).nonzero()[:, 0]  # (A',) positions among the active sentences
