@@ -479,19 +479,16 @@ class LuongDecoder(AttentionDecoder):
             # (B, G) rows of the table, then the gates (see ``cell_gates``).
             state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
         query = state[0]  # (B, H)
-        if source.attentional_memory is None:
-            context, weights = self.attend(query[:, None, :], source)  # (B, 1, M), (B, 1, S)
-            assert weights is not None  # asked for by default
-            return self.output(query, context[:, 0]), state, weights[:, 0]
-        # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s): the weights average the
-        # memory projected once per batch, which leaves no concatenation and only the W_c2 h GEMM
-        # per step. (B, 1, H), (B, 1, S)
-        context_part, weights = self.attend(
-            query[:, None, :], source, values=source.attentional_memory
-        )
+        # When decoding, the weights average ``attentional_memory`` instead of the memory:
+        # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
+        # which leaves no concatenation and only the W_c2 h GEMM per step.
+        # (B, 1, M) or (B, 1, H), and (B, 1, S)
+        averaged, weights = self.attend(query[:, None, :], source, values=source.attentional_memory)
         assert weights is not None  # asked for by default
+        if source.attentional_memory is None:
+            return self.output(query, averaged[:, 0]), state, weights[:, 0]
         hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        attentional = torch.tanh(torch.addmm(context_part[:, 0], query, hidden_weight.t()))
+        attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))
         return self.output_layer(self.dropout(attentional)), state, weights[:, 0]
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
