@@ -213,7 +213,15 @@ class AdditiveAttention(Attention):
         (B, Tq, Tk, A) is the dearest op of additive attention, so training (``context``, which
         needs no weights) scores with ``2 w_vᵀσ(2x)``.
         """
-        doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
+        if self.layer_norm is None:
+            # 2(W_q q + W_k k) in the broadcasting add itself (alpha scales its second operand):
+            # a separate doubling would be one more pass over (B, Tq, Tk, A) forward and back.
+            # (B,Tq,1,A) + 2 * (B,1,Tk,A) -> (B,Tq,Tk,A)
+            doubled = torch.add(
+                2.0 * self.W_q(queries)[:, :, None, :], projected_keys[:, None, :, :], alpha=2.0
+            )
+        else:
+            doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
         return self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # (B, Tq, Tk)
 
 
