@@ -115,7 +115,14 @@ def finish(loggers: list[Logger]) -> None:
 
 
 def _wandb(arguments: dict[str, Any], mode: str, init_timeout: float) -> WandbLogger:
-    import wandb
+    try:
+        import wandb
+    except ImportError as error:
+        raise ConfigError(
+            f"logger=wandb (the default) needs the wandb package, which cannot be imported here "
+            f"({error}). Install it with `pip install wandb` (seq2seq depends on it, so "
+            "`pip install -e .` also brings it), or log to local files only with logger=csv."
+        ) from None
 
     settings = wandb.Settings(init_timeout=init_timeout, silent=True)
     return WandbLogger(**arguments, mode=mode, settings=settings)

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from seq2seq.errors import ConfigError
 from seq2seq.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
 from seq2seq.plotting import draw_attention, plot_attention
 from tests.test_pipeline import run_training
@@ -219,6 +220,14 @@ def test_run_directory_keeps_its_wandb_id(tmp_path: Path) -> None:
 def test_bad_wandb_mode_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"logger\.mode must be one of auto, online, offline"):
         wandb_logger(tmp_path, RunInfo("x"), mode="sometimes")
+
+
+def test_missing_wandb_package_is_a_config_error_that_offers_csv(
+    monkeypatch: pytest.MonkeyPatch, no_wandb_credentials: None, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what an environment without it imports
+    with pytest.raises(ConfigError, match=r"pip install wandb.*logger=csv"):
+        wandb_logger(tmp_path, RunInfo("x"))
 
 
 @pytest.mark.slow
