@@ -119,7 +119,7 @@ def _wandb(arguments: dict[str, Any], mode: str, init_timeout: float) -> WandbLo
         import wandb
     except ImportError as error:
         raise ConfigError(
-            f"logger=wandb (the default) needs the wandb package, which cannot be imported here "
+            "logger=wandb (the default) needs the wandb package, which cannot be imported here "
             f"({error}). Install it with `pip install wandb` (seq2seq depends on it, so "
             "`pip install -e .` also brings it), or log to local files only with logger=csv."
         ) from None
