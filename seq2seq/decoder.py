@@ -488,13 +488,18 @@ class LuongDecoder(AttentionDecoder):
         if source.attentional_memory is None:
             return self.output(query, averaged[:, 0]), state, weights[:, 0]
         hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))
-        return self.output_layer(self.dropout(attentional)), state, weights[:, 0]
+        attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))  # (B, H)
+        return self.readout(attentional), state, weights[:, 0]
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional
         state tanh(W_c [c_t; h_t]) (..., H), eq. 5."""
         attentional = torch.tanh(self.attentional(torch.cat([contexts, hidden], dim=-1)))
+        return self.readout(attentional)
+
+    def readout(self, attentional: Tensor) -> Tensor:
+        """Logits (..., V) from attentional states (..., H), eq. 6: what ``output`` and the
+        decoding step's shortcut through ``attentional_memory`` share."""
         return self.output_layer(self.dropout(attentional))  # (..., V)
 
     def teacher_forced_queries(
