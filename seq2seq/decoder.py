@@ -30,6 +30,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.backends.cudnn import rnn as cudnn_rnn
 
 from seq2seq.attention import Attention
 from seq2seq.dropout import Dropout
@@ -427,6 +428,49 @@ class LuongDecoder(AttentionDecoder):
             source = replace(source, attentional_memory=F.linear(memory, context_weight))
         return source
 
+    def cell_parameters(self) -> list[Tensor]:
+        """The cell's parameters in ``torch.gru`` / ``torch.lstm``'s order for one layer."""
+        cell = self.cell
+        params = [cell.weight_ih, cell.weight_hh]
+        if cell.bias_ih is not None:
+            params += [cell.bias_ih, cell.bias_hh]
+        return params
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> LuongDecoder:
+        """Every device or dtype move (``.to``, ``.cuda``, ``.half``) re-lays the cell out for
+        cuDNN afterwards, as ``nn.GRU`` does (``flatten_cell``)."""
+        moved = super()._apply(fn, recurse)
+        self.flatten_cell()
+        return moved
+
+    def flatten_cell(self) -> None:
+        """On a GPU, make the cell's parameters views of one buffer in cuDNN's layout (what
+        ``nn.GRU.flatten_parameters`` does for its own). ``run_cell``'s ``torch.gru`` then reads
+        them in place; otherwise cuDNN copies them into such a buffer at every call and warns
+        ("RNN module weights are not part of single contiguous chunk of memory"). The parameters
+        keep their names and shapes, so checkpoints and the decoding step are unaffected.
+        """
+        params = self.cell_parameters()
+        first = params[0]
+        if not (first.is_cuda and torch.backends.cudnn.is_acceptable(first)):
+            return
+        if any(p.dtype != first.dtype for p in params):
+            return
+        with torch.cuda.device_of(first), torch.no_grad():
+            # Arguments: weight stride (parameters per layer), input size, mode, hidden size,
+            # projection size, layers, batch_first, bidirectional.
+            torch._cudnn_rnn_flatten_weight(
+                params,
+                len(params),
+                self.cell.input_size,
+                cudnn_rnn.get_cudnn_mode("LSTM" if self.is_lstm else "GRU"),
+                self.cell.hidden_size,
+                0,
+                1,
+                True,
+                False,
+            )
+
     def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
         """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
 
@@ -434,11 +478,8 @@ class LuongDecoder(AttentionDecoder):
         unidirectional RNN has exactly the parameters of its cell, so this is the cell's own
         function, looped in C++ instead of Python.
         """
-        cell = self.cell
-        has_biases = cell.bias_ih is not None
-        params = [cell.weight_ih, cell.weight_hh]
-        if has_biases:
-            params += [cell.bias_ih, cell.bias_hh]
+        params = self.cell_parameters()
+        has_biases = len(params) == 4
         # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
         # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).
         if self.is_lstm:
