@@ -428,6 +428,21 @@ def test_query_rows_that_are_not_whole_hypotheses_per_sentence_are_refused() -> 
             model.decode_step(torch.full((5,), BOS), state, source)
 
 
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_luong_decoder_moves_between_dtypes_on_the_cpu(lstm: bool) -> None:
+    """``LuongDecoder._apply`` (every ``.to``, ``.double``) lays the cell out for cuDNN only on a
+    GPU: on the CPU the parameters stay separate tensors of the new dtype, and the model computes
+    what it did."""
+    model = make_model("dot", lstm=lstm, decoder="luong")
+    src, src_lens, tgt_in = make_batch()
+    expected = model(src, src_lens, tgt_in)[0]  # (B, T, V)
+    model.double()
+    params = model.decoder.cell_parameters()
+    assert all(p.dtype == torch.float64 for p in params)
+    assert len({p.untyped_storage().data_ptr() for p in params}) == len(params)
+    torch.testing.assert_close(model(src, src_lens, tgt_in)[0].float(), expected)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's weight layout needs a GPU")
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
 def test_luong_cell_is_one_cudnn_buffer_on_the_gpu(
