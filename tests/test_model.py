@@ -30,7 +30,11 @@ BOS, EOS, PAD = 2, 3, 0
 
 
 def make_model(
-    attention: str = "additive", lstm: bool = False, decoder: str = "bahdanau", **sizes: int
+    attention: str = "additive",
+    lstm: bool = False,
+    decoder: str = "bahdanau",
+    dropout: float = 0.3,
+    **sizes: int,
 ) -> Seq2Seq:
     torch.manual_seed(0)
     return Seq2Seq(
@@ -40,7 +44,7 @@ def make_model(
         embedding_size=sizes.get("embedding_size", 8),
         hidden_size=sizes.get("hidden_size", 16),
         encoder_hidden_size=sizes.get("encoder_hidden_size"),
-        dropout=0.3,
+        dropout=dropout,
         rnn=nn.LSTM if lstm else nn.GRU,
         cell=nn.LSTMCell if lstm else nn.GRUCell,
         decoder=DECODERS[decoder],
@@ -452,20 +456,9 @@ def test_luong_cell_is_one_cudnn_buffer_on_the_gpu(
     in place (no "not part of single contiguous chunk" warning); the function, the parameters'
     names and values, and a CPU round trip are what they were."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # compare in full fp32
-    torch.manual_seed(0)
     # Training mode (cuDNN's RNN has no backward otherwise) without dropout, whose masks would
     # differ between the devices.
-    model = Seq2Seq(
-        13,
-        11,
-        ATTENTIONS["dot"],
-        embedding_size=8,
-        hidden_size=16,
-        dropout=0.0,
-        rnn=nn.LSTM if lstm else nn.GRU,
-        cell=nn.LSTMCell if lstm else nn.GRUCell,
-        decoder=LuongDecoder,
-    ).train()
+    model = make_model("dot", lstm=lstm, decoder="luong", dropout=0.0).train()
     src, src_lens, tgt_in = make_batch()
     cpu_state = {name: value.clone() for name, value in model.state_dict().items()}
     expected = model(src, src_lens, tgt_in)[0]
