@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from seq2seq import fused_rnn
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
 
@@ -22,6 +23,9 @@ class RNNEncoder(nn.Module):
 
     ``forward`` returns the memory (B, S, 2H) the decoder attends over, zero at padded positions,
     and a summary (B, 2H) of each sentence: the last layer's final forward and backward states.
+
+    ``fused_rnn``: run a GRU through ``seq2seq.fused_rnn`` where it applies (float32 on the CPU),
+    the same function with a fraction of ATen's per-step kernels; otherwise ``nn.GRU`` itself.
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class RNNEncoder(nn.Module):
         dropout: float = 0.0,
         padding_idx: int = 0,
         rnn: RNNFactory = nn.GRU,
+        fused_rnn: bool = True,
     ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
@@ -46,6 +51,7 @@ class RNNEncoder(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output_size = 2 * hidden_size
+        self.fused = fused_rnn
 
     def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) token ids, src_lens (B,) -> memory (B, S, 2H), summary (B, 2H)."""
@@ -54,9 +60,21 @@ class RNNEncoder(nn.Module):
         packed = pack_padded_sequence(
             embedded, src_lens.cpu(), batch_first=True, enforce_sorted=False
         )
-        packed_memory, final = self.rnn(packed)
+        if self.uses_fused_rnn(embedded):
+            assert isinstance(self.rnn, nn.GRU)
+            packed_memory, final = fused_rnn.gru(self.rnn, packed)
+        else:
+            packed_memory, final = self.rnn(packed)
         memory, _ = pad_packed_sequence(packed_memory, batch_first=True, total_length=src.shape[1])
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h_n, c_n)
         # final_hidden: (L*2, B, H); the last layer's forward and backward states are the last two.
         summary = torch.cat([final_hidden[-2], final_hidden[-1]], dim=-1)  # (B, 2H)
         return self.dropout(memory), summary
+
+    def uses_fused_rnn(self, embedded: Tensor) -> bool:
+        """Whether ``forward`` runs the GRU through ``seq2seq.fused_rnn`` for this input."""
+        return (
+            self.fused
+            and isinstance(self.rnn, nn.GRU)
+            and fused_rnn.usable(embedded, *self.rnn.parameters())
+        )

@@ -31,7 +31,8 @@ class Seq2Seq(nn.Module):
     (``BahdanauDecoder``, sequential, or ``LuongDecoder``, parallel over target steps), built with
     the sizes below and the recurrent ``cell``. ``hidden_size`` is the decoder's
     state size; each encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so
-    the encoder's output has the decoder's size).
+    the encoder's output has the decoder's size). ``fused_rnn`` runs GRUs on the CPU through
+    ``seq2seq.fused_rnn`` (the same function in fewer kernels; ``False``: ATen's GRU always).
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class Seq2Seq(nn.Module):
         rnn: RNNFactory = nn.GRU,
         cell: CellFactory = nn.GRUCell,
         decoder: DecoderFactory = BahdanauDecoder,
+        fused_rnn: bool = True,
     ) -> None:
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
@@ -63,6 +65,7 @@ class Seq2Seq(nn.Module):
             dropout=dropout,
             padding_idx=padding_idx,
             rnn=rnn,
+            fused_rnn=fused_rnn,
         )
         self.decoder = decoder(
             vocab_size=tgt_vocab_size,
@@ -73,6 +76,7 @@ class Seq2Seq(nn.Module):
             dropout=dropout,
             padding_idx=padding_idx,
             cell=cell,
+            fused_rnn=fused_rnn,
         )
 
     def encode(

@@ -1,0 +1,474 @@
+"""The GRU recurrence on the CPU as one autograd node, with the cell's elementwise math in C.
+
+ATen's CPU GRU runs each time step as a dozen small kernels (the recurrent GEMM, then adds,
+sigmoids, a tanh, a lerp), each an autograd node with its own backward. On the benchmark's
+shapes (B=64, H=128-256) those per-step kernels and their bookkeeping cost as much as the GEMMs.
+Here a step is one GEMM (torch's BLAS) and one pass of ``csrc/gru.c`` over the step's rows, and
+the backward pass is the same by hand, with the recurrent weight's gradient as one GEMM over all
+steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not change.
+
+``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
+or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
+unidirectional layer over a padded batch (the Luong decoder's cell). ``usable`` says when the
+path applies: float32 tensors on the CPU, no CPU autocast (mixed precision), the C library
+built, and not inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a
+ctypes call).
+
+The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
+fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
+a hash of the source and flags. It needs glibc's vector maths library (libmvec: Linux on x86-64
+or, from glibc 2.38, AArch64); where it cannot be built, ``usable`` is false, ATen's GRU runs
+instead and ``unavailable_reason()`` says why.
+
+Shape legend: N rows of a packed (or flattened padded) sequence, B batch, T steps, E input
+size, H hidden size, D directions (1 or 2), L layers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.nn.utils.rnn import PackedSequence
+
+SOURCE = Path(__file__).with_name("csrc") / "gru.c"
+FLOAT_BYTES = 4
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}  # "library": ctypes.CDLL | None, "reason": str (once loaded or failed)
+
+
+def cache_dir() -> Path:
+    """Where the compiled library is kept: ``$XDG_CACHE_HOME/seq2seq`` or ``~/.cache/seq2seq``."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "seq2seq"
+
+
+def compile_flags() -> list[str]:
+    """The compiler's flags: vectorised libmvec calls, AVX2/FMA where torch found them."""
+    flags = ["-O3", "-fPIC", "-shared", "-fno-trapping-math", "-fopenmp-simd"]
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        flags += ["-mavx2", "-mfma"]
+    return flags
+
+
+def build(directory: Path | None = None) -> Path:
+    """Compile ``csrc/gru.c`` into ``directory`` (default ``cache_dir()``) unless a build of the
+    same source and flags is there; return the library's path. Raises ``RuntimeError`` with the
+    compiler's message when it fails."""
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C compiler: {compiler!r} is not on PATH (set CC to one)")
+    flags = compile_flags()
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()
+    directory = cache_dir() if directory is None else directory
+    target = directory / f"gru-{key[:16]}.so"
+    if target.exists():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: processes building at once (DDP ranks) each rename a
+    # complete library, never load a half-written one.
+    handle, name = tempfile.mkstemp(prefix=".gru-", suffix=".so", dir=directory)
+    os.close(handle)
+    command = [compiler, *flags, str(SOURCE), "-o", name]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"`{' '.join(command)}` failed: {result.stderr.strip()[-600:]}")
+        os.replace(name, target)
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return target
+
+
+def _load() -> ctypes.CDLL:
+    library = ctypes.CDLL(str(build()))
+    i64, pointer = ctypes.c_int64, ctypes.c_void_p
+    library.seq2seq_gru_forward.argtypes = [i64, i64, pointer, i64, pointer, pointer, pointer]
+    library.seq2seq_gru_forward.argtypes += [i64, pointer]
+    library.seq2seq_gru_forward.restype = None
+    library.seq2seq_gru_backward.argtypes = [i64, i64, pointer, pointer, i64, pointer, pointer]
+    library.seq2seq_gru_backward.argtypes += [i64, pointer]
+    library.seq2seq_gru_backward.restype = None
+    _check(library)
+    return library
+
+
+def _check(library: ctypes.CDLL) -> None:
+    """One step on random rows against torch's own GRU cell: a library that computes something
+    else (a broken libmvec, a miscompile) must not train a model."""
+    generator = torch.Generator().manual_seed(0)
+    rows, size = 3, 19  # an odd size exercises the vector loops' remainders
+    gi, gh = (torch.randn(rows, 3 * size, generator=generator) * 3 for _ in range(2))
+    hidden = torch.randn(rows, size, generator=generator)
+    expected = _torch_cell(gi, gh, hidden)
+    out = torch.empty(rows, size)
+    state = hidden.clone()
+    library.seq2seq_gru_forward(
+        rows, size, gi.data_ptr(), 3 * size, gh.data_ptr(), state.data_ptr(), out.data_ptr(),
+        size, None,
+    )  # fmt: skip
+    if not torch.allclose(out, expected, atol=1e-5) or not torch.equal(out, state):
+        error = (out - expected).abs().max().item()
+        raise RuntimeError(f"the compiled GRU step differs from torch's by {error:.3g}")
+
+
+def _torch_cell(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
+    """nn.GRU's cell from its two projections (..., 3H) and the state (..., H)."""
+    i_r, i_z, i_n = gi.chunk(3, -1)
+    h_r, h_z, h_n = gh.chunk(3, -1)
+    reset, update = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    new = torch.tanh(i_n + reset * h_n)
+    return (1 - update) * new + update * hidden
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, built and checked on first call; None where they cannot be."""
+    if "library" not in _state:
+        with _lock:
+            if "library" not in _state:
+                try:
+                    _state["library"] = _load()
+                except (OSError, RuntimeError) as error:
+                    _state["library"], _state["reason"] = None, str(error)
+    return _state["library"]
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernels cannot be used here (None when they can, or were never asked for)."""
+    return _state.get("reason")
+
+
+def usable(*tensors: Tensor | None) -> bool:
+    """Whether ``gru`` / ``gru_steps`` can run on these tensors (the inputs and parameters)."""
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():  # type: ignore[attr-defined]
+        return False
+    if torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"):
+        return False  # autocast: ATen's GRU computes in the autocast dtype, as it always has
+    for tensor in tensors:
+        if tensor is not None and (tensor.device.type != "cpu" or tensor.dtype != torch.float32):
+            return False
+    if library() is None:
+        warn_unavailable()
+        return False
+    return True
+
+
+def warn_unavailable() -> None:
+    """Say once per process that ATen's GRU runs instead, and why."""
+    if not _state.get("warned"):
+        _state["warned"] = True
+        warnings.warn(
+            f"seq2seq's fused CPU GRU kernels are unavailable ({unavailable_reason()}); "
+            "ATen's GRU runs instead (same results, slower on the CPU). Set model.fused_rnn=false "
+            "to choose that and silence this warning.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Where each time step's rows are in an (N, ·) tensor of rows.
+
+    Step t has ``batch_sizes[t]`` rows (non-increasing over t: packed sequences are sorted by
+    length), the first at row ``starts[t]``, the next ``stride`` rows further on.
+    """
+
+    batch_sizes: tuple[int, ...]
+    starts: tuple[int, ...]
+    stride: int
+
+    @staticmethod
+    def packed(batch_sizes: list[int]) -> Steps:
+        """A ``PackedSequence``'s rows: step after step, each step's rows together."""
+        starts = [0]
+        for size in batch_sizes[:-1]:
+            starts.append(starts[-1] + size)
+        return Steps(tuple(batch_sizes), tuple(starts), 1)
+
+    @staticmethod
+    def padded(batch: int, steps: int, batch_first: bool) -> Steps:
+        """A padded (B, T, ·) or (T, B, ·) tensor's rows, every row active at every step."""
+        if batch_first:  # row b * T + t
+            return Steps((batch,) * steps, tuple(range(steps)), steps)
+        return Steps((batch,) * steps, tuple(t * batch for t in range(steps)), 1)
+
+
+class _Recurrence(torch.autograd.Function):
+    """gates (N, D·3H) = W_ih x + b_ih of D directions, initial (D, B, H), then each direction's
+    W_hh (3H, H) and b_hh (3H,) or None -> outputs (N, D·H), final states (D, B, H).
+
+    Direction 0 runs forward in time, direction 1 backward. A row absent from a step (a short
+    sentence in a packed batch) keeps its state: the backward direction starts at each
+    sentence's last token, as ``nn.GRU`` on a ``PackedSequence`` does.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx, gates: Tensor, initial: Tensor, steps: Steps, *weights: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        kernels = library()
+        assert kernels is not None  # usable() checked it
+        directions, _, size = initial.shape
+        gates = gates.contiguous()
+        rows, width = gates.shape[0], directions * size
+        outputs = gates.new_empty(rows, width)
+        finals = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
+        needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
+        # Per direction, r z n gh_n h of every row (N, 5H), in the order the steps ran.
+        saved = gates.new_empty(directions, rows, 5 * size) if needs_grad else None
+        recurrent = gates.new_empty(initial.shape[1], 3 * size)  # (B, 3H), one step's W_hh h
+        for direction in range(directions):
+            weight, bias = weights[2 * direction], weights[2 * direction + 1]
+            assert weight is not None
+            weight_t = weight.t()  # (H, 3H)
+            state = finals[direction]  # (B, H)
+            gate_offset, out_offset = direction * 3 * size, direction * size
+            order = _order(steps, direction)
+            done = 0
+            for t in order:
+                count = steps.batch_sizes[t]
+                step_recurrent = recurrent[:count]
+                # (n, H) @ (H, 3H) -> (n, 3H)
+                if bias is None:
+                    torch.mm(state[:count], weight_t, out=step_recurrent)
+                else:
+                    torch.addmm(bias, state[:count], weight_t, out=step_recurrent)
+                start = steps.starts[t]
+                kernels.seq2seq_gru_forward(
+                    count,
+                    size,
+                    _address(gates, start * 3 * directions * size + gate_offset),
+                    steps.stride * 3 * directions * size,
+                    step_recurrent.data_ptr(),
+                    state.data_ptr(),
+                    _address(outputs, start * width + out_offset),
+                    steps.stride * width,
+                    None if saved is None else _address(saved[direction], done * 5 * size),
+                )
+                done += count
+        if saved is not None:
+            ctx.save_for_backward(saved, *weights)  # type: ignore[arg-type]  # None: no bias
+        ctx.steps = steps  # type: ignore[attr-defined]
+        return outputs, finals
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: FunctionCtx, d_outputs: Tensor, d_finals: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        kernels = library()
+        assert kernels is not None
+        saved, *weights = ctx.saved_tensors  # type: ignore[attr-defined]
+        steps: Steps = ctx.steps  # type: ignore[attr-defined]
+        directions, rows, size = saved.shape[0], saved.shape[1], saved.shape[2] // 5
+        width = directions * size
+        d_outputs = d_outputs.contiguous()
+        d_states = d_finals.clone(memory_format=torch.contiguous_format)  # (D, B, H)
+        d_gates = d_outputs.new_empty(rows, 3 * width)
+        d_recurrent = d_outputs.new_empty(directions, rows, 3 * size)  # in the steps' run order
+        grads: list[Tensor | None] = []
+        for direction in range(directions):
+            weight, bias = weights[2 * direction], weights[2 * direction + 1]
+            d_state = d_states[direction]  # (B, H)
+            gate_offset, out_offset = direction * 3 * size, direction * size
+            done = rows
+            for t in reversed(_order(steps, direction)):
+                count = steps.batch_sizes[t]
+                done -= count
+                start = steps.starts[t]
+                step_d_recurrent = d_recurrent[direction, done : done + count]  # (n, 3H)
+                kernels.seq2seq_gru_backward(
+                    count,
+                    size,
+                    d_state.data_ptr(),
+                    _address(d_outputs, start * width + out_offset),
+                    steps.stride * width,
+                    _address(saved[direction], done * 5 * size),
+                    _address(d_gates, start * 3 * width + gate_offset),
+                    steps.stride * 3 * width,
+                    step_d_recurrent.data_ptr(),
+                )
+                # dL/dh += d_gh @ W_hh: (n, 3H) @ (3H, H)
+                d_state[:count].addmm_(step_d_recurrent, weight)
+            previous = saved[direction, :, 4 * size :]  # (N, H): each row's h before its step
+            # All steps' W_hh gradients in one GEMM: (3H, N) @ (N, H) -> (3H, H)
+            grads.append(d_recurrent[direction].t() @ previous)
+            grads.append(None if bias is None else d_recurrent[direction].sum(0))
+        return d_gates, d_states, None, *grads
+
+
+class _Cell(torch.autograd.Function):
+    """One GRU step: input_gates (B, 3H) = W_ih x + b_ih, hidden (B, H), W_hh (3H, H), b_hh (3H,)
+    or None -> new state (B, H); one autograd node where ATen's ``gru_cell`` records a dozen."""
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        input_gates: Tensor,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+    ) -> Tensor:
+        kernels = library()
+        assert kernels is not None  # usable() checked it
+        input_gates = input_gates.contiguous()
+        rows, size = hidden.shape
+        # (B, H) @ (H, 3H) -> (B, 3H)
+        if bias is None:
+            recurrent = torch.mm(hidden, weight.t())
+        else:
+            recurrent = torch.addmm(bias, hidden, weight.t())
+        new = hidden.clone(memory_format=torch.contiguous_format)  # the kernel updates it
+        needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
+        saved = hidden.new_empty(rows, 5 * size) if needs_grad else None  # r z n gh_n h per row
+        kernels.seq2seq_gru_forward(
+            rows,
+            size,
+            input_gates.data_ptr(),
+            3 * size,
+            recurrent.data_ptr(),
+            new.data_ptr(),
+            None,  # no copy: the state is the output
+            size,
+            None if saved is None else saved.data_ptr(),
+        )
+        if saved is not None:
+            ctx.save_for_backward(saved, weight, bias)  # type: ignore[arg-type]  # None: no bias
+        return new
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, d_new: Tensor) -> tuple[Tensor | None, ...]:
+        kernels = library()
+        assert kernels is not None
+        saved, weight, bias = ctx.saved_tensors  # type: ignore[attr-defined]
+        rows, size = saved.shape[0], saved.shape[1] // 5
+        d_new = d_new.contiguous()
+        d_hidden = d_new.new_zeros(rows, size)  # no later step: the whole gradient is d_new
+        d_input_gates = d_new.new_empty(rows, 3 * size)
+        d_recurrent = d_new.new_empty(rows, 3 * size)
+        kernels.seq2seq_gru_backward(
+            rows,
+            size,
+            d_hidden.data_ptr(),
+            d_new.data_ptr(),
+            size,
+            saved.data_ptr(),
+            d_input_gates.data_ptr(),
+            3 * size,
+            d_recurrent.data_ptr(),
+        )
+        d_hidden.addmm_(d_recurrent, weight)  # + d_gh @ W_hh: (B, 3H) @ (3H, H)
+        d_weight = d_recurrent.t() @ saved[:, 4 * size :]  # (3H, B) @ (B, H) -> (3H, H)
+        d_bias = None if bias is None else d_recurrent.sum(0)
+        return d_input_gates, d_hidden, d_weight, d_bias
+
+
+def gru_cell(
+    input_gates: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor | None
+) -> Tensor:
+    """``nn.GRUCell``'s step from its input projection ``W_ih x + b_ih`` (B, 3H), computed by the
+    caller, and the state (B, H) -> the new state (B, H)."""
+    return _Cell.apply(input_gates, hidden, weight_hh, bias_hh)
+
+
+def _order(steps: Steps, direction: int) -> range:
+    count = len(steps.batch_sizes)
+    return range(count) if direction == 0 else range(count - 1, -1, -1)
+
+
+def _address(tensor: Tensor, offset: int) -> int:
+    """The address of element ``offset`` of a contiguous float32 tensor."""
+    return tensor.data_ptr() + offset * FLOAT_BYTES
+
+
+@overload
+def gru(module: nn.GRU, inputs: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def gru(
+    module: nn.GRU, inputs: PackedSequence, hx: Tensor | None = None
+) -> tuple[PackedSequence, Tensor]: ...
+
+
+def gru(
+    module: nn.GRU, inputs: Tensor | PackedSequence, hx: Tensor | None = None
+) -> tuple[Tensor | PackedSequence, Tensor]:
+    """``module(inputs, hx)`` for an ``nn.GRU`` (check ``usable`` first): outputs of the last
+    layer, packed or padded like ``inputs``, and the final states (L·D, B, H)."""
+    directions = 2 if module.bidirectional else 1
+    size = module.hidden_size
+    if isinstance(inputs, PackedSequence):
+        rows = inputs.data  # (N, E)
+        steps = Steps.packed(inputs.batch_sizes.tolist())
+        batch = steps.batch_sizes[0]
+    else:
+        if inputs.dim() != 3:
+            raise ValueError(f"fused_rnn.gru takes a batched (3-D) input, got {inputs.dim()}-D")
+        inputs = inputs.contiguous()
+        batch, length = inputs.shape[:2] if module.batch_first else inputs.shape[1::-1]
+        rows = inputs.view(-1, inputs.shape[-1])  # (B·T or T·B, E)
+        steps = Steps.padded(batch, length, module.batch_first)
+    if hx is None:
+        hx = rows.new_zeros(module.num_layers * directions, batch, size)
+    elif isinstance(inputs, PackedSequence) and inputs.sorted_indices is not None:
+        hx = hx.index_select(1, inputs.sorted_indices)  # the packed rows' order
+    suffixes = ["", "_reverse"][:directions]
+    finals = []
+    for layer in range(module.num_layers):
+        if layer > 0 and module.training and module.dropout > 0:
+            rows = F.dropout(rows, module.dropout, training=True)
+        names = [f"l{layer}{suffix}" for suffix in suffixes]
+        # Both directions' input projections in one GEMM: (N, E) @ (E, D·3H).
+        input_weight = torch.cat([getattr(module, f"weight_ih_{name}") for name in names])
+        input_bias = None
+        if module.bias:
+            input_bias = torch.cat([getattr(module, f"bias_ih_{name}") for name in names])
+        weights: list[Tensor | None] = []
+        for name in names:
+            weights.append(getattr(module, f"weight_hh_{name}"))
+            weights.append(getattr(module, f"bias_hh_{name}") if module.bias else None)
+        gates = F.linear(rows, input_weight, input_bias)  # (N, D·3H)
+        initial = hx[layer * directions : (layer + 1) * directions]
+        rows, layer_finals = _Recurrence.apply(gates, initial, steps, *weights)
+        finals.append(layer_finals)
+    final = torch.cat(finals)  # (L·D, B, H)
+    if isinstance(inputs, PackedSequence):
+        if inputs.unsorted_indices is not None:
+            final = final.index_select(1, inputs.unsorted_indices)
+        packed = PackedSequence(
+            rows, inputs.batch_sizes, inputs.sorted_indices, inputs.unsorted_indices
+        )
+        return packed, final
+    return rows.view(*inputs.shape[:2], directions * size), final
+
+
+def gru_steps(inputs: Tensor, initial: Tensor, params: list[Tensor]) -> Tensor:
+    """One unidirectional GRU layer over a padded batch: inputs (B, T, E), initial (B, H) ->
+    states (B, T, H). ``params`` are W_ih, W_hh and optionally b_ih, b_hh (``torch.gru``'s
+    order), so this is ``torch.gru`` with one layer, batch first."""
+    weight_ih, weight_hh = params[0], params[1]
+    bias_ih, bias_hh = (params[2], params[3]) if len(params) == 4 else (None, None)
+    batch, length = inputs.shape[:2]
+    gates = F.linear(inputs, weight_ih, bias_ih)  # (B, T, 3H)
+    steps = Steps.padded(batch, length, batch_first=True)
+    rows, _ = _Recurrence.apply(
+        gates.view(batch * length, -1), initial[None], steps, weight_hh, bias_hh
+    )
+    return rows.view(batch, length, -1)  # (B, T, H)

@@ -1,0 +1,227 @@
+"""seq2seq.fused_rnn: the C-kernel GRU computes nn.GRU's function and gradients.
+
+References: ``nn.GRU`` / ``torch.gru`` themselves, run in float64 (so the comparison measures the
+fused float32 path's error, not the reference's), on packed and padded batches.
+
+Shape legend: B batch, T steps, E input size, H hidden size.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from seq2seq import fused_rnn
+from tests.test_model import make_batch, make_model
+
+needs_kernels = pytest.mark.skipif(
+    fused_rnn.library() is None, reason=f"no fused GRU here: {fused_rnn.unavailable_reason()}"
+)
+LENGTHS = torch.tensor([3, 7, 1, 5])  # unsorted, with a one-token sentence
+B, T, E, H = 4, 7, 6, 5
+
+
+def run(
+    module: nn.GRU, x: Tensor, hx: Tensor | None, packed: bool, fused: bool
+) -> tuple[Tensor, Tensor]:
+    """Padded outputs and final states of ``module`` on ``x``, fused or ATen's."""
+    inputs = (
+        pack_padded_sequence(x, LENGTHS, batch_first=module.batch_first, enforce_sorted=False)
+        if packed
+        else x
+    )
+    outputs, final = fused_rnn.gru(module, inputs, hx) if fused else module(inputs, hx)
+    if packed:
+        outputs, _ = pad_packed_sequence(outputs, batch_first=module.batch_first, total_length=T)
+    return outputs, final
+
+
+def loss_of(outputs: Tensor, final: Tensor) -> Tensor:
+    """A loss that weighs every output and final-state element differently."""
+    weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype).view(outputs.shape)
+    return (outputs.sin() * weights).sum() + (final * final.cos()).sum()
+
+
+def values_and_grads(
+    module: nn.GRU, x: Tensor, hx: Tensor | None, packed: bool, fused: bool
+) -> list[Tensor]:
+    leaves = [x, *([hx] if hx is not None else []), *module.parameters()]
+    outputs, final = run(module, x, hx, packed, fused)
+    grads = torch.autograd.grad(loss_of(outputs, final), leaves)
+    return [outputs.detach(), final.detach(), *grads]
+
+
+@needs_kernels
+@pytest.mark.parametrize(
+    ("layers", "bidirectional", "bias", "batch_first", "packed", "with_hx"),
+    [
+        (1, True, True, True, True, False),  # the encoder's case
+        (2, True, True, True, True, True),
+        (1, False, True, False, False, True),
+        (3, True, False, False, False, False),
+        (2, False, True, True, True, True),
+        (1, True, True, False, True, True),
+    ],
+)
+def test_gru_matches_nn_gru_and_its_gradients(
+    layers: int, bidirectional: bool, bias: bool, batch_first: bool, packed: bool, with_hx: bool
+) -> None:
+    torch.manual_seed(0)
+    module = nn.GRU(E, H, layers, bias=bias, batch_first=batch_first, bidirectional=bidirectional)
+    x = torch.randn((B, T, E) if batch_first else (T, B, E), requires_grad=True)
+    hx = torch.randn(layers * (2 if bidirectional else 1), B, H) if with_hx else None
+    hx = None if hx is None else hx.requires_grad_()
+    got = values_and_grads(module, x, hx, packed, fused=True)
+    reference = module.double()
+    x64 = x.detach().double().requires_grad_()
+    hx64 = None if hx is None else hx.detach().double().requires_grad_()
+    expected = values_and_grads(reference, x64, hx64, packed, fused=False)
+    assert len(got) == len(expected)
+    for value, want in zip(got, expected, strict=True):
+        torch.testing.assert_close(value.double(), want, rtol=1e-5, atol=2e-6)
+
+
+@needs_kernels
+def test_packed_outputs_are_zero_past_each_length_and_finals_are_each_sentences_own() -> None:
+    """A short sentence's backward direction starts at its own last token, so its outputs and
+    final states are those of the sentence alone."""
+    torch.manual_seed(1)
+    module = nn.GRU(E, H, batch_first=True, bidirectional=True)
+    x = torch.randn(B, T, E)
+    with torch.no_grad():
+        outputs, final = run(module, x, None, packed=True, fused=True)
+        for row, length in enumerate(LENGTHS.tolist()):
+            alone, alone_final = module(x[row : row + 1, :length])
+            torch.testing.assert_close(outputs[row, :length], alone[0], rtol=1e-5, atol=1e-6)
+            assert torch.all(outputs[row, length:] == 0)
+            torch.testing.assert_close(final[:, row], alone_final[:, 0], rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+def test_dropout_between_layers_is_applied_in_training_only() -> None:
+    """With p = 1 every second-layer input is dropped, whichever implementation draws the
+    mask, so fused and ATen's agree exactly in meaning; in eval mode dropout is off."""
+    torch.manual_seed(2)
+    module = nn.GRU(E, H, 2, dropout=1.0, batch_first=True)
+    x = torch.randn(B, T, E)
+    for training in (True, False):
+        module.train(training)
+        with torch.no_grad():
+            fused, fused_final = fused_rnn.gru(module, x)
+            aten, aten_final = module(x)
+        torch.testing.assert_close(fused, aten, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(fused_final, aten_final, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+def test_gru_steps_is_torch_gru_with_the_cells_parameters() -> None:
+    torch.manual_seed(3)
+    cell = nn.GRUCell(E, H)
+    x = torch.randn(B, T, E, requires_grad=True)
+    h0 = torch.randn(B, H, requires_grad=True)
+    params = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+    leaves = [x, h0, *params]
+    got = fused_rnn.gru_steps(x, h0, params)
+    got_grads = torch.autograd.grad(got.tanh().pow(2).sum(), leaves)
+    leaves64 = [leaf.detach().double().requires_grad_() for leaf in leaves]
+    # torch.gru(input, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first)
+    x64, h64, params64 = leaves64[0], leaves64[1], leaves64[2:]
+    want, _ = torch.gru(x64, h64[None], params64, True, 1, 0.0, True, False, True)
+    want_grads = torch.autograd.grad(want.tanh().pow(2).sum(), leaves64)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-6)
+    for value, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=2e-6)
+    with torch.no_grad():  # inference saves nothing for backward and computes the same
+        torch.testing.assert_close(fused_rnn.gru_steps(x, h0, params), got.detach())
+
+
+@needs_kernels
+def test_without_biases() -> None:
+    torch.manual_seed(4)
+    cell = nn.GRUCell(E, H, bias=False)
+    x, h0 = torch.randn(B, T, E), torch.randn(B, H)
+    with torch.no_grad():
+        got = fused_rnn.gru_steps(x, h0, [cell.weight_ih, cell.weight_hh])
+        want, _ = torch.gru(x, h0[None], [cell.weight_ih, cell.weight_hh], False, 1, 0.0, False,
+                            False, True)  # fmt: skip
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_a_model_trains_the_same_with_and_without_the_kernels(decoder: str) -> None:
+    """Seq2Seq's loss and every parameter's gradient, fused_rnn on and off (dropout off, so
+    both runs compute one function)."""
+    src, src_lens, tgt_in = make_batch()
+    results = []
+    for fused in (True, False):
+        model = make_model("dot", decoder=decoder, dropout=0.0).train()
+        for module in model.modules():
+            if hasattr(module, "fused"):
+                module.fused = fused
+        assert model.encoder.uses_fused_rnn(model.encoder.embedding(src)) is fused
+        logits, _ = model(src, src_lens, tgt_in)
+        loss = logits.log_softmax(-1).sum()
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        results.append([loss.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_usable_only_for_float32_on_the_cpu_outside_exports() -> None:
+    x = torch.zeros(2, 3)
+    if fused_rnn.library() is not None:
+        assert fused_rnn.usable(x)
+    assert not fused_rnn.usable(x.double())
+    assert not fused_rnn.usable(x.bfloat16())
+    assert not fused_rnn.usable(x, torch.zeros(1, device="meta"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: ATen's GRU in bf16
+        assert not fused_rnn.usable(x)
+
+
+def test_a_missing_compiler_falls_back_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(fused_rnn, "_state", {})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    with pytest.warns(RuntimeWarning, match="no-such-compiler-here.*model.fused_rnn=false"):
+        assert not fused_rnn.usable(torch.zeros(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process
+        assert not fused_rnn.usable(torch.zeros(1))
+    assert "no C compiler" in (fused_rnn.unavailable_reason() or "")
+    model = make_model("dot", decoder="luong").train()  # still trains, on ATen's GRU
+    src, src_lens, tgt_in = make_batch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        logits, _ = model(src, src_lens, tgt_in)
+    logits.sum().backward()
+    assert not list(tmp_path.iterdir())  # nothing half-built left behind
+
+
+@needs_kernels
+def test_a_compiler_error_is_reported_with_its_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(fused_rnn, "SOURCE", broken)
+    with pytest.raises(RuntimeError, match=r"failed: .*error"):
+        fused_rnn.build(tmp_path / "cache")
+    assert not [path for path in (tmp_path / "cache").iterdir() if path.suffix == ".so"]
+
+
+@needs_kernels
+def test_the_library_is_built_once_per_source_and_flags(tmp_path: Path) -> None:
+    first = fused_rnn.build(tmp_path)
+    built = first.stat().st_mtime_ns
+    assert fused_rnn.build(tmp_path) == first
+    assert first.stat().st_mtime_ns == built  # reused, not rebuilt
+    assert os.access(first, os.R_OK)
