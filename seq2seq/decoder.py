@@ -109,7 +109,7 @@ class AttentionDecoder(nn.Module):
         fused_rnn: bool = True,
     ) -> None:
         super().__init__()
-        self.fused = fused_rnn  # GRU steps through seq2seq.fused_rnn where it applies
+        self.fused = fused_rnn  # Luong: the GRU over all steps through seq2seq.fused_rnn
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
@@ -256,24 +256,13 @@ class AttentionDecoder(nn.Module):
         hidden = torch.gru_cell(cell_input, state[0], input_weight, weight_hh, input_gates, bias_hh)
         return (hidden,)
 
-    def uses_fused_cell(self, cell_input: Tensor) -> bool:
-        """Whether the GRU cell steps through ``seq2seq.fused_rnn`` for this input."""
-        return (
-            self.fused
-            and not self.is_lstm
-            and fused_rnn.usable(cell_input, self.cell.weight_ih, self.cell.weight_hh)
-        )
-
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
         ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
         Bahdanau's step uses it off the CPU, Luong's decoding step on the CPU, where its few
         elementwise ops beat ``cpu_cell`` fed an empty input (its kernel would copy the (B, G)
-        rows once more). A GRU on the CPU takes ``fused_rnn.gru_cell`` (``uses_fused_cell``)."""
+        rows once more)."""
         hidden = state[0]  # (B, H)
-        if self.uses_fused_cell(input_gates):
-            new = fused_rnn.gru_cell(input_gates, hidden, self.cell.weight_hh, self.cell.bias_hh)
-            return (new,)
         recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
         if self.is_lstm:
             # Gates i, f, g, o (PyTorch's order), each (B, H).
@@ -349,7 +338,7 @@ class BahdanauDecoder(AttentionDecoder):
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
         context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
         context = context[:, 0]  # (B, M)
-        if context.device.type == "cpu" and not self.uses_fused_cell(context):
+        if context.device.type == "cpu":
             new_state = self.cpu_cell(context, input_gates, state, context_weight)
         else:
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
@@ -494,7 +483,7 @@ class LuongDecoder(AttentionDecoder):
         the same function in fewer kernels.
         """
         params = self.cell_parameters()
-        if self.uses_fused_cell(embedded):
+        if self.fused and not self.is_lstm and fused_rnn.usable(embedded, *params):
             return fused_rnn.gru_steps(embedded, state[0], params)  # (B, T, H)
         has_biases = len(params) == 4
         # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,

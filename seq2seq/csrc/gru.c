@@ -50,8 +50,8 @@ static inline float sigmoid_vec(float x) { return 1.0f / (1.0f + exp_vec(-x)); }
 static inline float tanh_vec(float x) { return 2.0f / (1.0f + exp_vec(-2.0f * x)) - 1.0f; }
 
 /* h (rows, H) is read as the previous state and overwritten with the new one, which is also
-   copied to out unless out is NULL. saved may be NULL (no gradient wanted). No two arrays may
-   overlap (restrict: the compiler then vectorises without run-time overlap checks). */
+   written to out. saved may be NULL (no gradient wanted). No two arrays may overlap (restrict:
+   the compiler then vectorises without run-time overlap checks). */
 void seq2seq_gru_forward(int64_t rows, int64_t H, const float *restrict gi, int64_t gi_stride,
                          const float *restrict gh, float *restrict h, float *restrict out,
                          int64_t out_stride, float *restrict saved) {
@@ -59,6 +59,7 @@ void seq2seq_gru_forward(int64_t rows, int64_t H, const float *restrict gi, int6
     const float *restrict gi_b = gi + b * gi_stride;
     const float *restrict gh_b = gh + b * 3 * H;
     float *restrict h_b = h + b * H;
+    float *restrict out_b = out + b * out_stride;
     if (saved != NULL) {
       float *restrict s = saved + b * 5 * H;
 #pragma omp simd
@@ -72,7 +73,7 @@ void seq2seq_gru_forward(int64_t rows, int64_t H, const float *restrict gi, int6
         s[2 * H + j] = n;
         s[3 * H + j] = gh_b[2 * H + j];
         s[4 * H + j] = previous;
-        h_b[j] = n + z * (previous - n);
+        h_b[j] = out_b[j] = n + z * (previous - n);
       }
     } else {
 #pragma omp simd
@@ -80,11 +81,8 @@ void seq2seq_gru_forward(int64_t rows, int64_t H, const float *restrict gi, int6
         const float r = sigmoid_vec(gi_b[j] + gh_b[j]);
         const float z = sigmoid_vec(gi_b[H + j] + gh_b[H + j]);
         const float n = tanh_vec(gi_b[2 * H + j] + r * gh_b[2 * H + j]);
-        h_b[j] = n + z * (h_b[j] - n);
+        h_b[j] = out_b[j] = n + z * (h_b[j] - n);
       }
-    }
-    if (out != NULL) {
-      memcpy(out + b * out_stride, h_b, (size_t)H * sizeof(float));
     }
   }
 }
