@@ -16,9 +16,10 @@ ctypes call).
 
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
 fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
-a hash of the source and flags. It needs glibc's vector maths library (libmvec: Linux on x86-64
-or, from glibc 2.38, AArch64); where it cannot be built, ``usable`` is false, ATen's GRU runs
-instead and ``unavailable_reason()`` says why.
+a hash of the source and flags, and checked against torch's GRU cell when it loads. The C is
+plain C99 with no library calls (its exp is a polynomial the compiler vectorises), so any C
+compiler builds it; where none is found or the build fails, ``usable`` is false, ATen's GRU runs
+instead, one warning says so, and ``unavailable_reason()`` says why.
 
 Shape legend: N rows of a packed (or flattened padded) sequence, B batch, T steps, E input
 size, H hidden size, D directions (1 or 2), L layers.
@@ -46,6 +47,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 SOURCE = Path(__file__).with_name("csrc") / "gru.c"
 FLOAT_BYTES = 4
+COMPILE_TIMEOUT_S = 120  # it takes well under a second; a hung compiler must not hang training
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "library": ctypes.CDLL | None, "reason": str (once loaded or failed)
@@ -58,7 +60,9 @@ def cache_dir() -> Path:
 
 
 def compile_flags() -> list[str]:
-    """The compiler's flags: vectorised libmvec calls, AVX2/FMA where torch found them."""
+    """The compiler's flags: optimised, position-independent, vectorised (``omp simd`` without an
+    OpenMP runtime, and ``-fno-trapping-math`` so that the clamps and selects vectorise), with
+    AVX2 and FMA where torch found them."""
     flags = ["-O3", "-fPIC", "-shared", "-fno-trapping-math", "-fopenmp-simd"]
     if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
@@ -85,7 +89,12 @@ def build(directory: Path | None = None) -> Path:
     os.close(handle)
     command = [compiler, *flags, str(SOURCE), "-o", name]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        try:
+            result = subprocess.run(
+                command, capture_output=True, text=True, check=False, timeout=COMPILE_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired as error:
+            raise RuntimeError(f"`{' '.join(command)}` took over {COMPILE_TIMEOUT_S} s") from error
         if result.returncode != 0:
             raise RuntimeError(f"`{' '.join(command)}` failed: {result.stderr.strip()[-600:]}")
         os.replace(name, target)
@@ -109,7 +118,7 @@ def _load() -> ctypes.CDLL:
 
 def _check(library: ctypes.CDLL) -> None:
     """One step on random rows against torch's own GRU cell: a library that computes something
-    else (a broken libmvec, a miscompile) must not train a model."""
+    else (a miscompile, a compiler that treats the flags differently) must not train a model."""
     generator = torch.Generator().manual_seed(0)
     rows, size = 3, 19  # an odd size exercises the vector loops' remainders
     gi, gh = (torch.randn(rows, 3 * size, generator=generator) * 3 for _ in range(2))
@@ -173,8 +182,9 @@ def warn_unavailable() -> None:
         _state["warned"] = True
         warnings.warn(
             f"seq2seq's fused CPU GRU kernels are unavailable ({unavailable_reason()}); "
-            "ATen's GRU runs instead (same results, slower on the CPU). Set model.fused_rnn=false "
-            "to choose that and silence this warning.",
+            "ATen's GRU runs instead (same results, slower on the CPU). To use them, set CC to a C "
+            f"compiler and XDG_CACHE_HOME to a writable directory (now {cache_dir()}); "
+            "model.fused_rnn=false chooses ATen's GRU and silences this warning.",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -55,6 +55,8 @@ class Seq2Seq(nn.Module):
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
             if size < 1:
                 raise ConfigError(f"model.{name} must be a positive integer, got {size}.")
+        if not isinstance(fused_rnn, bool):
+            raise ConfigError(f"model.fused_rnn must be true or false, got {fused_rnn!r}.")
         if encoder_hidden_size is None:
             encoder_hidden_size = max(1, hidden_size // 2)
         self.encoder = RNNEncoder(

@@ -439,6 +439,9 @@ def check_model_sizes(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
             problems.append(f"{key}={value} (a probability: at least 0, below 1)")
+    fused = OmegaConf.select(cfg, "model.fused_rnn", default=None)
+    if fused is not None and type(fused) is not bool:
+        problems.append(f"model.fused_rnn={fused} (it must be true or false)")
     if problems:
         raise ConfigError(
             f"the model cannot be built with {'; '.join(problems)}. Set "

@@ -18,7 +18,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq import fused_rnn
-from tests.test_model import make_batch, make_model
+from seq2seq.errors import ConfigError
+from seq2seq.model import Seq2Seq
+from tests.test_model import ATTENTIONS, make_batch, make_model
 
 needs_kernels = pytest.mark.skipif(
     fused_rnn.library() is None, reason=f"no fused GRU here: {fused_rnn.unavailable_reason()}"
@@ -225,3 +227,9 @@ def test_the_library_is_built_once_per_source_and_flags(tmp_path: Path) -> None:
     assert fused_rnn.build(tmp_path) == first
     assert first.stat().st_mtime_ns == built  # reused, not rebuilt
     assert os.access(first, os.R_OK)
+
+
+def test_the_switch_must_be_a_boolean() -> None:
+    """A string such as "maybe" would be truthy: the model refuses it, naming the key."""
+    with pytest.raises(ConfigError, match=r"model\.fused_rnn must be true or false, got 'maybe'"):
+        Seq2Seq(13, 11, ATTENTIONS["dot"], fused_rnn="maybe")  # type: ignore[arg-type]
