@@ -32,10 +32,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.backends.cudnn import rnn as cudnn_rnn
 
-from seq2seq import fused_rnn
 from seq2seq.attention import Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_rnn import gru_steps as fused_gru_steps
+from seq2seq.fused_rnn import usable as fused_usable
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
@@ -479,12 +480,12 @@ class LuongDecoder(AttentionDecoder):
 
         ``torch.gru`` / ``torch.lstm`` are the kernels behind ``nn.GRU`` / ``nn.LSTM``; a one-layer
         unidirectional RNN has exactly the parameters of its cell, so this is the cell's own
-        function, looped in C++ instead of Python. A GRU on the CPU takes ``fused_rnn.gru_steps``,
-        the same function in fewer kernels.
+        function, looped in C++ instead of Python. A GRU on the CPU takes
+        ``seq2seq.fused_rnn.gru_steps``, the same function in fewer kernels.
         """
         params = self.cell_parameters()
-        if self.fused and not self.is_lstm and fused_rnn.usable(embedded, *params):
-            return fused_rnn.gru_steps(embedded, state[0], params)  # (B, T, H)
+        if self.fused and not self.is_lstm and fused_usable(embedded, *params):
+            return fused_gru_steps(embedded, state[0], params)  # (B, T, H)
         has_biases = len(params) == 4
         # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
         # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq import fused_rnn
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_rnn import gru as fused_gru
+from seq2seq.fused_rnn import usable as fused_usable
 
 RNNFactory = Callable[..., nn.GRU | nn.LSTM]
 
@@ -62,7 +63,7 @@ class RNNEncoder(nn.Module):
         )
         if self.uses_fused_rnn(embedded):
             assert isinstance(self.rnn, nn.GRU)
-            packed_memory, final = fused_rnn.gru(self.rnn, packed)
+            packed_memory, final = fused_gru(self.rnn, packed)
         else:
             packed_memory, final = self.rnn(packed)
         memory, _ = pad_packed_sequence(packed_memory, batch_first=True, total_length=src.shape[1])
@@ -76,5 +77,5 @@ class RNNEncoder(nn.Module):
         return (
             self.fused
             and isinstance(self.rnn, nn.GRU)
-            and fused_rnn.usable(embedded, *self.rnn.parameters())
+            and fused_usable(embedded, *self.rnn.parameters())
         )
