@@ -32,7 +32,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -44,6 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.utils.rnn import PackedSequence
+
+from seq2seq.atomic import write_atomic
 
 SOURCE = Path(__file__).with_name("csrc") / "gru.c"
 FLOAT_BYTES = 4
@@ -83,12 +84,9 @@ def build(directory: Path | None = None) -> Path:
     if target.exists():
         return target
     directory.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename: processes building at once (DDP ranks) each rename a
-    # complete library, never load a half-written one.
-    handle, name = tempfile.mkstemp(prefix=".gru-", suffix=".so", dir=directory)
-    os.close(handle)
-    command = [compiler, *flags, str(SOURCE), "-o", name]
-    try:
+
+    def compile_into(temporary: Path) -> None:
+        command = [compiler, *flags, str(SOURCE), "-o", str(temporary)]
         try:
             result = subprocess.run(
                 command, capture_output=True, text=True, check=False, timeout=COMPILE_TIMEOUT_S
@@ -97,9 +95,10 @@ def build(directory: Path | None = None) -> Path:
             raise RuntimeError(f"`{' '.join(command)}` took over {COMPILE_TIMEOUT_S} s") from error
         if result.returncode != 0:
             raise RuntimeError(f"`{' '.join(command)}` failed: {result.stderr.strip()[-600:]}")
-        os.replace(name, target)
-    finally:
-        Path(name).unlink(missing_ok=True)
+
+    # Built beside the target and renamed over it: processes building at once (DDP ranks) each
+    # rename a complete library, never load a half-written one.
+    write_atomic(target, compile_into)
     return target
 
 
@@ -249,6 +248,7 @@ class _Recurrence(torch.autograd.Function):
             state = finals[direction]  # (B, H)
             gate_offset, out_offset = direction * 3 * size, direction * size
             order = _order(steps, direction)
+            saved_at = None if saved is None else saved[direction].data_ptr()
             done = 0
             for t in order:
                 count = steps.batch_sizes[t]
@@ -268,7 +268,7 @@ class _Recurrence(torch.autograd.Function):
                     state.data_ptr(),
                     _address(outputs, start * width + out_offset),
                     steps.stride * width,
-                    None if saved is None else _address(saved[direction], done * 5 * size),
+                    None if saved_at is None else saved_at + done * 5 * size * FLOAT_BYTES,
                 )
                 done += count
         if saved is not None:
@@ -296,6 +296,7 @@ class _Recurrence(torch.autograd.Function):
             weight, bias = weights[2 * direction], weights[2 * direction + 1]
             d_state = d_states[direction]  # (B, H)
             gate_offset, out_offset = direction * 3 * size, direction * size
+            saved_at = saved[direction].data_ptr()
             done = rows
             for t in reversed(_order(steps, direction)):
                 count = steps.batch_sizes[t]
@@ -308,7 +309,7 @@ class _Recurrence(torch.autograd.Function):
                     d_state.data_ptr(),
                     _address(d_outputs, start * width + out_offset),
                     steps.stride * width,
-                    _address(saved[direction], done * 5 * size),
+                    saved_at + done * 5 * size * FLOAT_BYTES,
                     _address(d_gates, start * 3 * width + gate_offset),
                     steps.stride * 3 * width,
                     step_d_recurrent.data_ptr(),
