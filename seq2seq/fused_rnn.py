@@ -17,9 +17,12 @@ ctypes call).
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
 fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
 a hash of the source and flags, and checked against torch's GRU cell when it loads. The C is
-plain C99 with no library calls (its exp is a polynomial the compiler vectorises), so any C
-compiler builds it; where none is found or the build fails, ``usable`` is false, ATen's GRU runs
-instead, one warning says so, and ``unavailable_reason()`` says why.
+plain C99 with no library calls (its exp is a polynomial the compiler vectorises: AVX-512 where
+torch's own kernels use it, else AVX2), so any C compiler builds it; where none is found or the
+build fails, ``usable`` is false, ATen's GRU runs instead, one warning says so, and
+``unavailable_reason()`` says why. Where torch's threads are GNU OpenMP's, it is built with
+``-fopenmp`` and splits a step's rows over those same threads. (A 64 x 256 forward step on the
+project's 2-core AMD EPYC: 14 us with AVX-512 on two threads, 39 us with AVX2 on one.)
 
 Shape legend: N rows of a packed (or flattened padded) sequence, B batch, T steps, E input
 size, H hidden size, D directions (1 or 2), L layers.
@@ -60,26 +63,56 @@ def cache_dir() -> Path:
     return Path(root) / "seq2seq"
 
 
-def compile_flags() -> list[str]:
-    """The compiler's flags: optimised, position-independent, vectorised (``omp simd`` without an
-    OpenMP runtime, and ``-fno-trapping-math`` so that the clamps and selects vectorise), with
-    AVX2 and FMA where torch found them."""
-    flags = ["-O3", "-fPIC", "-shared", "-fno-trapping-math", "-fopenmp-simd"]
-    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+def compile_flags(openmp: bool = True) -> list[str]:
+    """The compiler's flags: optimised, position-independent, vectorised (``-fno-trapping-math``
+    so that the clamps and selects vectorise), with AVX2 and FMA where torch found them and
+    AVX-512 where torch runs its own kernels with it. With ``openmp`` and where torch's threads
+    are libgomp's, ``-fopenmp``: the library then shares torch's thread pool (the same
+    ``libgomp.so.1``, already loaded) to split a step's rows; otherwise ``-fopenmp-simd``, the
+    ``omp simd`` loops without an OpenMP runtime."""
+    flags = ["-O3", "-fPIC", "-shared", "-fno-trapping-math"]
+    flags.append("-fopenmp" if openmp and torch_uses_libgomp() else "-fopenmp-simd")
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
+    if capability == "AVX512":
+        flags.append("-mavx512f")  # zmm loops: the forward pass is about 2x faster than on ymm
     return flags
+
+
+def torch_uses_libgomp() -> bool:
+    """Whether torch's CPU threads are GNU OpenMP's, loaded in this process (Linux, PyPI's torch).
+    A second OpenMP runtime beside torch's (Intel's or LLVM's) would keep its own threads, which
+    would compete with torch's for the same cores, so the library uses threads only here."""
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return False
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("/libgomp" in line for line in maps)
+    except OSError:  # not Linux
+        return False
 
 
 def build(directory: Path | None = None) -> Path:
     """Compile ``csrc/gru.c`` into ``directory`` (default ``cache_dir()``) unless a build of the
     same source and flags is there; return the library's path. Raises ``RuntimeError`` with the
-    compiler's message when it fails."""
+    compiler's message when it fails. Where the build with OpenMP fails (a compiler without its
+    runtime's files), it is built without, single-threaded."""
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C compiler: {compiler!r} is not on PATH (set CC to one)")
-    flags = compile_flags()
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()
     directory = cache_dir() if directory is None else directory
+    flags = compile_flags()
+    if "-fopenmp" not in flags:
+        return _build(compiler, flags, directory)
+    try:
+        return _build(compiler, flags, directory)
+    except RuntimeError:
+        return _build(compiler, compile_flags(openmp=False), directory)
+
+
+def _build(compiler: str, flags: list[str], directory: Path) -> Path:
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()
     target = directory / f"gru-{key[:16]}.so"
     if target.exists():
         return target
@@ -103,7 +136,14 @@ def build(directory: Path | None = None) -> Path:
 
 
 def _load() -> ctypes.CDLL:
-    library = ctypes.CDLL(str(build()))
+    library = open_library(build())
+    _check(library)
+    return library
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """The compiled library at ``path``, its functions' signatures declared."""
+    library = ctypes.CDLL(str(path))
     i64, pointer = ctypes.c_int64, ctypes.c_void_p
     library.seq2seq_gru_forward.argtypes = [i64, i64, pointer, i64, pointer, pointer, pointer]
     library.seq2seq_gru_forward.argtypes += [i64, pointer]
@@ -111,7 +151,6 @@ def _load() -> ctypes.CDLL:
     library.seq2seq_gru_backward.argtypes = [i64, i64, pointer, pointer, i64, pointer, pointer]
     library.seq2seq_gru_backward.argtypes += [i64, pointer]
     library.seq2seq_gru_backward.restype = None
-    _check(library)
     return library
 
 

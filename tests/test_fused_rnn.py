@@ -90,6 +90,34 @@ def test_gru_matches_nn_gru_and_its_gradients(
 
 
 @needs_kernels
+def test_steps_split_over_threads_compute_the_same() -> None:
+    """Steps of at least PARALLEL_MIN elements (csrc/gru.c) split their rows over torch's
+    threads where the library is built with OpenMP: values and gradients still match nn.GRU."""
+    torch.manual_seed(5)
+    batch, length, size = 40, 6, 128  # 40 * 128 = 5120 elements per step, over the threshold
+    module = nn.GRU(8, size, batch_first=True, bidirectional=True)
+    x = torch.randn(batch, length, 8, requires_grad=True)
+    lengths = torch.randint(1, length + 1, (batch,))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        results = []
+        for fused, dtype in ((True, torch.float32), (False, torch.float64)):
+            module.to(dtype)
+            inputs = x.detach().to(dtype).requires_grad_()
+            packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+            outputs, final = fused_rnn.gru(module, packed) if fused else module(packed)
+            padded, _ = pad_packed_sequence(outputs, batch_first=True, total_length=length)
+            leaves = [inputs, *module.parameters()]
+            grads = torch.autograd.grad(loss_of(padded, final), leaves)
+            results.append([padded.detach(), final.detach(), *grads])
+    finally:
+        torch.set_num_threads(threads)
+    for value, want in zip(*results, strict=True):
+        torch.testing.assert_close(value.double(), want, rtol=1e-5, atol=5e-6)
+
+
+@needs_kernels
 def test_packed_outputs_are_zero_past_each_length_and_finals_are_each_sentences_own() -> None:
     """A short sentence's backward direction starts at its own last token, so its outputs and
     final states are those of the sentence alone."""
@@ -227,6 +255,27 @@ def test_the_library_is_built_once_per_source_and_flags(tmp_path: Path) -> None:
     assert fused_rnn.build(tmp_path) == first
     assert first.stat().st_mtime_ns == built  # reused, not rebuilt
     assert os.access(first, os.R_OK)
+
+
+@needs_kernels
+def test_a_failing_openmp_build_falls_back_to_one_without(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A compiler that cannot build with -fopenmp (no OpenMP runtime files) still gets the
+    library, single-threaded, rather than no fused GRU at all."""
+    compiler = tmp_path / "cc-without-openmp"
+    compiler.write_text(
+        '#!/bin/sh\ncase " $* " in *" -fopenmp "*) echo "no omp.h" >&2; exit 1;; esac\n'
+        f'exec {os.environ.get("CC", "cc")} "$@"\n'
+    )
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setattr(fused_rnn, "torch_uses_libgomp", lambda: True)
+    assert "-fopenmp" in fused_rnn.compile_flags()
+    built = fused_rnn.build(tmp_path / "cache")
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == [built.name]
+    fused_rnn._check(fused_rnn.open_library(built))  # it loads and computes torch's GRU step
+    assert "-fopenmp-simd" in fused_rnn.compile_flags(openmp=False)
 
 
 def test_the_switch_must_be_a_boolean() -> None:

@@ -16,6 +16,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Rows are split over torch's OpenMP threads when fused_rnn.py builds with -fopenmp (only where
+   torch itself runs on libgomp, so both share one thread pool); below this many elements a
+   step is too short to repay waking the other threads. Without -fopenmp the pragma is ignored
+   and every step runs on the calling thread. */
+#define PARALLEL_MIN 4096
+
 /* exp and tanh written to vectorise: every step is a few multiply-adds the compiler turns into
    AVX2/FMA or NEON code, with no library call and no -ffast-math (which would also switch the
    whole process's floating-point mode to flush-to-zero when the library loads). */
@@ -55,6 +61,7 @@ static inline float tanh_vec(float x) { return 2.0f / (1.0f + exp_vec(-2.0f * x)
 void seq2seq_gru_forward(int64_t rows, int64_t H, const float *restrict gi, int64_t gi_stride,
                          const float *restrict gh, float *restrict h, float *restrict out,
                          int64_t out_stride, float *restrict saved) {
+#pragma omp parallel for schedule(static) if (rows * H >= PARALLEL_MIN)
   for (int64_t b = 0; b < rows; ++b) {
     const float *restrict gi_b = gi + b * gi_stride;
     const float *restrict gh_b = gh + b * 3 * H;
@@ -95,6 +102,7 @@ void seq2seq_gru_backward(int64_t rows, int64_t H, float *restrict dh,
                           const float *restrict d_out, int64_t d_out_stride,
                           const float *restrict saved, float *restrict d_gi, int64_t d_gi_stride,
                           float *restrict d_gh) {
+#pragma omp parallel for schedule(static) if (rows * H >= PARALLEL_MIN)
   for (int64_t b = 0; b < rows; ++b) {
     const float *restrict s = saved + b * 5 * H;
     const float *restrict d_out_b = d_out + b * d_out_stride;
