@@ -35,6 +35,7 @@ from torch.backends.cudnn import rnn as cudnn_rnn
 from seq2seq.attention import Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
 from seq2seq.fused_rnn import usable as fused_usable
 
@@ -110,7 +111,9 @@ class AttentionDecoder(nn.Module):
         fused_rnn: bool = True,
     ) -> None:
         super().__init__()
-        self.fused = fused_rnn  # Luong: the GRU over all steps through seq2seq.fused_rnn
+        # A GRU through seq2seq.fused_rnn on the CPU: Luong's cell over all steps, and every
+        # decoding step of either decoder (``fused_step_applies``).
+        self.fused = fused_rnn
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
@@ -257,13 +260,23 @@ class AttentionDecoder(nn.Module):
         hidden = torch.gru_cell(cell_input, state[0], input_weight, weight_hh, input_gates, bias_hh)
         return (hidden,)
 
+    def fused_step_applies(self, hidden: Tensor) -> bool:
+        """Whether ``cell_gates`` steps through ``seq2seq.fused_rnn.gru_cell``: a GRU with
+        ``fused_rnn`` on, stepped without autograd (decoding) where the kernels are ``usable``."""
+        if self.is_lstm or not self.fused or torch.is_grad_enabled():
+            return False
+        return fused_usable(hidden, self.cell.weight_hh)
+
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
         ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
-        Bahdanau's step uses it off the CPU, Luong's decoding step on the CPU, where its few
-        elementwise ops beat ``cpu_cell`` fed an empty input (its kernel would copy the (B, G)
-        rows once more)."""
+        Bahdanau's step uses it off the CPU and when decoding, Luong's decoding step on the CPU,
+        where its few elementwise ops beat ``cpu_cell`` fed an empty input (its kernel would copy
+        the (B, G) rows once more). Decoding a GRU on the CPU takes the fused C pass instead
+        (``fused_step_applies``): one pass where the ops below are five kernels."""
         hidden = state[0]  # (B, H)
+        if self.fused_step_applies(hidden):
+            return (fused_gru_cell(input_gates, hidden, self.cell.weight_hh, self.cell.bias_hh),)
         recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
         if self.is_lstm:
             # Gates i, f, g, o (PyTorch's order), each (B, H).
@@ -339,7 +352,7 @@ class BahdanauDecoder(AttentionDecoder):
         query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
         context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
         context = context[:, 0]  # (B, M)
-        if context.device.type == "cpu":
+        if context.device.type == "cpu" and not self.fused_step_applies(state[0]):
             new_state = self.cpu_cell(context, input_gates, state, context_weight)
         else:
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)

@@ -9,10 +9,10 @@ steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not
 
 ``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
-unidirectional layer over a padded batch (the Luong decoder's cell). ``usable`` says when the
-path applies: float32 tensors on the CPU, no CPU autocast (mixed precision), the C library
-built, and not inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a
-ctypes call).
+unidirectional layer over a padded batch (the Luong decoder's cell), ``gru_cell`` one step
+without autograd (either decoder's decoding step). ``usable`` says when the path applies:
+float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built, and not
+inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
 
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
 fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
@@ -447,3 +447,34 @@ def gru_steps(inputs: Tensor, initial: Tensor, params: list[Tensor]) -> Tensor:
         gates.view(batch * length, -1), initial[None], steps, weight_hh, bias_hh
     )
     return rows.view(batch, length, -1)  # (B, T, H)
+
+
+def gru_cell(
+    input_gates: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor | None
+) -> Tensor:
+    """One ``nn.GRUCell`` step without autograd, for decoding: the input projection
+    ``W_ih x + b_ih`` (B, 3H, made by the caller) and the state (B, H) -> the new state (B, H).
+
+    A decoding step is one GEMM and one C pass here instead of ATen's half-dozen elementwise
+    kernels (``AttentionDecoder.cell_gates``). It saves nothing for a backward pass, so the caller
+    must not want gradients; ``usable`` must hold for the tensors.
+    """
+    kernels = library()
+    assert kernels is not None  # usable() checked it
+    rows, size = hidden.shape
+    if input_gates.stride(-1) != 1:
+        input_gates = input_gates.contiguous()
+    # (B, H) @ (H, 3H) -> (B, 3H)
+    if bias_hh is None:
+        recurrent = torch.mm(hidden, weight_hh.t())
+    else:
+        recurrent = torch.addmm(bias_hh, hidden, weight_hh.t())
+    # The kernel overwrites the previous state it reads and writes the new one to a second
+    # buffer as well (no aliasing allowed): the caller's state stays as it was.
+    state = hidden.clone(memory_format=torch.contiguous_format)
+    new = torch.empty_like(state)
+    kernels.seq2seq_gru_forward(
+        rows, size, input_gates.data_ptr(), input_gates.stride(0), recurrent.data_ptr(),
+        state.data_ptr(), new.data_ptr(), size, None,
+    )  # fmt: skip
+    return new

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -181,6 +182,53 @@ def test_without_biases() -> None:
         want, _ = torch.gru(x, h0[None], [cell.weight_ih, cell.weight_hh], False, 1, 0.0, False,
                             False, True)  # fmt: skip
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("bias", [True, False])
+def test_gru_cell_is_nn_gru_cell_and_leaves_the_state_alone(bias: bool) -> None:
+    """The decoding step against ``nn.GRUCell`` in float64, fed its input projection through a
+    strided view (a row of a wider table, as the token-gate rows can be); rows and size large
+    enough for the pass to split over two threads, and odd-sized for the vector remainders."""
+    torch.manual_seed(5)
+    rows, size, inputs = 37, 131, 9
+    cell = nn.GRUCell(inputs, size, bias=bias)
+    x, hidden = torch.randn(rows, inputs), torch.randn(rows, size)
+    wide = torch.zeros(rows, 3 * size + 7)
+    wide[:, 7:] = F.linear(x, cell.weight_ih, cell.bias_ih).detach()
+    input_gates = wide[:, 7:]  # row stride 3H + 7
+    before = hidden.clone()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            got = fused_rnn.gru_cell(input_gates, hidden, cell.weight_hh, cell.bias_hh)
+    finally:
+        torch.set_num_threads(threads)
+    want = cell.double()(x.double(), hidden.double()).detach()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-6)
+    assert torch.equal(hidden, before)
+
+
+@needs_kernels
+@pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
+def test_decoding_steps_the_same_with_and_without_the_kernels(decoder: str) -> None:
+    """``decode_step`` without autograd: logits, states and weights of several steps agree."""
+    src, src_lens, tgt_in = make_batch()
+    model = make_model("general", decoder=decoder).eval()
+    steps = []
+    with torch.no_grad():
+        for fused in (True, False):
+            model.decoder.fused = fused
+            source, state = model.encode(src, src_lens)
+            assert model.decoder.fused_step_applies(state[0]) is fused
+            outputs = []
+            for t in range(tgt_in.shape[1]):
+                logits, state, weights = model.decode_step(tgt_in[:, t], state, source)
+                outputs += [logits, state[0], weights]
+            steps.append(outputs)
+    for got, want in zip(*steps, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 @needs_kernels
