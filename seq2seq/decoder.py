@@ -37,6 +37,7 @@ from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
+from seq2seq.fused_rnn import tanh_ as fused_tanh_
 from seq2seq.fused_rnn import usable as fused_usable
 
 AttentionFactory = Callable[..., Attention]
@@ -549,7 +550,12 @@ class LuongDecoder(AttentionDecoder):
         if source.attentional_memory is None:
             return self.output(query, averaged[:, 0]), state, weights[:, 0]
         hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))  # (B, H)
+        attentional = torch.addmm(averaged[:, 0], query, hidden_weight.t())  # (B, H)
+        # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
+        if self.fused_step_applies(query):
+            attentional = fused_tanh_(attentional)
+        else:
+            attentional = torch.tanh(attentional)
         return self.readout(attentional), state, weights[:, 0]
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:

@@ -211,6 +211,21 @@ def test_gru_cell_is_nn_gru_cell_and_leaves_the_state_alone(bias: bool) -> None:
 
 
 @needs_kernels
+@pytest.mark.parametrize("count", [1, 1023, 40_001])  # one block, a remainder, threaded blocks
+def test_tanh_is_torchs_in_place(count: int) -> None:
+    values = torch.linspace(-30, 30, count) * torch.rand(count)
+    want = torch.tanh(values.double())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = fused_rnn.tanh_(values)
+    finally:
+        torch.set_num_threads(threads)
+    assert got.data_ptr() == values.data_ptr()
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=5e-7)
+
+
+@needs_kernels
 @pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
 def test_decoding_steps_the_same_with_and_without_the_kernels(decoder: str) -> None:
     """``decode_step`` without autograd: logits, states and weights of several steps agree."""
