@@ -10,7 +10,8 @@ steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not
 ``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
 unidirectional layer over a padded batch (the Luong decoder's cell), ``gru_cell`` one step
-without autograd (either decoder's decoding step). ``usable`` says when the path applies:
+without autograd (either decoder's decoding step), and ``tanh_`` the C pass's tanh in place (the
+Luong decoding step's attentional layer). ``usable`` says when the path applies:
 float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built, and not
 inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
 
