@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,15 @@ needs_kernels = pytest.mark.skipif(
 )
 LENGTHS = torch.tensor([3, 7, 1, 5])  # unsorted, with a one-token sentence
 B, T, E, H = 4, 7, 6, 5
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """torch on two threads for the test, so that the C pass splits its rows over them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
 
 
 def run(
@@ -91,6 +101,7 @@ def test_gru_matches_nn_gru_and_its_gradients(
 
 
 @needs_kernels
+@pytest.mark.usefixtures("two_threads")
 def test_steps_split_over_threads_compute_the_same() -> None:
     """Steps of at least PARALLEL_MIN elements (csrc/gru.c) split their rows over torch's
     threads where the library is built with OpenMP: values and gradients still match nn.GRU."""
@@ -99,21 +110,16 @@ def test_steps_split_over_threads_compute_the_same() -> None:
     module = nn.GRU(8, size, batch_first=True, bidirectional=True)
     x = torch.randn(batch, length, 8, requires_grad=True)
     lengths = torch.randint(1, length + 1, (batch,))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        results = []
-        for fused, dtype in ((True, torch.float32), (False, torch.float64)):
-            module.to(dtype)
-            inputs = x.detach().to(dtype).requires_grad_()
-            packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
-            outputs, final = fused_rnn.gru(module, packed) if fused else module(packed)
-            padded, _ = pad_packed_sequence(outputs, batch_first=True, total_length=length)
-            leaves = [inputs, *module.parameters()]
-            grads = torch.autograd.grad(loss_of(padded, final), leaves)
-            results.append([padded.detach(), final.detach(), *grads])
-    finally:
-        torch.set_num_threads(threads)
+    results = []
+    for fused, dtype in ((True, torch.float32), (False, torch.float64)):
+        module.to(dtype)
+        inputs = x.detach().to(dtype).requires_grad_()
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        outputs, final = fused_rnn.gru(module, packed) if fused else module(packed)
+        padded, _ = pad_packed_sequence(outputs, batch_first=True, total_length=length)
+        leaves = [inputs, *module.parameters()]
+        grads = torch.autograd.grad(loss_of(padded, final), leaves)
+        results.append([padded.detach(), final.detach(), *grads])
     for value, want in zip(*results, strict=True):
         torch.testing.assert_close(value.double(), want, rtol=1e-5, atol=5e-6)
 
@@ -186,6 +192,7 @@ def test_without_biases() -> None:
 
 @needs_kernels
 @pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.usefixtures("two_threads")
 def test_gru_cell_is_nn_gru_cell_and_leaves_the_state_alone(bias: bool) -> None:
     """The decoding step against ``nn.GRUCell`` in float64, fed its input projection through a
     strided view (a row of a wider table, as the token-gate rows can be); rows and size large
@@ -198,13 +205,8 @@ def test_gru_cell_is_nn_gru_cell_and_leaves_the_state_alone(bias: bool) -> None:
     wide[:, 7:] = F.linear(x, cell.weight_ih, cell.bias_ih).detach()
     input_gates = wide[:, 7:]  # row stride 3H + 7
     before = hidden.clone()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with torch.no_grad():
-            got = fused_rnn.gru_cell(input_gates, hidden, cell.weight_hh, cell.bias_hh)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.no_grad():
+        got = fused_rnn.gru_cell(input_gates, hidden, cell.weight_hh, cell.bias_hh)
     want = cell.double()(x.double(), hidden.double()).detach()
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-6)
     assert torch.equal(hidden, before)
@@ -212,15 +214,11 @@ def test_gru_cell_is_nn_gru_cell_and_leaves_the_state_alone(bias: bool) -> None:
 
 @needs_kernels
 @pytest.mark.parametrize("count", [1, 1023, 40_001])  # one block, a remainder, threaded blocks
+@pytest.mark.usefixtures("two_threads")
 def test_tanh_is_torchs_in_place(count: int) -> None:
     values = torch.linspace(-30, 30, count) * torch.rand(count)
     want = torch.tanh(values.double())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        got = fused_rnn.tanh_(values)
-    finally:
-        torch.set_num_threads(threads)
+    got = fused_rnn.tanh_(values)
     assert got.data_ptr() == values.data_ptr()
     torch.testing.assert_close(got.double(), want, rtol=0, atol=5e-7)
 
