@@ -195,6 +195,13 @@ class AdditiveAttention(Attention):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # (B, Tk, Dk) -> (B, Tk, A)
 
+    def fusable(self) -> bool:
+        """Whether this is Bahdanau's plain form, the one ``seq2seq.fused_bahdanau`` computes:
+        no layer norm, temperature 1, and no dropout on the weights (off, or in eval mode)."""
+        plain_scale = self.log_temperature is None and self.fixed_temperature == 1.0
+        no_dropout = self.dropout.p == 0 or not self.training
+        return self.layer_norm is None and plain_scale and no_dropout
+
     def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b)``, layer-normed if asked."""
         # Broadcast every query against every key: (B,Tq,1,A) + (B,1,Tk,A) -> (B,Tq,Tk,A).

@@ -32,9 +32,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.backends.cudnn import rnn as cudnn_rnn
 
-from seq2seq.attention import Attention
+from seq2seq.attention import AdditiveAttention, Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_bahdanau import Recurrence as FusedRecurrence
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
 from seq2seq.fused_rnn import tanh_ as fused_tanh_
@@ -369,6 +370,17 @@ class BahdanauDecoder(AttentionDecoder):
         embedding_weight, context_weight = self.split_input_weight()
         # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
         input_gates = self.embedding_gates(embedded, embedding_weight)
+        if self.fused_recurrence_applies(source, state[0], need_weights):
+            attention = self.attention
+            assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
+            # (B, T, H), (B, T, M), (B, T, S)
+            states, step_contexts, attention_weights = FusedRecurrence.apply(
+                input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
+                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, context_weight,
+                self.cell.weight_hh, self.cell.bias_hh,
+            )  # fmt: skip
+            logits = self.output(states, step_contexts, embedded)  # (B, T, V)
+            return logits, attention_weights if need_weights else None
         hiddens, contexts, weights = [], [], []
         # unbind, not input_gates[:, t]: the backward of T selects would allocate and add a
         # zero (B, T, G) gradient per step; unbind's backward stacks the T gradients once.
@@ -383,6 +395,24 @@ class BahdanauDecoder(AttentionDecoder):
         # One matmul over all steps: (B, T, H + M + E) @ (H + M + E, V).
         logits = self.output(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)
         return logits, torch.stack(weights, dim=1) if need_weights else None
+
+    def fused_recurrence_applies(
+        self, source: EncodedSource, hidden: Tensor, need_weights: bool
+    ) -> bool:
+        """Whether teacher forcing runs as ``seq2seq.fused_bahdanau``'s one autograd node: a GRU
+        with ``fused_rnn`` on, additive attention in its plain form, one length per sentence,
+        the weights not needing a gradient (they are an output without one there), and tensors
+        the C kernels take."""
+        attention = self.attention
+        if self.is_lstm or not self.fused or not isinstance(attention, AdditiveAttention):
+            return False
+        if not attention.fusable() or source.src_lens.dim() != 1:
+            return False
+        if need_weights and torch.is_grad_enabled():
+            return False
+        return fused_usable(
+            hidden, source.memory, source.projected_keys, attention.W_q.weight, self.cell.weight_hh
+        )
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource

@@ -11,9 +11,10 @@ steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
 unidirectional layer over a padded batch (the Luong decoder's cell), ``gru_cell`` one step
 without autograd (either decoder's decoding step), and ``tanh_`` the C pass's tanh in place (the
-Luong decoding step's attentional layer). ``usable`` says when the path applies:
-float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built, and not
-inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
+Luong decoding step's attentional layer). The same library holds the additive-attention step of
+``seq2seq.fused_bahdanau`` (the Bahdanau decoder's teacher forcing). ``usable`` says when the
+paths apply: float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built,
+and not inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
 
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
 fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
@@ -154,6 +155,13 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_gru_backward.restype = None
     library.seq2seq_tanh.argtypes = [i64, pointer]
     library.seq2seq_tanh.restype = None
+    # seq2seq.fused_bahdanau's attention step: rows, S, A, M, then the arrays and row strides.
+    library.seq2seq_additive_forward.argtypes = [i64] * 4 + [pointer] * 6
+    library.seq2seq_additive_forward.argtypes += [pointer, i64, pointer, i64]
+    library.seq2seq_additive_forward.restype = None
+    library.seq2seq_additive_backward.argtypes = [i64] * 4 + [pointer] * 5 + [i64, pointer, i64]
+    library.seq2seq_additive_backward.argtypes += [pointer] * 4
+    library.seq2seq_additive_backward.restype = None
     return library
 
 
@@ -179,6 +187,31 @@ def _check(library: ctypes.CDLL) -> None:
     if not torch.allclose(values, gi.tanh(), atol=1e-6):
         error = (values - gi.tanh()).abs().max().item()
         raise RuntimeError(f"the compiled tanh differs from torch's by {error:.3g}")
+    _check_additive(library, generator)
+
+
+def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
+    """seq2seq.fused_bahdanau's attention step against its formula on random rows: weights =
+    softmax over the valid keys of w_v . tanh(q + k), context = weights @ memory."""
+    rows, keys, size = 2, 3, 19
+    query, score_weight = torch.randn(rows, size, generator=generator), torch.randn(size)
+    projected_keys, memory = torch.randn(2, rows, keys, size, generator=generator)
+    lens = torch.tensor([keys, 2])
+    scores = torch.tanh(query[:, None] + projected_keys) @ score_weight  # (rows, keys)
+    scores[1, 2:] = -torch.inf  # row 1's last key is padding
+    expected = torch.softmax(scores, dim=-1)
+    weights, context = torch.empty(rows, keys), torch.empty(rows, size)
+    library.seq2seq_additive_forward(
+        rows, keys, size, size, query.data_ptr(), projected_keys.data_ptr(),
+        score_weight.data_ptr(), lens.data_ptr(), memory.data_ptr(), None, weights.data_ptr(),
+        keys, context.data_ptr(), size,
+    )  # fmt: skip
+    # (rows, 1, keys) @ (rows, keys, size) -> (rows, size)
+    expected_context = torch.bmm(expected[:, None], memory)[:, 0]
+    errors = [(weights - expected).abs().max(), (context - expected_context).abs().max()]
+    error = max(value.item() for value in errors)
+    if not error <= 1e-5:  # also false for NaN
+        raise RuntimeError(f"the compiled attention step differs from torch's by {error:.3g}")
 
 
 def _torch_cell(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:

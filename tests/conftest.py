@@ -1,4 +1,4 @@
-"""Shared fixtures: one tiny trained model for the inference tests."""
+"""Shared fixtures: one tiny trained model for the inference tests, torch on two threads."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq.pipeline import train
 from tests.configs import TINY, compose_config
@@ -46,3 +47,12 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     overrides = [f"run_dir={run_dir}", *TINY, "decoding.max_src_len=8", "logger=csv"]
     result = train(compose_config(overrides))
     return Path(result["best_checkpoint"])
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """torch on two threads for the test, so that the C passes split their rows over them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,6 @@ needs_kernels = pytest.mark.skipif(
 )
 LENGTHS = torch.tensor([3, 7, 1, 5])  # unsorted, with a one-token sentence
 B, T, E, H = 4, 7, 6, 5
-
-
-@pytest.fixture
-def two_threads() -> Iterator[None]:
-    """torch on two threads for the test, so that the C pass splits its rows over them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run(

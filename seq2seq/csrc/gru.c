@@ -8,6 +8,9 @@
      r = sigmoid(gi_r + gh_r)    z = sigmoid(gi_z + gh_z)    n = tanh(gi_n + r * gh_n)
      h' = (1 - z) * n + z * h     where gi = W_ih x + b_ih and gh = W_hh h + b_hh, each (3H,).
 
+   The additive attention of a Bahdanau step (scores, masked softmax, context, and their
+   backward pass) is at the end of the file; seq2seq/fused_bahdanau.py calls it.
+
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
    is contiguous. `saved` keeps, per row, r, z, n, gh_n and h (5H floats) for the backward pass.
@@ -137,5 +140,114 @@ void seq2seq_tanh(int64_t n, float *restrict x) {
     const int64_t end = start + 1024 < n ? start + 1024 : n;
 #pragma omp simd
     for (int64_t i = start; i < end; ++i) x[i] = tanh_vec(x[i]);
+  }
+}
+
+/* Additive attention for one Bahdanau decoding step, each of `rows` sentences one query
+   (seq2seq/fused_bahdanau.py). Bahdanau's score w_v . tanh(x) with x = W_q q + W_k k is computed
+   as 2 w_v . sigmoid(2x), which differs from it by sum(w_v), the same for every key: the softmax
+   does not see it, and the sigmoid is cheaper than the tanh (AdditiveAttention.shifted_score).
+   Keys s >= lens[b] are padding: weight exactly 0; a sentence with no valid key gets all-zero
+   weights and context, as masked_softmax gives.
+
+   q (rows, A) is W_q q (+ b); keys (rows, S, A) is W_k k; memory (rows, S, M) the values.
+   weights (rows, S) and context (rows, M) are written at row strides given in floats. saved
+   (rows, S, A) receives sigmoid(2x) for the backward pass, or is NULL. */
+static int64_t valid_keys(int64_t len, int64_t S) { return len < 0 ? 0 : (len > S ? S : len); }
+
+void seq2seq_additive_forward(int64_t rows, int64_t S, int64_t A, int64_t M,
+                              const float *restrict q, const float *restrict keys,
+                              const float *restrict w_v, const int64_t *restrict lens,
+                              const float *restrict memory, float *restrict saved,
+                              float *restrict weights, int64_t weights_stride,
+                              float *restrict context, int64_t context_stride) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t len = valid_keys(lens[b], S);
+    const float *restrict q_b = q + b * A;
+    float *restrict w_b = weights + b * weights_stride;
+    float *restrict c_b = context + b * context_stride;
+    float largest = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict k_s = keys + (b * S + s) * A;
+      float score = 0.0f;
+      if (saved != NULL) {
+        float *restrict u = saved + (b * S + s) * A;
+#pragma omp simd reduction(+ : score)
+        for (int64_t j = 0; j < A; ++j) {
+          u[j] = sigmoid_vec(2.0f * (q_b[j] + k_s[j]));
+          score += w_v[j] * u[j];
+        }
+      } else {
+#pragma omp simd reduction(+ : score)
+        for (int64_t j = 0; j < A; ++j) score += w_v[j] * sigmoid_vec(2.0f * (q_b[j] + k_s[j]));
+      }
+      w_b[s] = 2.0f * score;
+      largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
+    }
+    float total = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      w_b[s] = exp_vec(w_b[s] - largest);
+      total += w_b[s];
+    }
+    for (int64_t s = 0; s < len; ++s) w_b[s] /= total;
+    for (int64_t s = len; s < S; ++s) w_b[s] = 0.0f;
+    for (int64_t j = 0; j < M; ++j) c_b[j] = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float weight = w_b[s];
+      const float *restrict m_s = memory + (b * S + s) * M;
+#pragma omp simd
+      for (int64_t j = 0; j < M; ++j) c_b[j] += weight * m_s[j];
+    }
+  }
+}
+
+/* The backward pass of seq2seq_additive_forward from d_context (rows, M, at a row stride): writes
+   d_q (rows, A) and adds into d_keys (rows, S, A), d_memory (rows, S, M) and d_w_v (rows, A),
+   each sentence's part of w_v's gradient (the caller sums the rows once, after all steps). With
+   e_s = 2 w_v . u_s, u = sigmoid(2x): de_s/dx = 4 w_v u (1 - u) and de_s/dw_v = 2 u. */
+void seq2seq_additive_backward(int64_t rows, int64_t S, int64_t A, int64_t M,
+                               const float *restrict saved, const float *restrict w_v,
+                               const int64_t *restrict lens, const float *restrict memory,
+                               const float *restrict weights, int64_t weights_stride,
+                               const float *restrict d_context, int64_t d_context_stride,
+                               float *restrict d_q, float *restrict d_keys,
+                               float *restrict d_memory, float *restrict d_w_v) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t len = valid_keys(lens[b], S);
+    const float *restrict w_b = weights + b * weights_stride;
+    const float *restrict dc_b = d_context + b * d_context_stride;
+    float *restrict dq_b = d_q + b * A;
+    float *restrict dwv_b = d_w_v + b * A;
+    for (int64_t j = 0; j < A; ++j) dq_b[j] = 0.0f;
+    /* dL/d weight_s = dc . m_s, and m_s's gradient gains weight_s dc. */
+    float d_weights[len > 0 ? len : 1];
+    float expected = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict m_s = memory + (b * S + s) * M;
+      float *restrict dm_s = d_memory + (b * S + s) * M;
+      const float weight = w_b[s];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < M; ++j) {
+        dot += dc_b[j] * m_s[j];
+        dm_s[j] += weight * dc_b[j];
+      }
+      d_weights[s] = dot;
+      expected += weight * dot;
+    }
+    for (int64_t s = 0; s < len; ++s) {
+      const float d_score = w_b[s] * (d_weights[s] - expected); /* through the softmax */
+      const float *restrict u = saved + (b * S + s) * A;
+      float *restrict dk_s = d_keys + (b * S + s) * A;
+#pragma omp simd
+      for (int64_t j = 0; j < A; ++j) {
+        const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
+        dq_b[j] += dx;
+        dk_s[j] += dx;
+        dwv_b[j] += 2.0f * d_score * u[j];
+      }
+    }
   }
 }

@@ -1,0 +1,218 @@
+"""seq2seq.fused_bahdanau: the Bahdanau recurrence as one node computes the decoder's function
+and its gradients.
+
+References: the recurrence written out in float64 from the formulas (Bahdanau et al.'s
+``w_vᵀ tanh(W_q s + W_k k)``, ``masked_softmax``, ``torch.gru_cell``), and the decoder's own
+step loop through autograd (``fused_rnn=False``), also in float64, so that the comparisons
+measure the fused float32 path's error.
+
+Shape legend: B batch, S source length, T target length, H hidden size, M memory size, A
+attention hidden size, G gates (3H).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq import fused_rnn
+from seq2seq.attention import AdditiveAttention, masked_softmax
+from seq2seq.decoder import BahdanauDecoder
+from seq2seq.fused_bahdanau import Recurrence
+from seq2seq.model import Seq2Seq
+from tests.test_model import make_batch
+
+pytestmark = pytest.mark.skipif(
+    fused_rnn.library() is None, reason=f"no fused kernels here: {fused_rnn.unavailable_reason()}"
+)
+
+
+def reference(
+    input_gates: Tensor,
+    initial: Tensor,
+    keys: Tensor,
+    memory: Tensor,
+    src_lens: Tensor,
+    query_weight: Tensor,
+    query_bias: Tensor | None,
+    score_weight: Tensor,
+    context_weight: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The T steps from the formulas: states (B, T, H), contexts (B, T, M), weights (B, T, S)."""
+    state, states, contexts, weights = initial, [], [], []
+    for t in range(input_gates.shape[1]):
+        query = F.linear(state, query_weight, query_bias)  # (B, A)
+        scores = torch.tanh(query[:, None, :] + keys) @ score_weight[0]  # (B, S)
+        step_weights = masked_softmax(scores[:, None, :], src_lens)[:, 0]  # (B, S)
+        context = torch.bmm(step_weights[:, None, :], memory)[:, 0]  # (B, M)
+        # W_ie e + b_ih comes in input_gates, so the cell's own input bias is that row.
+        state = torch.gru_cell(
+            context, state, context_weight, weight_hh, input_gates[:, t], bias_hh
+        )
+        states.append(state)
+        contexts.append(context)
+        weights.append(step_weights)
+    return torch.stack(states, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
+
+
+def random_inputs(
+    batch: int, keys: int, steps: int, size: int, memory_size: int, attention_size: int,
+    biases: bool, seed: int = 0,
+) -> list[Tensor | None]:  # fmt: skip
+    generator = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 1.0) -> Tensor:
+        return torch.randn(*shape, generator=generator) * scale
+
+    gates = 3 * size
+    # Lengths from 0 (an empty source: zero weights and context) to S; longer is clamped to S.
+    src_lens = torch.tensor([0, keys, 1, keys + 3, *range(2, batch - 2)])[:batch] % (keys + 4)
+    return [
+        rand(batch, steps, gates),
+        rand(batch, size, scale=0.5),
+        rand(batch, keys, attention_size),
+        rand(batch, keys, memory_size),
+        src_lens,
+        rand(attention_size, size, scale=0.5),
+        rand(attention_size) if biases else None,
+        rand(1, attention_size),
+        rand(gates, memory_size, scale=0.3),
+        rand(gates, size, scale=0.3),
+        rand(gates) if biases else None,
+    ]
+
+
+def outputs_and_grads(
+    function: object, inputs: list[Tensor | None], use_contexts: bool = True
+) -> list[Tensor]:
+    """The outputs and the gradient of a loss of them with respect to every float input."""
+    leaves = [x.requires_grad_() for x in inputs if x is not None and x.is_floating_point()]
+    states, contexts, weights = function(*inputs)  # type: ignore[operator]
+    ramp = torch.linspace(-1, 1, states.numel(), dtype=states.dtype).view(states.shape)
+    loss = (states.sin() * ramp).sum()
+    if use_contexts:
+        loss = loss + (contexts * contexts.cos()).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    return [states.detach(), contexts.detach(), weights.detach(), *grads]
+
+
+def as_float64(inputs: list[Tensor | None]) -> list[Tensor | None]:
+    return [x.detach().double() if x is not None and x.is_floating_point() else x for x in inputs]
+
+
+@pytest.mark.parametrize("biases", [True, False])
+@pytest.mark.parametrize("use_contexts", [True, False])  # contexts unused: no gradient for them
+def test_recurrence_matches_the_formulas_and_their_gradients(
+    biases: bool, use_contexts: bool
+) -> None:
+    inputs = random_inputs(
+        6, keys=5, steps=4, size=7, memory_size=6, attention_size=9, biases=biases
+    )
+    got = outputs_and_grads(Recurrence.apply, inputs, use_contexts)
+    want = outputs_and_grads(reference, as_float64(inputs), use_contexts)
+    for fused, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
+    contexts, weights = got[1:3]
+    # Row 0 has no valid key: zero weights and contexts, finite everything.
+    assert (weights[0] == 0).all() and (contexts[0] == 0).all()
+    assert all(torch.isfinite(tensor).all() for tensor in got)
+    # Padding keys get weight exactly 0, and the other weights of a step sum to 1.
+    assert (weights[2, :, 1:] == 0).all()
+    torch.testing.assert_close(weights[1:].sum(-1), torch.ones(5, 4))
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_rows_split_over_threads_compute_the_same() -> None:
+    """B·S·A large enough for the C passes to split the sentences over two threads."""
+    inputs = random_inputs(
+        64, keys=16, steps=3, size=8, memory_size=8, attention_size=32, biases=True
+    )
+    got = outputs_and_grads(Recurrence.apply, inputs)
+    want = outputs_and_grads(reference, as_float64(inputs))
+    for fused, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+def make_bahdanau(bias: bool = False, cell_bias: bool = True, **attention: object) -> Seq2Seq:
+    torch.manual_seed(0)
+    return Seq2Seq(
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        attention=partial(AdditiveAttention, num_hiddens=12, bias=bias, **attention),
+        embedding_size=8,
+        hidden_size=16,
+        dropout=0.0,
+        cell=partial(nn.GRUCell, bias=cell_bias),
+        decoder=BahdanauDecoder,
+    ).train()
+
+
+@pytest.mark.parametrize(("bias", "cell_bias"), [(False, True), (True, False)])
+def test_the_decoder_trains_as_its_step_loop_does(bias: bool, cell_bias: bool) -> None:
+    """Seq2Seq's teacher-forced loss and every parameter's gradient: the fused recurrence in
+    float32 against the decoder's own step loop through autograd in float64."""
+    src, src_lens, tgt_in = make_batch()
+    model = make_bahdanau(bias, cell_bias)
+    reference_model = copy.deepcopy(model).double()
+    reference_model.decoder.fused = False
+    results = []
+    for candidate in (model, reference_model):
+        source, state = candidate.encode(src, src_lens, stepping=False)
+        assert candidate.decoder.fused_recurrence_applies(source, state[0], False) is (
+            candidate is model
+        )
+        logits, weights = candidate(src, src_lens, tgt_in, need_weights=False)
+        assert weights is None
+        loss = logits.log_softmax(-1).sum()
+        grads = torch.autograd.grad(loss, list(candidate.parameters()))
+        results.append([loss.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
+    """Validation (no_grad, weights wanted) takes the fused path; weights and logits agree."""
+    src, src_lens, tgt_in = make_batch()
+    model = make_bahdanau().eval()
+    results = []
+    with torch.no_grad():
+        for fused in (True, False):
+            model.decoder.fused = fused
+            results.append(model(src, src_lens, tgt_in))
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "applies"),
+    [
+        ({}, True),
+        ({"layer_norm": True}, False),
+        ({"temperature": "learnable"}, False),
+        ({"temperature": 2.0}, False),
+        ({"dropout": 0.2}, False),  # in training; evaluation has no dropout to apply
+    ],
+)
+def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bool) -> None:
+    src, src_lens, _ = make_batch()
+    model = make_bahdanau(**change)
+    source, state = model.encode(src, src_lens, stepping=False)
+    assert model.decoder.fused_recurrence_applies(source, state[0], False) is applies
+    # The weights would need a gradient the fused pass does not give them.
+    assert not model.decoder.fused_recurrence_applies(source, state[0], True)
+    model.eval()
+    assert model.decoder.fused_recurrence_applies(source, state[0], False) is (
+        "temperature" not in change and "layer_norm" not in change
+    )
+    model.decoder.fused = False
+    assert not model.decoder.fused_recurrence_applies(source, state[0], False)
+    double = make_bahdanau(**change).double()
+    source, state = double.encode(src, src_lens, stepping=False)
+    assert not double.decoder.fused_recurrence_applies(source, state[0], False)
