@@ -36,6 +36,7 @@ from seq2seq.attention import AdditiveAttention, Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
 from seq2seq.fused_bahdanau import Recurrence as FusedRecurrence
+from seq2seq.fused_bahdanau import attend as fused_attend
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
 from seq2seq.fused_rnn import tanh_ as fused_tanh_
@@ -351,16 +352,28 @@ class BahdanauDecoder(AttentionDecoder):
     ) -> tuple[DecoderState, Tensor, Tensor | None]:
         """One step from the previous token's ``embedding_gates`` (B, G) -> new state, context
         (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
-        query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
-        context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
-        context = context[:, 0]  # (B, M)
-        if context.device.type == "cpu" and not self.fused_step_applies(state[0]):
+        fused_step = self.fused_step_applies(state[0])
+        attention = self.attention
+        weights: Tensor | None
+        if fused_step and self.fused_attention_applies(source, state[0].shape[0]):
+            assert isinstance(attention, AdditiveAttention)  # fused_attention_applies checked
+            # Decoding: the attention in one C pass too. (B, M), (B, S)
+            context, weights = fused_attend(
+                state[0], source.projected_keys, source.memory, source.src_lens,
+                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
+            )  # fmt: skip
+        else:
+            query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
+            context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
+            context = context[:, 0]  # (B, M)
+            weights = None if weights is None else weights[:, 0]  # (B, S)
+        if context.device.type == "cpu" and not fused_step:
             new_state = self.cpu_cell(context, input_gates, state, context_weight)
         else:
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
             gates = torch.addmm(input_gates, context, context_weight.t())
             new_state = self.cell_gates(gates, state)
-        return new_state, context, None if weights is None else weights[:, 0]
+        return new_state, context, weights
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -403,16 +416,24 @@ class BahdanauDecoder(AttentionDecoder):
         with ``fused_rnn`` on, additive attention in its plain form, one length per sentence,
         the weights not needing a gradient (they are an output without one there), and tensors
         the C kernels take."""
+        if self.is_lstm or (need_weights and torch.is_grad_enabled()):
+            return False
+        return self.fused_attention_applies(source, hidden.shape[0]) and fused_usable(
+            hidden, self.cell.weight_hh
+        )
+
+    def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
+        """Whether ``seq2seq.fused_bahdanau`` can compute this attention for ``rows`` queries:
+        ``fused_rnn`` on, additive attention in its plain form, one length per sentence, a whole
+        number of queries per sentence, and tensors the C kernels take."""
         attention = self.attention
-        if self.is_lstm or not self.fused or not isinstance(attention, AdditiveAttention):
+        if not self.fused or not isinstance(attention, AdditiveAttention):
             return False
         if not attention.fusable() or source.src_lens.dim() != 1:
             return False
-        if need_weights and torch.is_grad_enabled():
-            return False
-        return fused_usable(
-            hidden, source.memory, source.projected_keys, attention.W_q.weight, self.cell.weight_hh
-        )
+        if rows % source.memory.shape[0]:
+            return False  # attend's error says what is wrong
+        return fused_usable(source.memory, source.projected_keys, attention.W_q.weight)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource

@@ -81,7 +81,7 @@ class Recurrence(torch.autograd.Function):
             else:
                 torch.addmm(query_bias, state, query_weight.t(), out=query)
             kernels.seq2seq_additive_forward(
-                batch, keys, attention_size, memory_size, query.data_ptr(),
+                batch, 1, keys, attention_size, memory_size, query.data_ptr(),
                 projected_keys.data_ptr(), score_weight.data_ptr(), src_lens.data_ptr(),
                 memory.data_ptr(), None if saved_scores is None else saved_scores[t].data_ptr(),
                 _step(weights, t), length * keys, _step(contexts, t), length * memory_size,
@@ -181,3 +181,37 @@ def _step(tensor: Tensor, t: int) -> int:
 def _contiguous_or_zeros(grad: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """An output's gradient, contiguous; zeros where the output was not used (autograd's None)."""
     return like.new_zeros(shape) if grad is None else grad.contiguous()
+
+
+def attend(
+    queries: Tensor,
+    projected_keys: Tensor,
+    memory: Tensor,
+    src_lens: Tensor,
+    query_weight: Tensor,
+    query_bias: Tensor | None,
+    score_weight: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """One decoding step's additive attention without autograd, through the same C pass:
+    queries (R, H), projected keys (B, S, A), memory (B, S, M), src_lens (B,) -> contexts (R, M),
+    weights (R, S). R is B, or B·K when K hypotheses of each sentence share its source (beam
+    search: row b·K + k is hypothesis k of sentence b). ``fused_rnn.usable`` must hold."""
+    kernels = library()
+    assert kernels is not None  # usable() checked it
+    rows, (batch, keys, attention_size) = queries.shape[0], projected_keys.shape
+    memory_size = memory.shape[2]
+    projected_keys, memory = projected_keys.contiguous(), memory.contiguous()
+    src_lens = src_lens.to(torch.int64).contiguous()
+    # (R, H) @ (H, A) -> (R, A)
+    if query_bias is None:
+        projected_queries = torch.mm(queries, query_weight.t())
+    else:
+        projected_queries = torch.addmm(query_bias, queries, query_weight.t())
+    weights = queries.new_empty(rows, keys)
+    contexts = queries.new_empty(rows, memory_size)
+    kernels.seq2seq_additive_forward(
+        rows, rows // batch, keys, attention_size, memory_size, projected_queries.data_ptr(),
+        projected_keys.data_ptr(), score_weight.contiguous().data_ptr(), src_lens.data_ptr(),
+        memory.data_ptr(), None, weights.data_ptr(), keys, contexts.data_ptr(), memory_size,
+    )  # fmt: skip
+    return contexts, weights

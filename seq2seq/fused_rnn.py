@@ -155,8 +155,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_gru_backward.restype = None
     library.seq2seq_tanh.argtypes = [i64, pointer]
     library.seq2seq_tanh.restype = None
-    # seq2seq.fused_bahdanau's attention step: rows, S, A, M, then the arrays and row strides.
-    library.seq2seq_additive_forward.argtypes = [i64] * 4 + [pointer] * 6
+    # seq2seq.fused_bahdanau's attention step: rows, (group,) S, A, M, then the arrays and row
+    # strides.
+    library.seq2seq_additive_forward.argtypes = [i64] * 5 + [pointer] * 6
     library.seq2seq_additive_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_additive_forward.restype = None
     library.seq2seq_additive_backward.argtypes = [i64] * 4 + [pointer] * 5 + [i64, pointer, i64]
@@ -202,7 +203,7 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     expected = torch.softmax(scores, dim=-1)
     weights, context = torch.empty(rows, keys), torch.empty(rows, size)
     library.seq2seq_additive_forward(
-        rows, keys, size, size, query.data_ptr(), projected_keys.data_ptr(),
+        rows, 1, keys, size, size, query.data_ptr(), projected_keys.data_ptr(),
         score_weight.data_ptr(), lens.data_ptr(), memory.data_ptr(), None, weights.data_ptr(),
         keys, context.data_ptr(), size,
     )  # fmt: skip

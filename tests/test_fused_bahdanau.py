@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from seq2seq import fused_rnn
 from seq2seq.attention import AdditiveAttention, masked_softmax
 from seq2seq.decoder import BahdanauDecoder
-from seq2seq.fused_bahdanau import Recurrence
+from seq2seq.fused_bahdanau import Recurrence, attend
 from seq2seq.model import Seq2Seq
-from tests.test_model import make_batch
+from seq2seq.search import beam_search, greedy_search
+from tests.test_model import BOS, EOS, PAD, make_batch
 
 pytestmark = pytest.mark.skipif(
     fused_rnn.library() is None, reason=f"no fused kernels here: {fused_rnn.unavailable_reason()}"
@@ -216,3 +217,42 @@ def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bo
     double = make_bahdanau(**change).double()
     source, state = double.encode(src, src_lens, stepping=False)
     assert not double.decoder.fused_recurrence_applies(source, state[0], False)
+
+
+@pytest.mark.parametrize("group", [1, 3])  # one query per sentence (greedy), three (beam search)
+@pytest.mark.parametrize("bias", [True, False])
+def test_decoding_attention_matches_the_formulas(group: int, bias: bool) -> None:
+    """``attend``: each of the R = B·group queries against its own sentence's keys."""
+    inputs = random_inputs(6, keys=5, steps=1, size=7, memory_size=6, attention_size=9, biases=bias)
+    _, _, keys, memory, src_lens, query_weight, query_bias, score_weight = inputs[:8]
+    assert keys is not None and memory is not None and src_lens is not None
+    assert query_weight is not None and score_weight is not None
+    queries = torch.randn(6 * group, 7)
+    contexts, weights = attend(
+        queries, keys, memory, src_lens, query_weight, query_bias, score_weight
+    )
+    rows = torch.arange(6 * group) // group  # each query's sentence
+    scores = torch.tanh(F.linear(queries, query_weight, query_bias)[:, None] + keys[rows])
+    want = masked_softmax((scores @ score_weight[0])[:, None], src_lens[rows])[:, 0]
+    torch.testing.assert_close(weights, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(contexts, torch.bmm(want[:, None], memory[rows])[:, 0])
+
+
+def test_searches_decode_the_same_with_and_without_the_kernels() -> None:
+    """Greedy and beam search on one model: the same tokens and lengths, attention within float
+    rounding, with the fused attention step and with the module's own."""
+    src, src_lens, _ = make_batch()
+    model = make_bahdanau(bias=True).eval()
+    results = []
+    with torch.no_grad():
+        for fused in (True, False):
+            model.decoder.fused = fused
+            source, _ = model.encode(src, src_lens)
+            assert model.decoder.fused_attention_applies(source, 3 * 4) is fused
+            greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
+            beam = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=4, n_best=2)
+            results.append((greedy, beam))
+    (greedy, beam), (greedy_aten, beam_aten) = results
+    for got, want in ((greedy, greedy_aten), (beam, beam_aten)):
+        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.lengths, want.lengths)
+        torch.testing.assert_close(got.attention, want.attention, rtol=1e-5, atol=1e-6)

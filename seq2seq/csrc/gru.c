@@ -150,12 +150,14 @@ void seq2seq_tanh(int64_t n, float *restrict x) {
    Keys s >= lens[b] are padding: weight exactly 0; a sentence with no valid key gets all-zero
    weights and context, as masked_softmax gives.
 
-   q (rows, A) is W_q q (+ b); keys (rows, S, A) is W_k k; memory (rows, S, M) the values.
-   weights (rows, S) and context (rows, M) are written at row strides given in floats. saved
-   (rows, S, A) receives sigmoid(2x) for the backward pass, or is NULL. */
+   q (rows, A) is W_q q (+ b); keys (rows / group, S, A) is W_k k, memory (rows / group, S, M)
+   the values and lens (rows / group) their lengths: `group` consecutive rows share a sentence
+   (beam search's hypotheses; 1 in training). weights (rows, S) and context (rows, M) are
+   written at row strides given in floats. saved (rows, S, A) receives sigmoid(2x) for the
+   backward pass (only with group 1), or is NULL. */
 static int64_t valid_keys(int64_t len, int64_t S) { return len < 0 ? 0 : (len > S ? S : len); }
 
-void seq2seq_additive_forward(int64_t rows, int64_t S, int64_t A, int64_t M,
+void seq2seq_additive_forward(int64_t rows, int64_t group, int64_t S, int64_t A, int64_t M,
                               const float *restrict q, const float *restrict keys,
                               const float *restrict w_v, const int64_t *restrict lens,
                               const float *restrict memory, float *restrict saved,
@@ -163,13 +165,14 @@ void seq2seq_additive_forward(int64_t rows, int64_t S, int64_t A, int64_t M,
                               float *restrict context, int64_t context_stride) {
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows; ++b) {
-    const int64_t len = valid_keys(lens[b], S);
+    const int64_t sentence = b / group;
+    const int64_t len = valid_keys(lens[sentence], S);
     const float *restrict q_b = q + b * A;
     float *restrict w_b = weights + b * weights_stride;
     float *restrict c_b = context + b * context_stride;
     float largest = 0.0f;
     for (int64_t s = 0; s < len; ++s) {
-      const float *restrict k_s = keys + (b * S + s) * A;
+      const float *restrict k_s = keys + (sentence * S + s) * A;
       float score = 0.0f;
       if (saved != NULL) {
         float *restrict u = saved + (b * S + s) * A;
@@ -195,7 +198,7 @@ void seq2seq_additive_forward(int64_t rows, int64_t S, int64_t A, int64_t M,
     for (int64_t j = 0; j < M; ++j) c_b[j] = 0.0f;
     for (int64_t s = 0; s < len; ++s) {
       const float weight = w_b[s];
-      const float *restrict m_s = memory + (b * S + s) * M;
+      const float *restrict m_s = memory + (sentence * S + s) * M;
 #pragma omp simd
       for (int64_t j = 0; j < M; ++j) c_b[j] += weight * m_s[j];
     }
