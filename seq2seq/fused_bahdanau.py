@@ -75,11 +75,7 @@ class Recurrence(torch.autograd.Function):
         cell_gates = input_gates.new_empty(batch, gates)
         recurrent = input_gates.new_empty(batch, gates)
         for t in range(length):
-            # (B, H) @ (H, A) -> (B, A)
-            if query_bias is None:
-                torch.mm(state, query_weight.t(), out=query)
-            else:
-                torch.addmm(query_bias, state, query_weight.t(), out=query)
+            _linear_into(query, state, query_weight, query_bias)  # (B, H) -> (B, A)
             kernels.seq2seq_additive_forward(
                 batch, 1, keys, attention_size, memory_size, query.data_ptr(),
                 projected_keys.data_ptr(), score_weight.data_ptr(), src_lens.data_ptr(),
@@ -88,11 +84,7 @@ class Recurrence(torch.autograd.Function):
             )  # fmt: skip
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
             torch.addmm(input_gates[:, t], contexts[:, t], context_weight.t(), out=cell_gates)
-            # (B, H) @ (H, G) -> (B, G)
-            if bias_hh is None:
-                torch.mm(state, weight_hh.t(), out=recurrent)
-            else:
-                torch.addmm(bias_hh, state, weight_hh.t(), out=recurrent)
+            _linear_into(recurrent, state, weight_hh, bias_hh)  # (B, H) -> (B, G)
             kernels.seq2seq_gru_forward(
                 batch, size, cell_gates.data_ptr(), gates, recurrent.data_ptr(), state.data_ptr(),
                 _step(states, t), length * size,
@@ -173,6 +165,14 @@ class Recurrence(torch.autograd.Function):
         )
 
 
+def _linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+    """out = inputs @ weight.T (+ bias), written in place: (N, I) @ (I, O) -> (N, O)."""
+    if bias is None:
+        torch.mm(inputs, weight.t(), out=out)
+    else:
+        torch.addmm(bias, inputs, weight.t(), out=out)
+
+
 def _step(tensor: Tensor, t: int) -> int:
     """The address of row 0 of step t in a contiguous (B, T, ·) float32 tensor."""
     return tensor.data_ptr() + t * tensor.shape[2] * FLOAT_BYTES
@@ -202,11 +202,8 @@ def attend(
     memory_size = memory.shape[2]
     projected_keys, memory = projected_keys.contiguous(), memory.contiguous()
     src_lens = src_lens.to(torch.int64).contiguous()
-    # (R, H) @ (H, A) -> (R, A)
-    if query_bias is None:
-        projected_queries = torch.mm(queries, query_weight.t())
-    else:
-        projected_queries = torch.addmm(query_bias, queries, query_weight.t())
+    projected_queries = queries.new_empty(rows, attention_size)
+    _linear_into(projected_queries, queries, query_weight, query_bias)  # (R, H) -> (R, A)
     weights = queries.new_empty(rows, keys)
     contexts = queries.new_empty(rows, memory_size)
     kernels.seq2seq_additive_forward(
