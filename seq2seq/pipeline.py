@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import shlex
@@ -179,7 +181,7 @@ def build_module(
         src_tokenizer=datamodule.src_tokenizer,
         tgt_tokenizer=datamodule.tgt_tokenizer,
         model_config=model_config,
-        optimizer=instantiate(cfg.optim.optimizer),
+        optimizer=build_optimizer(cfg),
         scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.scheduler else None,
         grad_clip=cfg.optim.grad_clip,
         max_len_a=cfg.decoding.max_len_a,
@@ -188,6 +190,23 @@ def build_module(
         bleu_tokenize=cfg.data.bleu_tokenize,
         cuda_graphs=cfg.cuda_graphs,
     )
+
+
+FULL_PRECISIONS = ("32-true", "32", "64-true", "64")
+
+
+def build_optimizer(cfg: DictConfig) -> functools.partial[torch.optim.Optimizer]:
+    """The optimizer factory of ``cfg.optim.optimizer``, with ``fused: null`` resolved: the fused
+    kernel when the optimizer has one and training runs in full precision (``trainer.precision``),
+    else the optimizer's default. An explicit true or false is passed on as it is."""
+    factory = instantiate(cfg.optim.optimizer)
+    keywords = dict(factory.keywords)
+    if "fused" in keywords and keywords["fused"] is None:
+        del keywords["fused"]
+        has_fused = "fused" in inspect.signature(factory.func).parameters
+        if has_fused and str(cfg.trainer.precision) in FULL_PRECISIONS:
+            keywords["fused"] = True
+    return functools.partial(factory.func, *factory.args, **keywords)
 
 
 def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
@@ -377,7 +396,8 @@ def changed_keys(saved: Any, cfg: DictConfig) -> list[tuple[str, Any, Any]]:
         # Section by section: run_dir may not resolve outside Hydra, and is not compared.
         before_section, after_section = (_plain(config, key) for config in (saved, cfg))
         for name, (before, after) in _differences(before_section, after_section, key).items():
-            if "cache_dir" not in name:  # where the data cache lives changes nothing
+            # Where the data cache lives, and which Adam kernel runs, change no result.
+            if "cache_dir" not in name and name != "optim.optimizer.fused":
                 changed.append((name, before, after))
     return changed
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.decoder import LuongDecoder
-from seq2seq.pipeline import load_checkpoint, train
+from seq2seq.pipeline import build_optimizer, changed_keys, load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -171,3 +171,30 @@ def test_unknown_attention_lists_every_choice(tmp_path: Path) -> None:
     )
     for choice in ATTENTIONS:
         assert choice in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fused"),
+    [
+        ([], True),  # Adam in full precision: the fused kernel
+        (["trainer.precision=bf16-mixed"], None),  # mixed precision: Adam's own default
+        (["optim.optimizer.fused=false"], False),  # an explicit choice is kept
+        (["optim.optimizer.fused=true", "trainer.precision=bf16-mixed"], True),
+        (["optim.optimizer._target_=torch.optim.RMSprop"], None),  # no fused kernel: no keyword
+    ],
+)
+def test_fused_null_chooses_the_fused_optimizer_in_full_precision(
+    overrides: list[str], fused: bool | None, tmp_path: Path
+) -> None:
+    factory = build_optimizer(compose_config(tmp_path, overrides))
+    assert factory.keywords.get("fused") is fused
+    optimizer = factory([torch.nn.Parameter(torch.zeros(2))])
+    assert optimizer.defaults.get("fused") in ((None, False) if fused is None else (fused,))
+
+
+def test_resuming_may_switch_the_fused_optimizer_but_not_the_learning_rate(tmp_path: Path) -> None:
+    saved = compose_config(tmp_path, [])
+    fused_off = compose_config(tmp_path, ["optim.optimizer.fused=false"])
+    assert changed_keys(saved, fused_off) == []
+    other_rate = compose_config(tmp_path, ["optim.optimizer.lr=0.1"])
+    assert changed_keys(saved, other_rate) == [("optim.optimizer.lr", 0.002, 0.1)]
