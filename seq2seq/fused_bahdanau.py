@@ -8,11 +8,13 @@ is four GEMMs (torch's BLAS: the query projection, the context's and the state's
 projections) and two passes of ``csrc/gru.c`` (the attention: scores, masked softmax, context;
 then the GRU cell), and the backward pass is the same by hand, with the weight gradients as one
 GEMM each over all T·B rows after the loop. The parameters are the modules' own, so checkpoints
-and every other path (the decoding step, ATen's recurrence) are unchanged.
+and the autograd step loop (which runs wherever this does not) are unchanged.
 
 ``Recurrence.apply(...)`` applies where ``BahdanauDecoder.fused_recurrence_applies`` says so: a GRU
 cell with ``fused_rnn`` on, additive attention in its plain form (``AdditiveAttention.fusable``),
-and tensors ``fused_rnn.usable`` accepts.
+and tensors ``fused_rnn.usable`` accepts. ``attend(...)`` is one decoding step's attention through
+the same C pass, without autograd (``BahdanauDecoder.step`` when ``fused_attention_applies``),
+for greedy and beam search.
 
 Shape legend: B batch, S source length, T target length, H decoder hidden size, M memory size
 (encoder output), A attention hidden size, G gates (3H).

@@ -186,6 +186,8 @@ def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
     with torch.no_grad():
         for fused in (True, False):
             model.decoder.fused = fused
+            source, state = model.encode(src, src_lens, stepping=False)
+            assert model.decoder.fused_recurrence_applies(source, state[0], True) is fused
             results.append(model(src, src_lens, tgt_in))
     for got, want in zip(*results, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
