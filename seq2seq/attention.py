@@ -111,6 +111,12 @@ class Attention(nn.Module):
         """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
         raise NotImplementedError
 
+    def product_scale(self, query_size: int) -> float | None:
+        """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
+        (dot-product and bilinear scoring at a fixed temperature), else None: what
+        ``seq2seq.fused_attention`` computes."""
+        return None
+
     def shifted_score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """``score`` plus any constant per query, (B, Tq, Tk): the softmax ignores the constant,
         so ``context`` may use a cheaper form (additive attention does). Default: ``score``."""
@@ -255,6 +261,11 @@ class DotProductAttention(Attention):
         super().__init__(dropout, temperature)
         self.scaled = scaled
 
+    def product_scale(self, query_size: int) -> float | None:
+        if self.log_temperature is not None:
+            return None
+        return (1 / math.sqrt(query_size) if self.scaled else 1.0) / self.fixed_temperature
+
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         _check_equal_sizes(queries.shape[-1], projected_keys.shape[-1])
         # (B,Tq,D) @ (B,D,Tk) -> (B,Tq,Tk)
@@ -310,6 +321,9 @@ class MultiplicativeAttention(Attention):
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W(keys)  # (B, Tk, Dk) -> (B, Tk, Dq): W k, computed once per batch
+
+    def product_scale(self, query_size: int) -> float | None:
+        return None if self.log_temperature is not None else 1.0 / self.fixed_temperature
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         return torch.bmm(queries, projected_keys.transpose(1, 2))  # (B,Tq,Dq)@(B,Dq,Tk)

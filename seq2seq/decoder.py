@@ -35,6 +35,7 @@ from torch.backends.cudnn import rnn as cudnn_rnn
 from seq2seq.attention import AdditiveAttention, Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_attention import product_attend as fused_product_attend
 from seq2seq.fused_bahdanau import Recurrence as FusedRecurrence
 from seq2seq.fused_bahdanau import attend as fused_attend
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
@@ -595,19 +596,41 @@ class LuongDecoder(AttentionDecoder):
         # When decoding, the weights average ``attentional_memory`` instead of the memory:
         # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
         # which leaves no concatenation and only the W_c2 h GEMM per step.
-        # (B, 1, M) or (B, 1, H), and (B, 1, S)
-        averaged, weights = self.attend(query[:, None, :], source, values=source.attentional_memory)
-        assert weights is not None  # asked for by default
-        if source.attentional_memory is None:
-            return self.output(query, averaged[:, 0]), state, weights[:, 0]
-        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        attentional = torch.addmm(averaged[:, 0], query, hidden_weight.t())  # (B, H)
-        # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
-        if self.fused_step_applies(query):
-            attentional = fused_tanh_(attentional)
+        values = source.memory if source.attentional_memory is None else source.attentional_memory
+        fused_step = self.fused_step_applies(query)
+        scale = self.fused_product_scale(source, query) if fused_step else None
+        if scale is not None:
+            # The scores, mask, softmax and average in one C pass: (B, M) or (B, H), and (B, S).
+            averaged, weights = fused_product_attend(
+                query, source.projected_keys, values, source.src_lens, scale
+            )
         else:
-            attentional = torch.tanh(attentional)
-        return self.readout(attentional), state, weights[:, 0]
+            # (B, 1, M) or (B, 1, H), and (B, 1, S)
+            step_averaged, step_weights = self.attend(query[:, None, :], source, values=values)
+            assert step_weights is not None  # asked for by default
+            averaged, weights = step_averaged[:, 0], step_weights[:, 0]
+        if source.attentional_memory is None:
+            return self.output(query, averaged), state, weights
+        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
+        attentional = torch.addmm(averaged, query, hidden_weight.t())  # (B, H)
+        # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
+        attentional = fused_tanh_(attentional) if fused_step else torch.tanh(attentional)
+        return self.readout(attentional), state, weights
+
+    def fused_product_scale(self, source: EncodedSource, query: Tensor) -> float | None:
+        """The attention's ``product_scale`` when ``seq2seq.fused_attention`` can compute this
+        decoding step's attention for ``query`` (R, H): ``fused_rnn`` on, dot-product or
+        bilinear scoring at a fixed temperature, no active dropout, one length per sentence, a
+        whole number of queries per sentence, and tensors the C kernels take; else None."""
+        attention = self.attention
+        scale = attention.product_scale(query.shape[-1])
+        if not self.fused or scale is None or (attention.training and attention.dropout.p > 0):
+            return None
+        if source.src_lens.dim() != 1 or query.shape[0] % source.memory.shape[0]:
+            return None  # attend's error says what is wrong with a ragged query count
+        if not fused_usable(query, source.projected_keys, source.memory):
+            return None
+        return scale
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional

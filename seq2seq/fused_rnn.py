@@ -163,6 +163,10 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_additive_backward.argtypes = [i64] * 4 + [pointer] * 5 + [i64, pointer, i64]
     library.seq2seq_additive_backward.argtypes += [pointer] * 4
     library.seq2seq_additive_backward.restype = None
+    # seq2seq.fused_attention's decoding step: rows, group, S, D, V, scale, then the arrays.
+    library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
+    library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
+    library.seq2seq_product_forward.restype = None
     return library
 
 

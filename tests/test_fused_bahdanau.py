@@ -13,7 +13,9 @@ attention hidden size, G gates (3H).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import pytest
 import torch
@@ -241,16 +243,23 @@ def test_decoding_attention_matches_the_formulas(group: int, bias: bool) -> None
 
 
 def test_searches_decode_the_same_with_and_without_the_kernels() -> None:
-    """Greedy and beam search on one model: the same tokens and lengths, attention within float
-    rounding, with the fused attention step and with the module's own."""
-    src, src_lens, _ = make_batch()
+    """Greedy and beam search on one model, with the fused attention step and the module's own."""
     model = make_bahdanau(bias=True).eval()
+    assert_searches_agree(model, lambda source, state: model.decoder.fused_attention_applies(
+        source, 3 * 4
+    ))  # fmt: skip
+
+
+def assert_searches_agree(model: Seq2Seq, uses_kernels: Callable[[Any, Tensor], bool]) -> None:
+    """Greedy and beam 4 with ``model.decoder.fused`` on and off: the same tokens and lengths,
+    attention within float rounding. ``uses_kernels(source, state)`` must follow the switch."""
+    src, src_lens, _ = make_batch()
     results = []
     with torch.no_grad():
         for fused in (True, False):
             model.decoder.fused = fused
-            source, _ = model.encode(src, src_lens)
-            assert model.decoder.fused_attention_applies(source, 3 * 4) is fused
+            source, state = model.encode(src, src_lens)
+            assert uses_kernels(source, state[0]) is fused
             greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
             beam = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=4, n_best=2)
             results.append((greedy, beam))

@@ -157,6 +157,26 @@ void seq2seq_tanh(int64_t n, float *restrict x) {
    backward pass (only with group 1), or is NULL. */
 static int64_t valid_keys(int64_t len, int64_t S) { return len < 0 ? 0 : (len > S ? S : len); }
 
+/* w (S,) holds the scores of the len valid keys on entry and their softmax weights on exit (0
+   from len on); c (V,) = sum_s w_s values[s], values (len, V) contiguous. */
+static void softmax_average(int64_t len, int64_t S, int64_t V, float largest,
+                            float *restrict w, const float *restrict values, float *restrict c) {
+  float total = 0.0f;
+  for (int64_t s = 0; s < len; ++s) {
+    w[s] = exp_vec(w[s] - largest);
+    total += w[s];
+  }
+  for (int64_t s = 0; s < len; ++s) w[s] /= total;
+  for (int64_t s = len; s < S; ++s) w[s] = 0.0f;
+  for (int64_t j = 0; j < V; ++j) c[j] = 0.0f;
+  for (int64_t s = 0; s < len; ++s) {
+    const float weight = w[s];
+    const float *restrict v_s = values + s * V;
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) c[j] += weight * v_s[j];
+  }
+}
+
 void seq2seq_additive_forward(int64_t rows, int64_t group, int64_t S, int64_t A, int64_t M,
                               const float *restrict q, const float *restrict keys,
                               const float *restrict w_v, const int64_t *restrict lens,
@@ -188,20 +208,7 @@ void seq2seq_additive_forward(int64_t rows, int64_t group, int64_t S, int64_t A,
       w_b[s] = 2.0f * score;
       largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
     }
-    float total = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      w_b[s] = exp_vec(w_b[s] - largest);
-      total += w_b[s];
-    }
-    for (int64_t s = 0; s < len; ++s) w_b[s] /= total;
-    for (int64_t s = len; s < S; ++s) w_b[s] = 0.0f;
-    for (int64_t j = 0; j < M; ++j) c_b[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      const float weight = w_b[s];
-      const float *restrict m_s = memory + (sentence * S + s) * M;
-#pragma omp simd
-      for (int64_t j = 0; j < M; ++j) c_b[j] += weight * m_s[j];
-    }
+    softmax_average(len, S, M, largest, w_b, memory + sentence * S * M, c_b);
   }
 }
 
@@ -252,5 +259,36 @@ void seq2seq_additive_backward(int64_t rows, int64_t S, int64_t A, int64_t M,
         dwv_b[j] += 2.0f * d_score * u[j];
       }
     }
+  }
+}
+
+/* Product-scored attention for one decoding step (seq2seq/fused_attention.py): score_s =
+   scale * q . k_s (dot, scaled dot and general, whose keys are W k), masked softmax over the
+   lens[b / group] valid keys, and context = sum_s weight_s values_s. Layouts as in
+   seq2seq_additive_forward: q (rows, D), keys (rows / group, S, D), values (rows / group, S, V),
+   weights (rows, S) and context (rows, V) at row strides given in floats. No backward pass:
+   decoding only. */
+void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, int64_t V,
+                             float scale, const float *restrict q, const float *restrict keys,
+                             const int64_t *restrict lens, const float *restrict values,
+                             float *restrict weights, int64_t weights_stride,
+                             float *restrict context, int64_t context_stride) {
+#pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t sentence = b / group;
+    const int64_t len = valid_keys(lens[sentence], S);
+    const float *restrict q_b = q + b * D;
+    float *restrict w_b = weights + b * weights_stride;
+    float *restrict c_b = context + b * context_stride;
+    float largest = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict k_s = keys + (sentence * S + s) * D;
+      float score = 0.0f;
+#pragma omp simd reduction(+ : score)
+      for (int64_t j = 0; j < D; ++j) score += q_b[j] * k_s[j];
+      w_b[s] = scale * score;
+      largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
+    }
+    softmax_average(len, S, V, largest, w_b, values + sentence * S * V, c_b);
   }
 }

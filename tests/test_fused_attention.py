@@ -1,0 +1,104 @@
+"""seq2seq.fused_attention: a decoding step's dot-product or bilinear attention in one C pass.
+
+References: the scoring functions' own ``forward`` (scores, ``masked_softmax``, bmm), and the
+Luong decoder's searches with the pass on and off.
+
+Shape legend: R query rows, B sentences, S source length, D query size, V value size.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from seq2seq import fused_rnn
+from seq2seq.attention import (
+    AdditiveAttention,
+    Attention,
+    DotProductAttention,
+    MultiplicativeAttention,
+)
+from seq2seq.decoder import LuongDecoder
+from seq2seq.fused_attention import product_attend
+from seq2seq.model import Seq2Seq
+from tests.test_fused_bahdanau import assert_searches_agree
+from tests.test_model import make_batch
+
+pytestmark = pytest.mark.skipif(
+    fused_rnn.library() is None, reason=f"no fused kernels here: {fused_rnn.unavailable_reason()}"
+)
+SCORINGS = {
+    "dot": partial(DotProductAttention, scaled=False),
+    "scaled_dot": partial(DotProductAttention, scaled=True),
+    "scaled_dot_t2": partial(DotProductAttention, scaled=True, temperature=2.0),
+    "general": partial(MultiplicativeAttention, query_size=6, key_size=5),
+}
+
+
+@pytest.mark.parametrize("name", list(SCORINGS))
+@pytest.mark.parametrize(("sentences", "group"), [(4, 1), (4, 3), (64, 2)])  # 64: threaded
+@pytest.mark.usefixtures("two_threads")
+def test_product_attend_is_the_modules_attention(name: str, sentences: int, group: int) -> None:
+    """Each of the R = B·group queries against its own sentence's keys, as ``forward`` computes
+    it; lengths from 0 (all-zero weights and context) to longer than S (clamped)."""
+    torch.manual_seed(0)
+    attention: Attention = SCORINGS[name]().eval()
+    keys_size = 5 if name == "general" else 6
+    keys, values = torch.randn(sentences, 7, keys_size), torch.randn(sentences, 7, 4)
+    src_lens = torch.tensor([0, 7, 1, 9, *([3, 5] * 30)])[:sentences]
+    queries = torch.randn(sentences * group, 6)
+    scale = attention.product_scale(6)
+    assert scale is not None
+    contexts, weights = product_attend(
+        queries, attention.project_keys(keys), values, src_lens, scale
+    )
+    rows = torch.arange(sentences * group) // group  # each query's sentence
+    want_contexts, want_weights = attention(
+        queries[:, None], keys[rows], values[rows], src_lens.clamp(max=7)[rows]
+    )
+    torch.testing.assert_close(weights, want_weights[:, 0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(contexts, want_contexts[:, 0], rtol=1e-5, atol=1e-6)
+    assert (weights[:group] == 0).all() and (contexts[:group] == 0).all()
+
+
+def test_product_scale_is_the_logits_factor_or_none() -> None:
+    assert DotProductAttention(scaled=False).product_scale(16) == 1.0
+    assert DotProductAttention(scaled=True, temperature=2.0).product_scale(16) == 1 / 8
+    assert MultiplicativeAttention(4, 4, temperature=0.5).product_scale(4) == 2.0
+    assert DotProductAttention(temperature="learnable").product_scale(16) is None
+    assert AdditiveAttention(4, 4, num_hiddens=3).product_scale(4) is None
+    assert math.isclose(DotProductAttention().product_scale(9) or 0, 1 / 3)
+
+
+@pytest.mark.parametrize("name", ["dot", "scaled_dot", "general"])
+def test_luong_searches_decode_the_same_with_and_without_the_pass(name: str) -> None:
+    torch.manual_seed(0)
+    factory = SCORINGS[name] if name != "general" else MultiplicativeAttention
+    model = Seq2Seq(
+        src_vocab_size=13, tgt_vocab_size=11, attention=factory, embedding_size=8,
+        hidden_size=16, decoder=LuongDecoder,
+    ).eval()  # fmt: skip
+    assert isinstance(model.decoder, LuongDecoder)
+    decoder = model.decoder
+    assert_searches_agree(
+        model, lambda source, state: decoder.fused_product_scale(source, state) is not None
+    )
+
+
+def test_not_with_active_dropout_or_a_learnable_temperature() -> None:
+    src, src_lens, _ = make_batch()
+    for attention, train in (
+        (partial(DotProductAttention, dropout=0.3), True),
+        (partial(DotProductAttention, temperature="learnable"), False),
+    ):
+        torch.manual_seed(0)
+        model = Seq2Seq(
+            src_vocab_size=13, tgt_vocab_size=11, attention=attention, embedding_size=8,
+            hidden_size=16, decoder=LuongDecoder,
+        ).train(train)  # fmt: skip
+        with torch.no_grad():
+            source, state = model.encode(src, src_lens)
+            assert model.decoder.fused_product_scale(source, state[0]) is None
