@@ -199,7 +199,10 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     """seq2seq.fused_bahdanau's attention step against its formula on random rows: weights =
     softmax over the valid keys of w_v . tanh(q + k), context = weights @ memory."""
     rows, keys, size = 2, 3, 19
-    query, score_weight = torch.randn(rows, size, generator=generator), torch.randn(size)
+    # Every draw from the check's own generator: the global one drives training's dropout, and
+    # the library loads at the first forward pass, after the run has seeded it.
+    query = torch.randn(rows, size, generator=generator)
+    score_weight = torch.randn(size, generator=generator)
     projected_keys, memory = torch.randn(2, rows, keys, size, generator=generator)
     lens = torch.tensor([keys, 2])
     scores = torch.tanh(query[:, None] + projected_keys) @ score_weight  # (rows, keys)

@@ -333,3 +333,16 @@ def test_the_switch_must_be_a_boolean() -> None:
     """A string such as "maybe" would be truthy: the model refuses it, naming the key."""
     with pytest.raises(ConfigError, match=r"model\.fused_rnn must be true or false, got 'maybe'"):
         Seq2Seq(13, 11, ATTENTIONS["dot"], fused_rnn="maybe")  # type: ignore[arg-type]
+
+
+@needs_kernels
+def test_checking_the_library_leaves_the_global_random_stream_alone() -> None:
+    """The load-time check runs at a run's first forward pass, after seeding: drawing from the
+    global generator there would shift every later dropout mask."""
+    library = fused_rnn.library()
+    assert library is not None
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    fused_rnn._check(library)
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
