@@ -196,8 +196,9 @@ def _check(library: ctypes.CDLL) -> None:
 
 
 def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
-    """seq2seq.fused_bahdanau's attention step against its formula on random rows: weights =
-    softmax over the valid keys of w_v . tanh(q + k), context = weights @ memory."""
+    """The attention kernels against their formulas on random rows: weights = softmax over the
+    valid keys of w_v . tanh(q + k) (seq2seq.fused_bahdanau) or of 0.5 q . k
+    (seq2seq.fused_attention), context = weights @ memory."""
     rows, keys, size = 2, 3, 19
     # Every draw from the check's own generator: the global one drives training's dropout, and
     # the library loads at the first forward pass, after the run has seeded it.
@@ -220,6 +221,19 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     error = max(value.item() for value in errors)
     if not error <= 1e-5:  # also false for NaN
         raise RuntimeError(f"the compiled attention step differs from torch's by {error:.3g}")
+    # seq2seq.fused_attention's product scoring on the same rows: weights = softmax of 0.5 q·k.
+    scores = 0.5 * torch.bmm(projected_keys, query[:, :, None])[:, :, 0]  # (rows, keys)
+    scores[1, 2:] = -torch.inf
+    expected = torch.softmax(scores, dim=-1)
+    library.seq2seq_product_forward(
+        rows, 1, keys, size, size, 0.5, query.data_ptr(), projected_keys.data_ptr(),
+        lens.data_ptr(), memory.data_ptr(), weights.data_ptr(), keys, context.data_ptr(), size,
+    )  # fmt: skip
+    expected_context = torch.bmm(expected[:, None], memory)[:, 0]
+    errors = [(weights - expected).abs().max(), (context - expected_context).abs().max()]
+    error = max(value.item() for value in errors)
+    if not error <= 1e-5:
+        raise RuntimeError(f"the compiled product attention differs from torch's by {error:.3g}")
 
 
 def _torch_cell(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
