@@ -11,8 +11,9 @@ steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
 unidirectional layer over a padded batch (the Luong decoder's cell), ``gru_cell`` one step
 without autograd (either decoder's decoding step), and ``tanh_`` the C pass's tanh in place (the
-Luong decoding step's attentional layer). The same library holds the additive-attention step of
-``seq2seq.fused_bahdanau`` (the Bahdanau decoder's teacher forcing). ``usable`` says when the
+Luong decoding step's attentional layer). The same library holds the attention steps of
+``seq2seq.fused_bahdanau`` (additive, the Bahdanau decoder's teacher forcing and decoding) and
+``seq2seq.fused_attention`` (dot and bilinear, decoding). ``usable`` says when the
 paths apply: float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built,
 and not inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
 

@@ -8,8 +8,9 @@
      r = sigmoid(gi_r + gh_r)    z = sigmoid(gi_z + gh_z)    n = tanh(gi_n + r * gh_n)
      h' = (1 - z) * n + z * h     where gi = W_ih x + b_ih and gh = W_hh h + b_hh, each (3H,).
 
-   The additive attention of a Bahdanau step (scores, masked softmax, context, and their
-   backward pass) is at the end of the file; seq2seq/fused_bahdanau.py calls it.
+   The attention kernels are at the end of the file: additive attention for a Bahdanau step
+   (scores, masked softmax, context, and their backward pass; seq2seq/fused_bahdanau.py) and
+   product-scored attention for a decoding step (seq2seq/fused_attention.py).
 
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
