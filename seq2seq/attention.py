@@ -203,10 +203,10 @@ class AdditiveAttention(Attention):
 
     def fusable(self) -> bool:
         """Whether this is Bahdanau's plain form, the one ``seq2seq.fused_bahdanau`` computes:
-        no layer norm, temperature 1, and no dropout on the weights (off, or in eval mode)."""
+        no layer norm and temperature 1. (Dropout on the weights rules the kernels out for every
+        scoring: ``AttentionDecoder.fused_attention_source``.)"""
         plain_scale = self.log_temperature is None and self.fixed_temperature == 1.0
-        no_dropout = self.dropout.p == 0 or not self.training
-        return self.layer_norm is None and plain_scale and no_dropout
+        return self.layer_norm is None and plain_scale
 
     def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b)``, layer-normed if asked."""

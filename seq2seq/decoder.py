@@ -271,6 +271,18 @@ class AttentionDecoder(nn.Module):
             return False
         return fused_usable(hidden, self.cell.weight_hh)
 
+    def fused_attention_source(self, source: EncodedSource, rows: int) -> bool:
+        """What the C attention kernels (``seq2seq.fused_bahdanau``, ``seq2seq.fused_attention``)
+        need whatever the scoring: ``fused_rnn`` on, no active dropout on the weights, one
+        length per sentence, a whole number of the ``rows`` queries per sentence, and source
+        tensors they take. Each decoder adds its scoring's own conditions."""
+        attention = self.attention
+        if not self.fused or (attention.training and attention.dropout.p > 0):
+            return False
+        if source.src_lens.dim() != 1 or rows % source.memory.shape[0]:
+            return False  # a ragged query count: attend's error says what is wrong
+        return fused_usable(source.memory, source.projected_keys)
+
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
         ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the caller.
@@ -425,16 +437,11 @@ class BahdanauDecoder(AttentionDecoder):
 
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.fused_bahdanau`` can compute this attention for ``rows`` queries:
-        ``fused_rnn`` on, additive attention in its plain form, one length per sentence, a whole
-        number of queries per sentence, and tensors the C kernels take."""
+        additive attention in its plain form, and what ``fused_attention_source`` asks."""
         attention = self.attention
-        if not self.fused or not isinstance(attention, AdditiveAttention):
+        if not isinstance(attention, AdditiveAttention) or not attention.fusable():
             return False
-        if not attention.fusable() or source.src_lens.dim() != 1:
-            return False
-        if rows % source.memory.shape[0]:
-            return False  # attend's error says what is wrong
-        return fused_usable(source.memory, source.projected_keys, attention.W_q.weight)
+        return self.fused_attention_source(source, rows) and fused_usable(attention.W_q.weight)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
@@ -619,18 +626,12 @@ class LuongDecoder(AttentionDecoder):
 
     def fused_product_scale(self, source: EncodedSource, query: Tensor) -> float | None:
         """The attention's ``product_scale`` when ``seq2seq.fused_attention`` can compute this
-        decoding step's attention for ``query`` (R, H): ``fused_rnn`` on, dot-product or
-        bilinear scoring at a fixed temperature, no active dropout, one length per sentence, a
-        whole number of queries per sentence, and tensors the C kernels take; else None."""
-        attention = self.attention
-        scale = attention.product_scale(query.shape[-1])
-        if not self.fused or scale is None or (attention.training and attention.dropout.p > 0):
+        decoding step's attention for ``query`` (R, H): dot-product or bilinear scoring at a
+        fixed temperature, and what ``fused_attention_source`` asks; else None."""
+        scale = self.attention.product_scale(query.shape[-1])
+        if scale is None or not self.fused_attention_source(source, query.shape[0]):
             return None
-        if source.src_lens.dim() != 1 or query.shape[0] % source.memory.shape[0]:
-            return None  # attend's error says what is wrong with a ragged query count
-        if not fused_usable(query, source.projected_keys, source.memory):
-            return None
-        return scale
+        return scale if fused_usable(query) else None
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional
