@@ -13,9 +13,10 @@ unidirectional layer over a padded batch (the Luong decoder's cell), ``gru_cell`
 without autograd (either decoder's decoding step), and ``tanh_`` the C pass's tanh in place (the
 Luong decoding step's attentional layer). The same library holds the attention steps of
 ``seq2seq.fused_bahdanau`` (additive, the Bahdanau decoder's teacher forcing and decoding) and
-``seq2seq.fused_attention`` (dot and bilinear, decoding). ``usable`` says when the
-paths apply: float32 tensors on the CPU, no CPU autocast (mixed precision), the C library built,
-and not inside an ONNX export, a trace or ``torch.compile`` (they cannot see into a ctypes call).
+``seq2seq.fused_attention`` (dot and bilinear, decoding), and ``seq2seq.dropout``'s keep mask.
+``usable`` says when the paths apply: float32 tensors on the CPU, no CPU autocast (mixed
+precision), the C library built, and not inside an ONNX export, a trace or ``torch.compile``
+(they cannot see into a ctypes call).
 
 The library is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a
 fraction of a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by
@@ -51,6 +52,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.utils.rnn import PackedSequence
 
 from seq2seq.atomic import write_atomic
+from seq2seq.splitmix import shift_right, splitmix64
 
 SOURCE = Path(__file__).with_name("csrc") / "gru.c"
 FLOAT_BYTES = 4
@@ -79,7 +81,10 @@ def compile_flags(openmp: bool = True) -> list[str]:
     if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
     if capability == "AVX512":
-        flags.append("-mavx512f")  # zmm loops: the forward pass is about 2x faster than on ymm
+        # zmm loops: the GRU's forward pass is about 2x faster than on ymm. Torch reports AVX512
+        # only where the CPU also has AVX-512 DQ (and BW, VL), whose 64-bit multiply the dropout
+        # mask's hash needs: about 2x faster than the multiply emulated on 32-bit lanes.
+        flags += ["-mavx512f", "-mavx512dq"]
     return flags
 
 
@@ -168,6 +173,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
     library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
+    # seq2seq.dropout's keep mask: n, seed, dropped, scale, mask.
+    library.seq2seq_dropout_mask.argtypes = [i64, ctypes.c_uint64, i64, ctypes.c_float, pointer]
+    library.seq2seq_dropout_mask.restype = None
     return library
 
 
@@ -194,6 +202,7 @@ def _check(library: ctypes.CDLL) -> None:
         error = (values - gi.tanh()).abs().max().item()
         raise RuntimeError(f"the compiled tanh differs from torch's by {error:.3g}")
     _check_additive(library, generator)
+    _check_dropout_mask(library)
 
 
 def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
@@ -235,6 +244,19 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     error = max(value.item() for value in errors)
     if not error <= 1e-5:
         raise RuntimeError(f"the compiled product attention differs from torch's by {error:.3g}")
+
+
+def _check_dropout_mask(library: ctypes.CDLL) -> None:
+    """The dropout mask against ``splitmix64``'s bits, at a seed whose top bit is set (the C
+    side's arithmetic is unsigned) and a length that ends inside a vector."""
+    count, seed, dropped, scale = 37, 0xD1B54A32D192ED03, 1 << 15, 2.0
+    mask = torch.empty(count)
+    library.seq2seq_dropout_mask(count, seed, dropped, scale, mask.data_ptr())
+    levels = shift_right(splitmix64(seed, count), 48)  # the top 16 bits, 0..65535
+    expected = torch.where(levels >= dropped, scale, 0.0)
+    if not torch.equal(mask, expected):
+        wrong = int((mask != expected).sum())
+        raise RuntimeError(f"the compiled dropout mask differs from SplitMix64's in {wrong} of 37")
 
 
 def _torch_cell(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:

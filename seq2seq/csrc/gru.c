@@ -8,9 +8,10 @@
      r = sigmoid(gi_r + gh_r)    z = sigmoid(gi_z + gh_z)    n = tanh(gi_n + r * gh_n)
      h' = (1 - z) * n + z * h     where gi = W_ih x + b_ih and gh = W_hh h + b_hh, each (3H,).
 
-   The attention kernels are at the end of the file: additive attention for a Bahdanau step
-   (scores, masked softmax, context, and their backward pass; seq2seq/fused_bahdanau.py) and
-   product-scored attention for a decoding step (seq2seq/fused_attention.py).
+   The attention kernels follow: additive attention for a Bahdanau step (scores, masked
+   softmax, context, and their backward pass; seq2seq/fused_bahdanau.py) and product-scored
+   attention for a decoding step (seq2seq/fused_attention.py). Dropout's keep mask
+   (seq2seq/dropout.py) ends the file.
 
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
@@ -291,5 +292,30 @@ void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, 
       largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
     }
     softmax_average(len, S, V, largest, w_b, values + sentence * S * V, c_b);
+  }
+}
+
+/* Dropout's keep mask (seq2seq/dropout.py): mask[i] = scale where the top 16 bits of output i of
+   SplitMix64 seeded with `seed` are at least `dropped`, else 0. Output i is
+   mix(seed + (i + 1) * GAMMA) (seq2seq/splitmix.py), a pure function of (seed, i), so the
+   elements are independent: the loop vectorises (64-bit lanes) and splits over the threads, and
+   the mask does not depend on their number. */
+static inline uint64_t splitmix64_at(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void seq2seq_dropout_mask(int64_t n, uint64_t seed, int64_t dropped, float scale,
+                          float *restrict mask) {
+#pragma omp parallel for schedule(static) if (n >= 16 * PARALLEL_MIN)
+  for (int64_t start = 0; start < n; start += 4096) {
+    const int64_t end = start + 4096 < n ? start + 4096 : n;
+#pragma omp simd
+    for (int64_t i = start; i < end; ++i) {
+      const int64_t level = (int64_t)(splitmix64_at(seed, (uint64_t)i) >> 48); /* 0..65535 */
+      mask[i] = level >= dropped ? scale : 0.0f;
+    }
   }
 }
