@@ -5,7 +5,11 @@ sigmoids, a tanh, a lerp), each an autograd node with its own backward. On the b
 shapes (B=64, H=128-256) those per-step kernels and their bookkeeping cost as much as the GEMMs.
 Here a step is one GEMM (torch's BLAS) and one pass of ``csrc/gru.c`` over the step's rows, and
 the backward pass is the same by hand, with the recurrent weight's gradient as one GEMM over all
-steps after the loop. The parameters are ``nn.GRU``'s own, so checkpoints do not change.
+steps after the loop. Where torch's BLAS is MKL's ``sgemm_`` (x86 builds link it into
+libtorch_cpu), the loop over a direction's steps runs in C too, calling that same ``sgemm_``:
+the same arithmetic without ~9 us of Python, ctypes and dispatch per step (1.028x whole Luong
+training steps; ``blas_sgemm`` checks it against the Python loop once). The parameters are
+``nn.GRU``'s own, so checkpoints do not change.
 
 ``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
@@ -39,6 +43,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -173,6 +178,15 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
     library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
+    # The C loops over a GRU direction's steps: sgemm, the schedule, then the arrays.
+    library.seq2seq_gru_loop_forward.argtypes = [pointer, i64, pointer, pointer, pointer, i64]
+    library.seq2seq_gru_loop_forward.argtypes += [pointer, i64, pointer, pointer, pointer]
+    library.seq2seq_gru_loop_forward.argtypes += [pointer, i64, pointer, pointer]
+    library.seq2seq_gru_loop_forward.restype = None
+    library.seq2seq_gru_loop_backward.argtypes = [pointer, i64, pointer, pointer, pointer, i64]
+    library.seq2seq_gru_loop_backward.argtypes += [pointer, pointer, i64, pointer, pointer, i64]
+    library.seq2seq_gru_loop_backward.argtypes += [pointer, pointer]
+    library.seq2seq_gru_loop_backward.restype = None
     # seq2seq.dropout's keep mask: n, seed, dropped, scale, mask.
     library.seq2seq_dropout_mask.argtypes = [i64, ctypes.c_uint64, i64, ctypes.c_float, pointer]
     library.seq2seq_dropout_mask.restype = None
@@ -280,6 +294,65 @@ def library() -> ctypes.CDLL | None:
     return _state["library"]
 
 
+def blas_sgemm() -> int | None:
+    """The address of the BLAS ``sgemm_`` torch's own matrix products call, for the C loop over
+    a GRU's steps; None where it is not found or does not compute what torch's loop does (the
+    steps then loop in Python, with the same results). Found once, on first call."""
+    kernels = library()  # before the lock: library() takes it too
+    if kernels is None:
+        return None
+    if "sgemm" not in _state:
+        with _lock:
+            if "sgemm" not in _state:
+                address = _find_sgemm()
+                if address is not None and not _loops_agree(kernels, address):
+                    address = None
+                _state["sgemm"] = address
+    return _state["sgemm"]
+
+
+def _find_sgemm() -> int | None:
+    """MKL's ``sgemm_``, which x86 builds of torch link into libtorch_cpu and call for float32
+    ``mm``; None elsewhere (another BLAS may run its own threads beside torch's, and the C
+    loop passes integers in a way only little-endian machines read right)."""
+    if sys.byteorder != "little" or not torch.backends.mkl.is_available():
+        return None
+    for path in sorted((Path(torch.__file__).parent / "lib").glob("*torch_cpu.*")):
+        try:
+            symbol = ctypes.CDLL(str(path)).sgemm_
+        except (OSError, AttributeError):
+            continue
+        return ctypes.cast(symbol, ctypes.c_void_p).value
+    return None
+
+
+def _loops_agree(kernels: ctypes.CDLL, sgemm: int) -> bool:
+    """The C loop against the Python loop, forward and backward, on a few random rows: the
+    second direction of two over a packed batch whose second step has fewer rows, with a
+    bias. The two run the same GEMMs and passes, so they must agree to rounding."""
+    generator = torch.Generator().manual_seed(0)
+    size, steps = 19, Steps.packed([3, 2])
+    schedule = _schedule(steps, 1, size, 2)
+    # Every draw from the check's own generator, as in _check.
+    gates = torch.randn(5, 6 * size, generator=generator)
+    d_outputs = torch.randn(5, 2 * size, generator=generator)
+    weight = torch.randn(3 * size, size, generator=generator) / size**0.5
+    bias = torch.randn(3 * size, generator=generator)
+    initial = torch.randn(3, size, generator=generator)
+    results = []
+    for address in (sgemm, None):
+        state, outputs = initial.clone(), torch.zeros(5, 2 * size)
+        recurrent, saved = torch.empty(3, 3 * size), torch.empty(5, 5 * size)
+        _forward_steps(kernels, address, schedule, gates, weight, bias, state, outputs,
+                       recurrent, saved)  # fmt: skip
+        d_state, d_gates = initial.clone(), torch.zeros(5, 6 * size)
+        d_recurrent = torch.empty(5, 3 * size)
+        _backward_steps(kernels, address, schedule, d_state, d_outputs, saved, d_gates,
+                        d_recurrent, weight)  # fmt: skip
+        results.append([state, outputs, saved, d_state, d_gates, d_recurrent])
+    return all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*results, strict=True))
+
+
 def unavailable_reason() -> str | None:
     """Why the kernels cannot be used here (None when they can, or were never asked for)."""
     return _state.get("reason")
@@ -355,7 +428,7 @@ class _Recurrence(torch.autograd.Function):
     def forward(
         ctx: FunctionCtx, gates: Tensor, initial: Tensor, steps: Steps, *weights: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        kernels = library()
+        kernels, sgemm = library(), blas_sgemm()
         assert kernels is not None  # usable() checked it
         directions, _, size = initial.shape
         gates = gates.contiguous()
@@ -369,33 +442,12 @@ class _Recurrence(torch.autograd.Function):
         for direction in range(directions):
             weight, bias = weights[2 * direction], weights[2 * direction + 1]
             assert weight is not None
-            weight_t = weight.t()  # (H, 3H)
-            state = finals[direction]  # (B, H)
-            gate_offset, out_offset = direction * 3 * size, direction * size
-            order = _order(steps, direction)
-            saved_at = None if saved is None else saved[direction].data_ptr()
-            done = 0
-            for t in order:
-                count = steps.batch_sizes[t]
-                step_recurrent = recurrent[:count]
-                # (n, H) @ (H, 3H) -> (n, 3H)
-                if bias is None:
-                    torch.mm(state[:count], weight_t, out=step_recurrent)
-                else:
-                    torch.addmm(bias, state[:count], weight_t, out=step_recurrent)
-                start = steps.starts[t]
-                kernels.seq2seq_gru_forward(
-                    count,
-                    size,
-                    _address(gates, start * 3 * directions * size + gate_offset),
-                    steps.stride * 3 * directions * size,
-                    step_recurrent.data_ptr(),
-                    state.data_ptr(),
-                    _address(outputs, start * width + out_offset),
-                    steps.stride * width,
-                    None if saved_at is None else saved_at + done * 5 * size * FLOAT_BYTES,
-                )
-                done += count
+            schedule = _schedule(steps, direction, size, directions)
+            saved_rows = None if saved is None else saved[direction]  # (N, 5H)
+            _forward_steps(
+                kernels, sgemm, schedule, gates, weight, bias, finals[direction], outputs,
+                recurrent, saved_rows,
+            )  # fmt: skip
         if saved is not None:
             ctx.save_for_backward(saved, *weights)  # type: ignore[arg-type]  # None: no bias
         ctx.steps = steps  # type: ignore[attr-defined]
@@ -406,7 +458,7 @@ class _Recurrence(torch.autograd.Function):
     def backward(
         ctx: FunctionCtx, d_outputs: Tensor, d_finals: Tensor
     ) -> tuple[Tensor | None, ...]:
-        kernels = library()
+        kernels, sgemm = library(), blas_sgemm()
         assert kernels is not None
         saved, *weights = ctx.saved_tensors  # type: ignore[attr-defined]
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
@@ -419,33 +471,127 @@ class _Recurrence(torch.autograd.Function):
         grads: list[Tensor | None] = []
         for direction in range(directions):
             weight, bias = weights[2 * direction], weights[2 * direction + 1]
-            d_state = d_states[direction]  # (B, H)
-            gate_offset, out_offset = direction * 3 * size, direction * size
-            saved_at = saved[direction].data_ptr()
-            done = rows
-            for t in reversed(_order(steps, direction)):
-                count = steps.batch_sizes[t]
-                done -= count
-                start = steps.starts[t]
-                step_d_recurrent = d_recurrent[direction, done : done + count]  # (n, 3H)
-                kernels.seq2seq_gru_backward(
-                    count,
-                    size,
-                    d_state.data_ptr(),
-                    _address(d_outputs, start * width + out_offset),
-                    steps.stride * width,
-                    saved_at + done * 5 * size * FLOAT_BYTES,
-                    _address(d_gates, start * 3 * width + gate_offset),
-                    steps.stride * 3 * width,
-                    step_d_recurrent.data_ptr(),
-                )
-                # dL/dh += d_gh @ W_hh: (n, 3H) @ (3H, H)
-                d_state[:count].addmm_(step_d_recurrent, weight)
+            schedule = _schedule(steps, direction, size, directions)
+            _backward_steps(
+                kernels, sgemm, schedule, d_states[direction], d_outputs, saved[direction],
+                d_gates, d_recurrent[direction], weight,
+            )  # fmt: skip
             previous = saved[direction, :, 4 * size :]  # (N, H): each row's h before its step
             # All steps' W_hh gradients in one GEMM: (3H, N) @ (N, H) -> (3H, H)
             grads.append(d_recurrent[direction].t() @ previous)
             grads.append(None if bias is None else d_recurrent[direction].sum(0))
         return d_gates, d_states, None, *grads
+
+
+def _forward_steps(
+    kernels: ctypes.CDLL,
+    sgemm: int | None,
+    schedule: _Schedule,
+    gates: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    state: Tensor,
+    outputs: Tensor,
+    recurrent: Tensor,
+    saved: Tensor | None,
+) -> None:
+    """One direction's steps of ``_Recurrence.forward``: the whole loop in C where torch's BLAS
+    ``sgemm`` is at hand, else a Python loop of torch GEMMs and C passes (the same arithmetic).
+    state (B, H) is updated in place, outputs (N, D·H) and saved (N, 5H) are written."""
+    size = state.shape[1]
+    if sgemm is not None:
+        kernels.seq2seq_gru_loop_forward(
+            sgemm, *schedule.pointers(), size, gates.data_ptr(), schedule.gate_stride,
+            weight.contiguous().data_ptr(),
+            None if bias is None else bias.contiguous().data_ptr(), state.data_ptr(),
+            outputs.data_ptr(), schedule.out_stride, recurrent.data_ptr(),
+            None if saved is None else saved.data_ptr(),
+        )  # fmt: skip
+        return
+    weight_t = weight.t()  # (H, 3H)
+    done = 0
+    for count, gate_at, out_at in schedule.steps():
+        step_recurrent = recurrent[:count]
+        # (n, H) @ (H, 3H) -> (n, 3H)
+        if bias is None:
+            torch.mm(state[:count], weight_t, out=step_recurrent)
+        else:
+            torch.addmm(bias, state[:count], weight_t, out=step_recurrent)
+        kernels.seq2seq_gru_forward(
+            count, size, _address(gates, gate_at), schedule.gate_stride,
+            step_recurrent.data_ptr(), state.data_ptr(), _address(outputs, out_at),
+            schedule.out_stride, None if saved is None else _address(saved, done * 5 * size),
+        )  # fmt: skip
+        done += count
+
+
+def _backward_steps(
+    kernels: ctypes.CDLL,
+    sgemm: int | None,
+    schedule: _Schedule,
+    d_state: Tensor,
+    d_outputs: Tensor,
+    saved: Tensor,
+    d_gates: Tensor,
+    d_recurrent: Tensor,
+    weight: Tensor,
+) -> None:
+    """One direction's steps of ``_Recurrence.backward``, in C or in Python as in
+    ``_forward_steps``: d_state (B, H) goes from the final states' gradient to the initial
+    ones', d_gates (N, D·3H) and d_recurrent (N, 3H, in the steps' run order) are written."""
+    size = d_state.shape[1]
+    if sgemm is not None:
+        kernels.seq2seq_gru_loop_backward(
+            sgemm, *schedule.pointers(), size, d_state.data_ptr(), d_outputs.data_ptr(),
+            schedule.out_stride, saved.data_ptr(), d_gates.data_ptr(), schedule.gate_stride,
+            d_recurrent.data_ptr(), weight.contiguous().data_ptr(),
+        )  # fmt: skip
+        return
+    done = saved.shape[0]
+    for count, gate_at, out_at in reversed(schedule.steps()):
+        done -= count
+        step_d_recurrent = d_recurrent[done : done + count]  # (n, 3H)
+        kernels.seq2seq_gru_backward(
+            count, size, d_state.data_ptr(), _address(d_outputs, out_at), schedule.out_stride,
+            _address(saved, done * 5 * size), _address(d_gates, gate_at), schedule.gate_stride,
+            step_d_recurrent.data_ptr(),
+        )  # fmt: skip
+        # dL/dh += d_gh @ W_hh: (n, 3H) @ (3H, H)
+        d_state[:count].addmm_(step_d_recurrent, weight)
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """One direction's steps in the order they run: each step's row count and where its first
+    gate and output rows start (in floats, in tensors laid out as ``_Recurrence``'s gates and
+    outputs), with the row strides; ``table`` holds the three columns as int64 for the C loop."""
+
+    counts: tuple[int, ...]
+    gate_offsets: tuple[int, ...]
+    out_offsets: tuple[int, ...]
+    gate_stride: int
+    out_stride: int
+    table: Tensor  # (3, steps): counts, gate offsets, output offsets
+
+    def steps(self) -> list[tuple[int, int, int]]:
+        return list(zip(self.counts, self.gate_offsets, self.out_offsets, strict=True))
+
+    def pointers(self) -> tuple[int, int, int, int]:
+        """The C loops' first arguments: the number of steps and the three columns."""
+        counts, gate_offsets, out_offsets = (int(row.data_ptr()) for row in self.table)
+        return len(self.counts), counts, gate_offsets, out_offsets
+
+
+def _schedule(steps: Steps, direction: int, size: int, directions: int) -> _Schedule:
+    order = _order(steps, direction)
+    width = directions * size
+    counts = tuple(steps.batch_sizes[t] for t in order)
+    gate_offsets = tuple(steps.starts[t] * 3 * width + direction * 3 * size for t in order)
+    out_offsets = tuple(steps.starts[t] * width + direction * size for t in order)
+    table = torch.tensor([counts, gate_offsets, out_offsets], dtype=torch.int64)
+    return _Schedule(
+        counts, gate_offsets, out_offsets, steps.stride * 3 * width, steps.stride * width, table
+    )
 
 
 def _order(steps: Steps, direction: int) -> range:

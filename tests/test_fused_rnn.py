@@ -8,6 +8,7 @@ Shape legend: B batch, T steps, E input size, H hidden size.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import warnings
 from pathlib import Path
@@ -28,6 +29,17 @@ needs_kernels = pytest.mark.skipif(
 )
 LENGTHS = torch.tensor([3, 7, 1, 5])  # unsorted, with a one-token sentence
 B, T, E, H = 4, 7, 6, 5
+
+
+@pytest.fixture(params=["c", "python"])
+def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test once with each direction's steps looped in C (through torch's BLAS sgemm_,
+    where it is found) and once in Python (where it is not)."""
+    if request.param == "c" and fused_rnn.blas_sgemm() is None:
+        pytest.skip("torch's BLAS sgemm_ is not found here: the steps loop in Python")
+    if request.param == "python":
+        monkeypatch.setitem(fused_rnn._state, "sgemm", None)
+    return str(request.param)
 
 
 def run(
@@ -61,6 +73,7 @@ def values_and_grads(
 
 
 @needs_kernels
+@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize(
     ("layers", "bidirectional", "bias", "batch_first", "packed", "with_hx"),
     [
@@ -91,7 +104,7 @@ def test_gru_matches_nn_gru_and_its_gradients(
 
 
 @needs_kernels
-@pytest.mark.usefixtures("two_threads")
+@pytest.mark.usefixtures("two_threads", "loop")
 def test_steps_split_over_threads_compute_the_same() -> None:
     """Steps of at least PARALLEL_MIN elements (csrc/gru.c) split their rows over torch's
     threads where the library is built with OpenMP: values and gradients still match nn.GRU."""
@@ -147,6 +160,7 @@ def test_dropout_between_layers_is_applied_in_training_only() -> None:
 
 
 @needs_kernels
+@pytest.mark.usefixtures("loop")
 def test_gru_steps_is_torch_gru_with_the_cells_parameters() -> None:
     torch.manual_seed(3)
     cell = nn.GRUCell(E, H)
@@ -169,6 +183,7 @@ def test_gru_steps_is_torch_gru_with_the_cells_parameters() -> None:
 
 
 @needs_kernels
+@pytest.mark.usefixtures("loop")
 def test_without_biases() -> None:
     torch.manual_seed(4)
     cell = nn.GRUCell(E, H, bias=False)
@@ -345,4 +360,37 @@ def test_checking_the_library_leaves_the_global_random_stream_alone() -> None:
     expected = torch.rand(3)
     torch.manual_seed(0)
     fused_rnn._check(library)
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+@needs_kernels
+def test_a_blas_that_computes_something_else_is_not_used() -> None:
+    """An sgemm that leaves its output alone (as one that misread its integers might) fails
+    the check against the Python loop, so the steps would loop in Python."""
+    library = fused_rnn.library()
+    assert library is not None
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)
+    does_nothing = signature(lambda *arguments: None)
+    address = ctypes.cast(does_nothing, ctypes.c_void_p).value
+    assert address is not None
+    assert not fused_rnn._loops_agree(library, address)
+    if fused_rnn.blas_sgemm() is not None:
+        assert fused_rnn._loops_agree(library, fused_rnn.blas_sgemm())  # type: ignore[arg-type]
+
+
+def test_no_sgemm_is_looked_for_where_torch_has_no_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
+    assert fused_rnn._find_sgemm() is None
+
+
+@needs_kernels
+def test_checking_the_c_loop_leaves_the_global_random_stream_alone() -> None:
+    library = fused_rnn.library()
+    address = fused_rnn._find_sgemm()
+    if library is None or address is None:
+        pytest.skip("torch's BLAS sgemm_ is not found here")
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    fused_rnn._loops_agree(library, address)
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)

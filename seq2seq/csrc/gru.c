@@ -133,6 +133,77 @@ void seq2seq_gru_backward(int64_t rows, int64_t H, float *restrict dh,
   }
 }
 
+/* A direction's whole recurrence: every step's recurrent GEMM, through the BLAS sgemm torch
+   itself calls (its address passed in `sgemm`), then the step's pass above. The same
+   arithmetic as fused_rnn.py's Python loop over the steps, which pays about 9 us of Python,
+   ctypes and dispatch per step around work of 15-170 us.
+
+   Step k of the `steps` (in the order they run) has counts[k] rows, its gates at
+   gates + gate_offsets[k] and its outputs at out + out_offsets[k] (row strides in floats);
+   the rows are the first counts[k] rows of h (rows, H), which enter as the initial state and
+   leave as the final one, and counts never grows (a packed batch's rows are sorted by length).
+   W (3H, H) and bias (3H, or NULL) are W_hh and b_hh; recurrent is scratch of (rows, 3H);
+   saved (the steps' rows, 5H) as in seq2seq_gru_forward, or NULL.
+
+   sgemm has the Fortran interface: column-major, every argument a pointer. Its integers are
+   passed as pointers to int64_t: on a little-endian machine the first 4 bytes of one hold the
+   same small value, so this is right for BLAS with 32-bit (LP64) and 64-bit (ILP64) integers. */
+typedef void (*sgemm_fn)(const char *transa, const char *transb, const int64_t *m,
+                         const int64_t *n, const int64_t *k, const float *alpha, const float *a,
+                         const int64_t *lda, const float *b, const int64_t *ldb,
+                         const float *beta, float *c, const int64_t *ldc);
+
+void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+                              const int64_t *restrict gate_offsets,
+                              const int64_t *restrict out_offsets, int64_t H,
+                              const float *gates, int64_t gate_stride, const float *W,
+                              const float *bias, float *h, float *out, int64_t out_stride,
+                              float *recurrent, float *saved) {
+  const int64_t width = 3 * H;
+  const float one = 1.0f, zero = 0.0f;
+  int64_t done = 0; /* rows of the steps so far: where this step's saved rows start */
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t rows = counts[k];
+    if (bias != NULL) /* beta 1 below adds W_hh h to it, as torch.addmm(bias, ...) does */
+      for (int64_t b = 0; b < rows; ++b) memcpy(recurrent + b * width, bias, width * sizeof(float));
+    /* recurrent (rows, 3H) = h (rows, H) @ W^T (H, 3H); column-major, recurrent^T (3H, rows) =
+       op(W) h^T with W read as the (H, 3H) matrix W^T and transposed */
+    ((sgemm_fn)sgemm)("T", "N", &width, &rows, &H, &one, W, &H, h, &H,
+                      bias != NULL ? &one : &zero, recurrent, &width);
+    seq2seq_gru_forward(rows, H, gates + gate_offsets[k], gate_stride, recurrent, h,
+                        out + out_offsets[k], out_stride, saved == NULL ? NULL : saved + done * 5 * H);
+    done += rows;
+  }
+}
+
+/* The backward pass of seq2seq_gru_loop_forward, its steps in reverse: dh (rows, H) holds dL/dh
+   of the final states on entry and of the initial ones on exit; d_out and d_gi are laid out as
+   out and gates (the same offsets and strides); d_recurrent (the steps' rows, 3H, in the order
+   they ran) receives each step's d_gh, from which the caller gets W_hh's and b_hh's gradients
+   in one GEMM and one sum. */
+void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+                               const int64_t *restrict gate_offsets,
+                               const int64_t *restrict out_offsets, int64_t H, float *dh,
+                               const float *d_out, int64_t d_out_stride, const float *saved,
+                               float *d_gi, int64_t d_gi_stride, float *d_recurrent,
+                               const float *W) {
+  const int64_t width = 3 * H;
+  const float one = 1.0f;
+  int64_t done = 0;
+  for (int64_t k = 0; k < steps; ++k) done += counts[k];
+  for (int64_t k = steps - 1; k >= 0; --k) {
+    const int64_t rows = counts[k];
+    done -= rows;
+    float *step_d_recurrent = d_recurrent + done * width;
+    seq2seq_gru_backward(rows, H, dh, d_out + out_offsets[k], d_out_stride, saved + done * 5 * H,
+                         d_gi + gate_offsets[k], d_gi_stride, step_d_recurrent);
+    /* dh (rows, H) += d_gh (rows, 3H) @ W (3H, H); column-major, dh^T (H, rows) += W^T d_gh^T
+       with W read as the (H, 3H) matrix W^T */
+    ((sgemm_fn)sgemm)("N", "N", &H, &rows, &width, &one, W, &H, step_d_recurrent, &width, &one,
+                      dh, &H);
+  }
+}
+
 /* tanh in place over n contiguous floats: the Luong decoder's attentional layer when decoding
    (torch's float tanh costs about 4x its sigmoid on the CPUs this was measured on). Blocks of
    1024 split over the threads from 16,384 elements on. */
