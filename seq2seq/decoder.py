@@ -41,6 +41,7 @@ from seq2seq.fused_bahdanau import attend as fused_attend
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
 from seq2seq.fused_rnn import tanh_ as fused_tanh_
+from seq2seq.fused_rnn import tanh_with_grad_ as fused_tanh_with_grad_
 from seq2seq.fused_rnn import usable as fused_usable
 
 AttentionFactory = Callable[..., Attention]
@@ -636,8 +637,10 @@ class LuongDecoder(AttentionDecoder):
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional
         state tanh(W_c [c_t; h_t]) (..., H), eq. 5."""
-        attentional = torch.tanh(self.attentional(torch.cat([contexts, hidden], dim=-1)))
-        return self.readout(attentional)
+        attentional = self.attentional(torch.cat([contexts, hidden], dim=-1))  # (..., H)
+        if self.fused and fused_usable(attentional) and attentional.is_contiguous():
+            return self.readout(fused_tanh_with_grad_(attentional))  # a fresh tensor: in place
+        return self.readout(torch.tanh(attentional))
 
     def readout(self, attentional: Tensor) -> Tensor:
         """Logits (..., V) from attentional states (..., H), eq. 6: what ``output`` and the

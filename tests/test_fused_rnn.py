@@ -229,6 +229,21 @@ def test_tanh_is_torchs_in_place(count: int) -> None:
 
 
 @needs_kernels
+def test_tanh_with_grad_has_tanhs_value_and_gradient() -> None:
+    """In place on a layer's fresh output, as the Luong decoder uses it; float64 reference."""
+    torch.manual_seed(6)
+    x = (torch.randn(64, 37) * 3).requires_grad_()
+    weights = torch.randn(64, 37)
+    got = fused_rnn.tanh_with_grad_(x * 1.0)  # a fresh non-leaf tensor, like Linear's output
+    (got_grad,) = torch.autograd.grad((got * weights).sum(), x)
+    x64 = x.detach().double().requires_grad_()
+    want = torch.tanh(x64)
+    (want_grad,) = torch.autograd.grad((want * weights.double()).sum(), x64)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=5e-7)
+    torch.testing.assert_close(got_grad.double(), want_grad, rtol=1e-5, atol=2e-6)
+
+
+@needs_kernels
 @pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
 def test_decoding_steps_the_same_with_and_without_the_kernels(decoder: str) -> None:
     """``decode_step`` without autograd: logits, states and weights of several steps agree."""
