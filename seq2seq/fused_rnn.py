@@ -270,7 +270,9 @@ def _check_dropout_mask(library: ctypes.CDLL) -> None:
     expected = torch.where(levels >= dropped, scale, 0.0)
     if not torch.equal(mask, expected):
         wrong = int((mask != expected).sum())
-        raise RuntimeError(f"the compiled dropout mask differs from SplitMix64's in {wrong} of 37")
+        raise RuntimeError(
+            f"the compiled dropout mask differs from SplitMix64's in {wrong} of {count} elements"
+        )
 
 
 def _torch_cell(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
@@ -500,10 +502,12 @@ def _forward_steps(
     state (B, H) is updated in place, outputs (N, D·H) and saved (N, 5H) are written."""
     size = state.shape[1]
     if sgemm is not None:
+        # Held in locals: a temporary's memory could be freed before the C call reads it.
+        weight = weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
         kernels.seq2seq_gru_loop_forward(
             sgemm, *schedule.pointers(), size, gates.data_ptr(), schedule.gate_stride,
-            weight.contiguous().data_ptr(),
-            None if bias is None else bias.contiguous().data_ptr(), state.data_ptr(),
+            weight.data_ptr(), None if bias is None else bias.data_ptr(), state.data_ptr(),
             outputs.data_ptr(), schedule.out_stride, recurrent.data_ptr(),
             None if saved is None else saved.data_ptr(),
         )  # fmt: skip
@@ -541,10 +545,11 @@ def _backward_steps(
     ones', d_gates (N, D·3H) and d_recurrent (N, 3H, in the steps' run order) are written."""
     size = d_state.shape[1]
     if sgemm is not None:
+        weight = weight.contiguous()  # held, as in _forward_steps
         kernels.seq2seq_gru_loop_backward(
             sgemm, *schedule.pointers(), size, d_state.data_ptr(), d_outputs.data_ptr(),
             schedule.out_stride, saved.data_ptr(), d_gates.data_ptr(), schedule.gate_stride,
-            d_recurrent.data_ptr(), weight.contiguous().data_ptr(),
+            d_recurrent.data_ptr(), weight.data_ptr(),
         )  # fmt: skip
         return
     done = saved.shape[0]

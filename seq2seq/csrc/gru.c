@@ -170,8 +170,9 @@ void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restric
        op(W) h^T with W read as the (H, 3H) matrix W^T and transposed */
     ((sgemm_fn)sgemm)("T", "N", &width, &rows, &H, &one, W, &H, h, &H,
                       bias != NULL ? &one : &zero, recurrent, &width);
+    float *step_saved = saved == NULL ? NULL : saved + done * 5 * H;
     seq2seq_gru_forward(rows, H, gates + gate_offsets[k], gate_stride, recurrent, h,
-                        out + out_offsets[k], out_stride, saved == NULL ? NULL : saved + done * 5 * H);
+                        out + out_offsets[k], out_stride, step_saved);
     done += rows;
   }
 }
