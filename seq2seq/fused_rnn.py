@@ -6,10 +6,11 @@ shapes (B=64, H=128-256) those per-step kernels and their bookkeeping cost as mu
 Here a step is one GEMM (torch's BLAS) and one pass of ``csrc/gru.c`` over the step's rows, and
 the backward pass is the same by hand, with the recurrent weight's gradient as one GEMM over all
 steps after the loop. Where torch's BLAS is MKL's ``sgemm_`` (x86 builds link it into
-libtorch_cpu), the loop over a direction's steps runs in C too, calling that same ``sgemm_``:
+libtorch_cpu), the loop over a layer's steps runs in C too, calling that same ``sgemm_``:
 the same arithmetic without ~9 us of Python, ctypes and dispatch per step (1.028x whole Luong
-training steps; ``blas_sgemm`` checks it against the Python loop once). The parameters are
-``nn.GRU``'s own, so checkpoints do not change.
+training steps; ``blas_sgemm`` checks it against the Python loop once), and where torch has one
+thread per direction, a bidirectional layer's two directions run at once, each on its own
+thread (``_concurrent``). The parameters are ``nn.GRU``'s own, so checkpoints do not change.
 
 ``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
@@ -178,15 +179,17 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
     library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
-    # The C loops over a GRU direction's steps: sgemm, the schedule, then the arrays.
-    library.seq2seq_gru_loop_forward.argtypes = [pointer, i64, pointer, pointer, pointer, i64]
-    library.seq2seq_gru_loop_forward.argtypes += [pointer, i64, pointer, pointer, pointer]
-    library.seq2seq_gru_loop_forward.argtypes += [pointer, i64, pointer, pointer]
-    library.seq2seq_gru_loop_forward.restype = None
-    library.seq2seq_gru_loop_backward.argtypes = [pointer, i64, pointer, pointer, pointer, i64]
-    library.seq2seq_gru_loop_backward.argtypes += [pointer, pointer, i64, pointer, pointer, i64]
-    library.seq2seq_gru_loop_backward.argtypes += [pointer, pointer]
-    library.seq2seq_gru_loop_backward.restype = None
+    # The C loops over a GRU layer's steps: sgemm, directions, steps, the schedules, B, H, N,
+    # then the arrays (W_hh and b_hh as arrays of one pointer per direction) and `concurrent`.
+    addresses = ctypes.POINTER(ctypes.c_void_p)
+    library.seq2seq_gru_layer_forward.argtypes = [pointer, i64, i64, pointer, i64, i64, i64]
+    library.seq2seq_gru_layer_forward.argtypes += [pointer, i64, addresses, addresses, pointer]
+    library.seq2seq_gru_layer_forward.argtypes += [pointer, i64, pointer, pointer, ctypes.c_int]
+    library.seq2seq_gru_layer_forward.restype = None
+    library.seq2seq_gru_layer_backward.argtypes = [pointer, i64, i64, pointer, i64, i64, i64]
+    library.seq2seq_gru_layer_backward.argtypes += [pointer, pointer, i64, pointer, pointer, i64]
+    library.seq2seq_gru_layer_backward.argtypes += [pointer, addresses, ctypes.c_int]
+    library.seq2seq_gru_layer_backward.restype = None
     # seq2seq.dropout's keep mask: n, seed, dropped, scale, mask.
     library.seq2seq_dropout_mask.argtypes = [i64, ctypes.c_uint64, i64, ctypes.c_float, pointer]
     library.seq2seq_dropout_mask.restype = None
@@ -329,30 +332,47 @@ def _find_sgemm() -> int | None:
 
 
 def _loops_agree(kernels: ctypes.CDLL, sgemm: int) -> bool:
-    """The C loop against the Python loop, forward and backward, on a few random rows: the
-    second direction of two over a packed batch whose second step has fewer rows, with a
-    bias. The two run the same GEMMs and passes, so they must agree to rounding."""
+    """The C loops (the directions one after the other, and at once) against the Python loop,
+    forward and backward, on a few random rows: both directions over a packed batch whose second
+    step has fewer rows, with biases. They run the same GEMMs and passes (on one thread or two),
+    so they must agree to rounding."""
     generator = torch.Generator().manual_seed(0)
-    size, steps = 19, Steps.packed([3, 2])
-    schedule = _schedule(steps, 1, size, 2)
+    size, steps, rows = 19, Steps.packed([3, 2]), 5
+    schedules = [_schedule(steps, direction, size, 2) for direction in range(2)]
     # Every draw from the check's own generator, as in _check.
-    gates = torch.randn(5, 6 * size, generator=generator)
-    d_outputs = torch.randn(5, 2 * size, generator=generator)
-    weight = torch.randn(3 * size, size, generator=generator) / size**0.5
-    bias = torch.randn(3 * size, generator=generator)
-    initial = torch.randn(3, size, generator=generator)
+    gates = torch.randn(rows, 6 * size, generator=generator)
+    d_outputs = torch.randn(rows, 2 * size, generator=generator)
+    weights = [
+        torch.randn(shape, generator=generator) / size**0.5
+        for _ in range(2)
+        for shape in ((3 * size, size), (3 * size,))
+    ]
+    initial = torch.randn(2, 3, size, generator=generator)
     results = []
-    for address in (sgemm, None):
-        state, outputs = initial.clone(), torch.zeros(5, 2 * size)
-        recurrent, saved = torch.empty(3, 3 * size), torch.empty(5, 5 * size)
-        _forward_steps(kernels, address, schedule, gates, weight, bias, state, outputs,
-                       recurrent, saved)  # fmt: skip
-        d_state, d_gates = initial.clone(), torch.zeros(5, 6 * size)
-        d_recurrent = torch.empty(5, 3 * size)
-        _backward_steps(kernels, address, schedule, d_state, d_outputs, saved, d_gates,
-                        d_recurrent, weight)  # fmt: skip
-        results.append([state, outputs, saved, d_state, d_gates, d_recurrent])
-    return all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*results, strict=True))
+    for concurrent in (None, False, True):  # None: the Python loop
+        finals, outputs = initial.clone(), torch.zeros(rows, 2 * size)
+        recurrent, saved = torch.empty(2, 3, 3 * size), torch.empty(2, rows, 5 * size)
+        d_states, d_gates = initial.clone(), torch.zeros(rows, 6 * size)
+        d_recurrent = torch.empty(2, rows, 3 * size)
+        if concurrent is None:
+            for direction, schedule in enumerate(schedules):
+                weight, bias = weights[2 * direction : 2 * direction + 2]
+                _forward_steps(kernels, schedule, gates, weight, bias, finals[direction],
+                               outputs, recurrent[direction], saved[direction])  # fmt: skip
+                _backward_steps(kernels, schedule, d_states[direction], d_outputs,
+                                saved[direction], d_gates, d_recurrent[direction],
+                                weight)  # fmt: skip
+        else:
+            _forward_layer(kernels, sgemm, schedules, gates, tuple(weights), finals, outputs,
+                           recurrent, saved, concurrent)  # fmt: skip
+            _backward_layer(kernels, sgemm, schedules, d_states, d_outputs, saved, d_gates,
+                            d_recurrent, list(weights), concurrent)  # fmt: skip
+        results.append([finals, outputs, saved, d_states, d_gates, d_recurrent])
+    return all(
+        torch.allclose(value, expected, rtol=1e-5, atol=1e-6)
+        for variant in results[1:]
+        for value, expected in zip(variant, results[0], strict=True)
+    )
 
 
 def unavailable_reason() -> str | None:
@@ -440,16 +460,22 @@ class _Recurrence(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
         # Per direction, r z n gh_n h of every row (N, 5H), in the order the steps ran.
         saved = gates.new_empty(directions, rows, 5 * size) if needs_grad else None
-        recurrent = gates.new_empty(initial.shape[1], 3 * size)  # (B, 3H), one step's W_hh h
-        for direction in range(directions):
-            weight, bias = weights[2 * direction], weights[2 * direction + 1]
-            assert weight is not None
-            schedule = _schedule(steps, direction, size, directions)
-            saved_rows = None if saved is None else saved[direction]  # (N, 5H)
-            _forward_steps(
-                kernels, sgemm, schedule, gates, weight, bias, finals[direction], outputs,
-                recurrent, saved_rows,
-            )  # fmt: skip
+        # (D, B, 3H): each direction's W_hh h of one step
+        recurrent = gates.new_empty(directions, initial.shape[1], 3 * size)
+        schedules = [
+            _schedule(steps, direction, size, directions) for direction in range(directions)
+        ]
+        if sgemm is not None:  # every step of every direction in one C call
+            _forward_layer(kernels, sgemm, schedules, gates, weights, finals, outputs, recurrent,
+                           saved, _concurrent(directions))  # fmt: skip
+        else:
+            for direction, schedule in enumerate(schedules):
+                weight, bias = weights[2 * direction], weights[2 * direction + 1]
+                assert weight is not None
+                _forward_steps(
+                    kernels, schedule, gates, weight, bias, finals[direction], outputs,
+                    recurrent[direction], None if saved is None else saved[direction],
+                )  # fmt: skip
         if saved is not None:
             ctx.save_for_backward(saved, *weights)  # type: ignore[arg-type]  # None: no bias
         ctx.steps = steps  # type: ignore[attr-defined]
@@ -470,14 +496,21 @@ class _Recurrence(torch.autograd.Function):
         d_states = d_finals.clone(memory_format=torch.contiguous_format)  # (D, B, H)
         d_gates = d_outputs.new_empty(rows, 3 * width)
         d_recurrent = d_outputs.new_empty(directions, rows, 3 * size)  # in the steps' run order
+        schedules = [
+            _schedule(steps, direction, size, directions) for direction in range(directions)
+        ]
+        if sgemm is not None:  # every step of every direction in one C call
+            _backward_layer(kernels, sgemm, schedules, d_states, d_outputs, saved, d_gates,
+                            d_recurrent, weights, _concurrent(directions))  # fmt: skip
+        else:
+            for direction, schedule in enumerate(schedules):
+                _backward_steps(
+                    kernels, schedule, d_states[direction], d_outputs, saved[direction],
+                    d_gates, d_recurrent[direction], weights[2 * direction],
+                )  # fmt: skip
         grads: list[Tensor | None] = []
         for direction in range(directions):
-            weight, bias = weights[2 * direction], weights[2 * direction + 1]
-            schedule = _schedule(steps, direction, size, directions)
-            _backward_steps(
-                kernels, sgemm, schedule, d_states[direction], d_outputs, saved[direction],
-                d_gates, d_recurrent[direction], weight,
-            )  # fmt: skip
+            bias = weights[2 * direction + 1]
             previous = saved[direction, :, 4 * size :]  # (N, H): each row's h before its step
             # All steps' W_hh gradients in one GEMM: (3H, N) @ (N, H) -> (3H, H)
             grads.append(d_recurrent[direction].t() @ previous)
@@ -485,9 +518,77 @@ class _Recurrence(torch.autograd.Function):
         return d_gates, d_states, None, *grads
 
 
+def _forward_layer(
+    kernels: ctypes.CDLL,
+    sgemm: int,
+    schedules: list[_Schedule],
+    gates: Tensor,
+    weights: tuple[Tensor | None, ...],
+    finals: Tensor,
+    outputs: Tensor,
+    recurrent: Tensor,
+    saved: Tensor | None,
+    concurrent: bool,
+) -> None:
+    """Every direction's steps of ``_Recurrence.forward`` in one C call through torch's BLAS
+    ``sgemm``, with ``concurrent`` (``_concurrent``) each direction on its own thread. finals
+    (D, B, H) enter as the initial states and leave as the final ones; outputs (N, D·H) and
+    saved (D, N, 5H) are written, recurrent (D, B, 3H) is scratch."""
+    directions, batch, size = finals.shape
+    tables = torch.stack([schedule.table for schedule in schedules])  # (D, 3, T)
+    held = [None if tensor is None else tensor.contiguous() for tensor in weights]  # (see below)
+    kernels.seq2seq_gru_layer_forward(
+        sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size, gates.shape[0],
+        gates.data_ptr(), schedules[0].gate_stride, _addresses(held[0::2]),
+        _addresses(held[1::2]), finals.data_ptr(), outputs.data_ptr(), schedules[0].out_stride,
+        recurrent.data_ptr(), None if saved is None else saved.data_ptr(), concurrent,
+    )  # fmt: skip
+
+
+def _backward_layer(
+    kernels: ctypes.CDLL,
+    sgemm: int,
+    schedules: list[_Schedule],
+    d_states: Tensor,
+    d_outputs: Tensor,
+    saved: Tensor,
+    d_gates: Tensor,
+    d_recurrent: Tensor,
+    weights: list[Tensor | None],
+    concurrent: bool,
+) -> None:
+    """Every direction's steps of ``_Recurrence.backward`` in one C call, as in
+    ``_forward_layer``: d_states (D, B, H) go from the final states' gradients to the initial
+    ones', d_gates (N, D·3H) and d_recurrent (D, N, 3H, in the steps' run order) are written."""
+    directions, batch, size = d_states.shape
+    tables = torch.stack([schedule.table for schedule in schedules])  # (D, 3, T)
+    held = [None if tensor is None else tensor.contiguous() for tensor in weights[0::2]]
+    kernels.seq2seq_gru_layer_backward(
+        sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size, saved.shape[1],
+        d_states.data_ptr(), d_outputs.data_ptr(), schedules[0].out_stride, saved.data_ptr(),
+        d_gates.data_ptr(), schedules[0].gate_stride, d_recurrent.data_ptr(), _addresses(held),
+        concurrent,
+    )  # fmt: skip
+
+
+def _addresses(tensors: list[Tensor | None]) -> ctypes.Array[ctypes.c_void_p]:
+    """The C array of the tensors' data pointers (NULL for None). The caller holds the tensors
+    until the call returns: a temporary's memory could be freed before the C code reads it."""
+    return (ctypes.c_void_p * len(tensors))(
+        *(None if tensor is None else tensor.data_ptr() for tensor in tensors)
+    )
+
+
+def _concurrent(directions: int) -> bool:
+    """Whether a layer's directions run at once, each on its own thread with single-threaded
+    GEMMs: where torch has exactly as many threads as there are directions (the benchmark's 2
+    threads and bidirectional encoder: its forward pass 2,700 -> 2,150-2,430 us at B=64, H=128,
+    T=25). With more threads, each GEMM on all of them; with one, nothing to share."""
+    return directions > 1 and torch.get_num_threads() == directions
+
+
 def _forward_steps(
     kernels: ctypes.CDLL,
-    sgemm: int | None,
     schedule: _Schedule,
     gates: Tensor,
     weight: Tensor,
@@ -497,21 +598,10 @@ def _forward_steps(
     recurrent: Tensor,
     saved: Tensor | None,
 ) -> None:
-    """One direction's steps of ``_Recurrence.forward``: the whole loop in C where torch's BLAS
-    ``sgemm`` is at hand, else a Python loop of torch GEMMs and C passes (the same arithmetic).
+    """One direction's steps of ``_Recurrence.forward`` where torch's BLAS ``sgemm`` is not at
+    hand: a Python loop of torch GEMMs and C passes (the arithmetic of ``_forward_layer``).
     state (B, H) is updated in place, outputs (N, D·H) and saved (N, 5H) are written."""
     size = state.shape[1]
-    if sgemm is not None:
-        # Held in locals: a temporary's memory could be freed before the C call reads it.
-        weight = weight.contiguous()
-        bias = None if bias is None else bias.contiguous()
-        kernels.seq2seq_gru_loop_forward(
-            sgemm, *schedule.pointers(), size, gates.data_ptr(), schedule.gate_stride,
-            weight.data_ptr(), None if bias is None else bias.data_ptr(), state.data_ptr(),
-            outputs.data_ptr(), schedule.out_stride, recurrent.data_ptr(),
-            None if saved is None else saved.data_ptr(),
-        )  # fmt: skip
-        return
     weight_t = weight.t()  # (H, 3H)
     done = 0
     for count, gate_at, out_at in schedule.steps():
@@ -531,27 +621,19 @@ def _forward_steps(
 
 def _backward_steps(
     kernels: ctypes.CDLL,
-    sgemm: int | None,
     schedule: _Schedule,
     d_state: Tensor,
     d_outputs: Tensor,
     saved: Tensor,
     d_gates: Tensor,
     d_recurrent: Tensor,
-    weight: Tensor,
+    weight: Tensor | None,
 ) -> None:
-    """One direction's steps of ``_Recurrence.backward``, in C or in Python as in
-    ``_forward_steps``: d_state (B, H) goes from the final states' gradient to the initial
-    ones', d_gates (N, D·3H) and d_recurrent (N, 3H, in the steps' run order) are written."""
+    """One direction's steps of ``_Recurrence.backward`` in Python, as ``_forward_steps``:
+    d_state (B, H) goes from the final states' gradient to the initial ones', d_gates (N, D·3H)
+    and d_recurrent (N, 3H, in the steps' run order) are written."""
+    assert weight is not None
     size = d_state.shape[1]
-    if sgemm is not None:
-        weight = weight.contiguous()  # held, as in _forward_steps
-        kernels.seq2seq_gru_loop_backward(
-            sgemm, *schedule.pointers(), size, d_state.data_ptr(), d_outputs.data_ptr(),
-            schedule.out_stride, saved.data_ptr(), d_gates.data_ptr(), schedule.gate_stride,
-            d_recurrent.data_ptr(), weight.data_ptr(),
-        )  # fmt: skip
-        return
     done = saved.shape[0]
     for count, gate_at, out_at in reversed(schedule.steps()):
         done -= count

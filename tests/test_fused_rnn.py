@@ -31,14 +31,17 @@ LENGTHS = torch.tensor([3, 7, 1, 5])  # unsorted, with a one-token sentence
 B, T, E, H = 4, 7, 6, 5
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["c", "c-concurrent", "python"])
 def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The test once with each direction's steps looped in C (through torch's BLAS sgemm_,
-    where it is found) and once in Python (where it is not)."""
-    if request.param == "c" and fused_rnn.blas_sgemm() is None:
+    """The test with a layer's steps looped in C (through torch's BLAS sgemm_, where it is
+    found), its directions one after the other and at once, and looped in Python (where no
+    sgemm_ is found)."""
+    if request.param != "python" and fused_rnn.blas_sgemm() is None:
         pytest.skip("torch's BLAS sgemm_ is not found here: the steps loop in Python")
     if request.param == "python":
         monkeypatch.setitem(fused_rnn._state, "sgemm", None)
+    concurrent = request.param == "c-concurrent"
+    monkeypatch.setattr(fused_rnn, "_concurrent", lambda directions: concurrent and directions > 1)
     return str(request.param)
 
 
@@ -409,3 +412,15 @@ def test_checking_the_c_loop_leaves_the_global_random_stream_alone() -> None:
     torch.manual_seed(0)
     fused_rnn._loops_agree(library, address)
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+def test_directions_run_at_once_where_torch_has_one_thread_per_direction() -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert fused_rnn._concurrent(2)
+        assert not fused_rnn._concurrent(1)
+        torch.set_num_threads(1)
+        assert not fused_rnn._concurrent(2)
+    finally:
+        torch.set_num_threads(threads)

@@ -153,12 +153,12 @@ typedef void (*sgemm_fn)(const char *transa, const char *transb, const int64_t *
                          const int64_t *lda, const float *b, const int64_t *ldb,
                          const float *beta, float *c, const int64_t *ldc);
 
-void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restrict counts,
-                              const int64_t *restrict gate_offsets,
-                              const int64_t *restrict out_offsets, int64_t H,
-                              const float *gates, int64_t gate_stride, const float *W,
-                              const float *bias, float *h, float *out, int64_t out_stride,
-                              float *recurrent, float *saved) {
+static void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+                                     const int64_t *restrict gate_offsets,
+                                     const int64_t *restrict out_offsets, int64_t H,
+                                     const float *gates, int64_t gate_stride, const float *W,
+                                     const float *bias, float *h, float *out, int64_t out_stride,
+                                     float *recurrent, float *saved) {
   const int64_t width = 3 * H;
   const float one = 1.0f, zero = 0.0f;
   int64_t done = 0; /* rows of the steps so far: where this step's saved rows start */
@@ -182,12 +182,12 @@ void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restric
    out and gates (the same offsets and strides); d_recurrent (the steps' rows, 3H, in the order
    they ran) receives each step's d_gh, from which the caller gets W_hh's and b_hh's gradients
    in one GEMM and one sum. */
-void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t *restrict counts,
-                               const int64_t *restrict gate_offsets,
-                               const int64_t *restrict out_offsets, int64_t H, float *dh,
-                               const float *d_out, int64_t d_out_stride, const float *saved,
-                               float *d_gi, int64_t d_gi_stride, float *d_recurrent,
-                               const float *W) {
+static void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+                                      const int64_t *restrict gate_offsets,
+                                      const int64_t *restrict out_offsets, int64_t H, float *dh,
+                                      const float *d_out, int64_t d_out_stride, const float *saved,
+                                      float *d_gi, int64_t d_gi_stride, float *d_recurrent,
+                                      const float *W) {
   const int64_t width = 3 * H;
   const float one = 1.0f;
   int64_t done = 0;
@@ -203,6 +203,58 @@ void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t *restri
     ((sgemm_fn)sgemm)("N", "N", &H, &rows, &width, &one, W, &H, step_d_recurrent, &width, &one,
                       dh, &H);
   }
+}
+
+/* A layer's directions through the loops above: direction d's schedule is tables + d * 3 * steps
+   (counts, gate offsets, output offsets), its W_hh and b_hh W[d] and bias[d] (or NULL), its
+   state h + d * B * H, scratch recurrent + d * B * 3H and saved rows saved + d * N * 5H (or
+   NULL). With `concurrent`, each direction runs on its own OpenMP thread, its GEMMs on one
+   thread (BLAS inside a parallel region runs single-threaded), with no barrier between steps:
+   the directions share nothing they write. Without, they run one after the other, each GEMM on
+   all of torch's threads; the caller chooses (fused_rnn.py: concurrent where torch has as many
+   threads as there are directions). Never call the loops from an inactive parallel region: MKL
+   would start a nested team for every GEMM. */
+void seq2seq_gru_layer_forward(void *sgemm, int64_t directions, int64_t steps,
+                               const int64_t *tables, int64_t B, int64_t H, int64_t N,
+                               const float *gates, int64_t gate_stride, const float *const *W,
+                               const float *const *bias, float *h, float *out,
+                               int64_t out_stride, float *recurrent, float *saved,
+                               int concurrent) {
+  /* Direction d of the layer: its schedule, weights, state, scratch and saved rows. */
+#define SEQ2SEQ_LAYER_FORWARD(d)                                                                \
+  seq2seq_gru_loop_forward(sgemm, steps, tables + (d) * 3 * steps,                             \
+                           tables + ((d) * 3 + 1) * steps, tables + ((d) * 3 + 2) * steps, H,  \
+                           gates, gate_stride, W[d], bias[d], h + (d) * B * H, out, out_stride, \
+                           recurrent + (d) * B * 3 * H,                                         \
+                           saved == NULL ? NULL : saved + (d) * N * 5 * H)
+  if (!concurrent) { /* not `omp parallel if (0)`: MKL in an inactive region is many times slower */
+    for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_FORWARD(d);
+    return;
+  }
+#pragma omp parallel for num_threads(directions) schedule(static, 1)
+  for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_FORWARD(d);
+#undef SEQ2SEQ_LAYER_FORWARD
+}
+
+/* The backward pass of seq2seq_gru_layer_forward: direction d's dh at dh + d * B * H, its saved
+   rows at saved + d * N * 5H and its d_gh rows at d_recurrent + d * N * 3H. */
+void seq2seq_gru_layer_backward(void *sgemm, int64_t directions, int64_t steps,
+                                const int64_t *tables, int64_t B, int64_t H, int64_t N,
+                                float *dh, const float *d_out, int64_t d_out_stride,
+                                const float *saved, float *d_gi, int64_t d_gi_stride,
+                                float *d_recurrent, const float *const *W, int concurrent) {
+#define SEQ2SEQ_LAYER_BACKWARD(d)                                                               \
+  seq2seq_gru_loop_backward(sgemm, steps, tables + (d) * 3 * steps,                            \
+                            tables + ((d) * 3 + 1) * steps, tables + ((d) * 3 + 2) * steps, H, \
+                            dh + (d) * B * H, d_out, d_out_stride, saved + (d) * N * 5 * H,    \
+                            d_gi, d_gi_stride, d_recurrent + (d) * N * 3 * H, W[d])
+  if (!concurrent) {
+    for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_BACKWARD(d);
+    return;
+  }
+#pragma omp parallel for num_threads(directions) schedule(static, 1)
+  for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_BACKWARD(d);
+#undef SEQ2SEQ_LAYER_BACKWARD
 }
 
 /* tanh in place over n contiguous floats: the Luong decoder's attentional layer when decoding
