@@ -535,7 +535,7 @@ def _forward_layer(
     (D, B, H) enter as the initial states and leave as the final ones; outputs (N, D·H) and
     saved (D, N, 5H) are written, recurrent (D, B, 3H) is scratch."""
     directions, batch, size = finals.shape
-    tables = torch.stack([schedule.table for schedule in schedules])  # (D, 3, T)
+    tables = _tables(schedules)  # (D, 3, T)
     held = [None if tensor is None else tensor.contiguous() for tensor in weights]  # (see below)
     kernels.seq2seq_gru_layer_forward(
         sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size, gates.shape[0],
@@ -561,7 +561,7 @@ def _backward_layer(
     ``_forward_layer``: d_states (D, B, H) go from the final states' gradients to the initial
     ones', d_gates (N, D·3H) and d_recurrent (D, N, 3H, in the steps' run order) are written."""
     directions, batch, size = d_states.shape
-    tables = torch.stack([schedule.table for schedule in schedules])  # (D, 3, T)
+    tables = _tables(schedules)  # (D, 3, T)
     held = [None if tensor is None else tensor.contiguous() for tensor in weights[0::2]]
     kernels.seq2seq_gru_layer_backward(
         sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size, saved.shape[1],
@@ -651,22 +651,25 @@ def _backward_steps(
 class _Schedule:
     """One direction's steps in the order they run: each step's row count and where its first
     gate and output rows start (in floats, in tensors laid out as ``_Recurrence``'s gates and
-    outputs), with the row strides; ``table`` holds the three columns as int64 for the C loop."""
+    outputs), with the row strides."""
 
     counts: tuple[int, ...]
     gate_offsets: tuple[int, ...]
     out_offsets: tuple[int, ...]
     gate_stride: int
     out_stride: int
-    table: Tensor  # (3, steps): counts, gate offsets, output offsets
 
     def steps(self) -> list[tuple[int, int, int]]:
         return list(zip(self.counts, self.gate_offsets, self.out_offsets, strict=True))
 
-    def pointers(self) -> tuple[int, int, int, int]:
-        """The C loops' first arguments: the number of steps and the three columns."""
-        counts, gate_offsets, out_offsets = (int(row.data_ptr()) for row in self.table)
-        return len(self.counts), counts, gate_offsets, out_offsets
+
+def _tables(schedules: list[_Schedule]) -> Tensor:
+    """The C layer loops' schedule: per direction its counts, gate offsets and output offsets,
+    (D, 3, T) int64."""
+    return torch.tensor(
+        [[schedule.counts, schedule.gate_offsets, schedule.out_offsets] for schedule in schedules],
+        dtype=torch.int64,
+    )
 
 
 def _schedule(steps: Steps, direction: int, size: int, directions: int) -> _Schedule:
@@ -675,9 +678,8 @@ def _schedule(steps: Steps, direction: int, size: int, directions: int) -> _Sche
     counts = tuple(steps.batch_sizes[t] for t in order)
     gate_offsets = tuple(steps.starts[t] * 3 * width + direction * 3 * size for t in order)
     out_offsets = tuple(steps.starts[t] * width + direction * size for t in order)
-    table = torch.tensor([counts, gate_offsets, out_offsets], dtype=torch.int64)
     return _Schedule(
-        counts, gate_offsets, out_offsets, steps.stride * 3 * width, steps.stride * width, table
+        counts, gate_offsets, out_offsets, steps.stride * 3 * width, steps.stride * width
     )
 
 
