@@ -57,20 +57,41 @@ class RNNEncoder(nn.Module):
     def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) token ids, src_lens (B,) -> memory (B, S, 2H), summary (B, 2H)."""
         embedded = self.dropout(self.embedding(src))  # (B, S, E)
-        # Packing skips the padding, so the backward direction starts at each sentence's last token.
-        packed = pack_padded_sequence(
-            embedded, src_lens.cpu(), batch_first=True, enforce_sorted=False
-        )
+        lengths = src_lens.cpu()
         if self.uses_fused_rnn(embedded):
             assert isinstance(self.rnn, nn.GRU)
-            packed_memory, final = fused_gru(self.rnn, packed)
+            memory, final = self.fused_gru(embedded, lengths)
         else:
+            # Packing skips the padding, so the backward direction starts at each sentence's
+            # last token.
+            packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
             packed_memory, final = self.rnn(packed)
-        memory, _ = pad_packed_sequence(packed_memory, batch_first=True, total_length=src.shape[1])
+            memory, _ = pad_packed_sequence(
+                packed_memory, batch_first=True, total_length=src.shape[1]
+            )
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h_n, c_n)
         # final_hidden: (L*2, B, H); the last layer's forward and backward states are the last two.
         summary = torch.cat([final_hidden[-2], final_hidden[-1]], dim=-1)  # (B, 2H)
         return self.dropout(memory), summary
+
+    def fused_gru(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The GRU through ``seq2seq.fused_rnn`` on the padded batch: embedded (B, S, E),
+        lengths (B,) on the CPU -> memory (B, S, 2H), final states (L·2, B, H).
+
+        Its steps take the sentences longest first; a batch in another order (the samplers
+        give longest first: ``BucketBatchSampler``, ``Translator``) is sorted for it and put
+        back, two gathers where packing makes three copies.
+        """
+        assert isinstance(self.rnn, nn.GRU)
+        order = None
+        if bool((lengths[1:] > lengths[:-1]).any()):
+            order = torch.argsort(lengths, descending=True, stable=True)  # (B,)
+            embedded, lengths = embedded.index_select(0, order.to(embedded.device)), lengths[order]
+        memory, final = fused_gru(self.rnn, embedded, lengths=lengths.tolist())
+        if order is not None:
+            restore = torch.argsort(order).to(memory.device)  # (B,) the inverse permutation
+            memory, final = memory.index_select(0, restore), final.index_select(1, restore)
+        return memory, final
 
     def uses_fused_rnn(self, embedded: Tensor) -> bool:
         """Whether ``forward`` runs the GRU through ``seq2seq.fused_rnn`` for this input."""

@@ -82,7 +82,8 @@ class Translator:
         # Blank lines (no tokens) are answered without the model: an RNN cannot encode nothing.
         order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
         for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
+            # Longest first inside the batch: the order the encoder's fused GRU steps them in.
+            indices = order[start : start + batch_size][::-1]
             batch = [src_ids[i][: self.max_src_len] for i in indices]
             src = pad(batch).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
@@ -127,7 +128,8 @@ class Translator:
         ]
         order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
         for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
+            # Longest first inside the batch: the order the encoder's fused GRU steps them in.
+            indices = order[start : start + batch_size][::-1]
             src = pad([src_ids[i] for i in indices]).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(src_ids[i]) for i in indices], device=self.device)
             tgt_in = pad([[BOS_ID, *tgt_ids[i]] for i in indices]).to(self.device)  # (B, T)

@@ -61,9 +61,19 @@ def test_padding_ratio_counts_padded_positions() -> None:
 
 
 def test_evaluation_order_is_sorted_and_fixed() -> None:
+    """Shortest batch first, each batch longest first (the order the fused encoder takes)."""
     batches = list(BucketBatchSampler(LENGTHS, batch_size=50, shuffle=False))
-    flat = [i for batch in batches for i in batch]
-    assert [LENGTHS[i] for i in flat] == sorted(LENGTHS)
+    flat = [i for batch in batches[::-1] for i in batch]
+    assert [LENGTHS[i] for i in flat] == sorted(LENGTHS, reverse=True)
+    assert batches == list(BucketBatchSampler(LENGTHS, batch_size=50, shuffle=False))
+
+
+@pytest.mark.parametrize("max_tokens", [None, 200])
+def test_every_batch_is_longest_first(max_tokens: int | None) -> None:
+    sampler = BucketBatchSampler(LENGTHS, batch_size=16, max_tokens=max_tokens, seed=3)
+    for batch in sampler.batches():
+        lengths = [LENGTHS[i] for i in batch]
+        assert lengths == sorted(lengths, reverse=True)
 
 
 def test_bad_sizes_name_the_key() -> None:

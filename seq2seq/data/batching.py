@@ -93,6 +93,8 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
     padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
+    Each batch lists its sentences longest first, the order the encoder's fused GRU steps them
+    in (``RNNEncoder.fused_gru``; any other order costs it a sort).
 
     Under DDP each of ``num_replicas`` ranks serves every ``num_replicas``-th batch of the same
     epoch order, starting at its ``rank``. The batch list is first padded by repeating its first
@@ -172,9 +174,10 @@ class BucketBatchSampler(Sampler[list[int]]):
             # Stable sort keeps the random order among equal lengths.
             window = window[torch.argsort(self.lengths[window], stable=True)]
             if self.max_tokens is None:
-                batches.extend(chunk.tolist() for chunk in window.split(self.batch_size))
+                chunks = [chunk.tolist() for chunk in window.split(self.batch_size)]
             else:
-                batches.extend(self._split_by_tokens(window.tolist(), self.max_tokens))
+                chunks = self._split_by_tokens(window.tolist(), self.max_tokens)
+            batches.extend(chunk[::-1] for chunk in chunks)  # each longest first
         if self.shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
         return batches

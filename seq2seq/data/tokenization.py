@@ -265,7 +265,10 @@ def check_special_tokens(tokenizer: Tokenizer, origin: str) -> None:
 
 def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text, without special tokens."""
-    return [encoding.ids for encoding in tokenizer.encode_batch(list(texts))]
+    # encode_batch_fast (tokenizers >= 0.20) skips the character offsets, which nothing here
+    # reads: 1.9 against 2.9 ms for the reverse task's 500 test sentences.
+    encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    return [encoding.ids for encoding in encode(list(texts))]
 
 
 def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
