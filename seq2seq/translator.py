@@ -88,9 +88,11 @@ class Translator:
             src = pad(batch).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
             hypotheses = self._search(src, src_lens, beam_size, length_penalty)
+            # One conversion per batch instead of one per row.
+            token_rows, lengths = hypotheses.tokens.tolist(), hypotheses.lengths.tolist()
             for row, index in enumerate(indices):
-                length = int(hypotheses.lengths[row])
-                ids = hypotheses.tokens[row, :length].tolist()
+                length = lengths[row]
+                ids = token_rows[row][:length]
                 result = Translation(
                     decode(self.tgt_tokenizer, ids), len(src_ids[index]) > self.max_src_len
                 )
