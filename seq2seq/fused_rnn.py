@@ -192,6 +192,13 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_gru_layer_backward.argtypes += [pointer, pointer, i64, pointer, pointer, i64]
     library.seq2seq_gru_layer_backward.argtypes += [pointer, addresses, ctypes.c_int]
     library.seq2seq_gru_layer_backward.restype = None
+    # seq2seq.fused_greedy's loop: sgemm, B, S, H, V, max_steps, bos, eos, the cell's table and
+    # weights, keys, values, lens, scale, W_c2 and its row stride, the output layer, limits,
+    # the state and scratch, and the outputs; it returns the steps it ran.
+    greedy: list[type[ctypes._SimpleCData[Any]]] = [pointer, *[i64] * 7, *[pointer] * 6]
+    greedy += [ctypes.c_float, pointer, i64, *[pointer] * 9]
+    library.seq2seq_luong_greedy.argtypes = greedy
+    library.seq2seq_luong_greedy.restype = i64
     # seq2seq.dropout's keep mask: n, seed, dropped, scale, mask.
     library.seq2seq_dropout_mask.argtypes = [i64, ctypes.c_uint64, i64, ctypes.c_float, pointer]
     library.seq2seq_dropout_mask.restype = None

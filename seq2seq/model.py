@@ -16,6 +16,7 @@ from seq2seq.decoder import (
     CellFactory,
     DecoderState,
     EncodedSource,
+    GreedyTask,
 )
 from seq2seq.encoder import RNNEncoder, RNNFactory
 from seq2seq.errors import ConfigError
@@ -96,6 +97,13 @@ class Seq2Seq(nn.Module):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), next state, attention weights (B, S)."""
         return self.decoder.decode_step(prev_tokens, state, source)
+
+    def fused_greedy(
+        self, source: EncodedSource, state: DecoderState, task: GreedyTask
+    ) -> tuple[Tensor, Tensor, int] | None:
+        """The decoder's whole greedy loop in one C call, where it has one that applies
+        (``AttentionDecoder.fused_greedy``); None: ``greedy_search`` steps ``decode_step``."""
+        return self.decoder.fused_greedy(source, state, task)
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True

@@ -7,12 +7,12 @@ length limit), V vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from seq2seq.decoder import DecoderState, EncodedSource
+from seq2seq.decoder import DecoderState, EncodedSource, GreedyTask
 
 
 class StepwiseModel(Protocol):
@@ -23,6 +23,15 @@ class StepwiseModel(Protocol):
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, DecoderState, Tensor]: ...
+
+
+@runtime_checkable
+class FusedGreedyModel(Protocol):
+    """A model that may decode a whole batch greedily in one call (``Seq2Seq.fused_greedy``)."""
+
+    def fused_greedy(
+        self, source: EncodedSource, state: DecoderState, task: GreedyTask
+    ) -> tuple[Tensor, Tensor, int] | None: ...
 
 
 @dataclass
@@ -71,17 +80,34 @@ def greedy_search(
     A sentence leaves the decoder's batch at its EOS (or limit), so the steps the longer ones still
     need cost nothing for it.
     """
-    batch_size, device = src.shape[0], src.device
     source, state = model.encode(src, src_lens)
-    limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device)  # (B,)
-    max_steps = max(1, int(limits.max()))
+    limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
+    task = GreedyTask(limits, max(1, int(limits.max())), bos_id, eos_id, pad_id)
+    fused = None
+    if isinstance(model, FusedGreedyModel):  # the same loop in one C call, where it applies
+        fused = model.fused_greedy(source, state, task)
+    tokens, weights, num_steps = fused or _greedy_steps(model, source, state, task)
+    tokens = tokens[:, :num_steps]  # (B, L)
+    # A sentence ends at its first EOS, or else at its limit (one token at least).
+    is_eos = tokens == eos_id  # (B, L)
+    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, limits.clamp(min=1))
+    return Hypotheses(tokens, lengths, weights[:, :num_steps])
+
+
+def _greedy_steps(
+    model: StepwiseModel, source: EncodedSource, state: DecoderState, task: GreedyTask
+) -> tuple[Tensor, Tensor, int]:
+    """``greedy_search``'s loop over ``decode_step``: tokens (B, L), weights (B, L, S) and the
+    number of steps run."""
+    limits, max_steps, bos_id, eos_id = task.limits, task.max_steps, task.bos_id, task.eos_id
+    batch_size, device = limits.shape[0], limits.device
     # The sentences still decoding, in the order of the decoder's rows (A,).
     active = torch.arange(batch_size, device=device)
     active_limits = limits  # (A,)
     prev_tokens = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (A,)
     # Each step writes its active rows in place (PAD and zero weights stay for the finished
     # ones): a step costs as few small ops as possible, which is most of greedy's time here.
-    tokens = torch.full((batch_size, max_steps), pad_id, dtype=torch.long, device=device)
+    tokens = torch.full((batch_size, max_steps), task.pad_id, dtype=torch.long, device=device)
     weights: Tensor | None = None  # (B, L, S), once the first step gives the dtype
     num_steps = max_steps
     for t in range(max_steps):
@@ -107,11 +133,7 @@ def greedy_search(
             source = source.index_select(still)
             state = tuple(tensor.index_select(0, still) for tensor in state)
     assert weights is not None  # the loop runs at least once
-    tokens = tokens[:, :num_steps]  # (B, L)
-    # A sentence ends at its first EOS, or else at its limit (one token at least).
-    is_eos = tokens == eos_id  # (B, L)
-    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, limits.clamp(min=1))
-    return Hypotheses(tokens, lengths, weights[:, :num_steps])
+    return tokens, weights, num_steps
 
 
 def length_penalty_factor(lengths: Tensor, alpha: float) -> Tensor:

@@ -388,6 +388,24 @@ void seq2seq_additive_backward(int64_t rows, int64_t S, int64_t A, int64_t M,
   }
 }
 
+/* One query's product-scored attention: q (D) against keys (S, D), of which the first len are
+   valid, weights w (S) and the context c (V) over values (S, V). */
+static void product_row(int64_t S, int64_t D, int64_t V, float scale, const float *restrict q,
+                        const float *restrict keys, int64_t len, const float *restrict values,
+                        float *restrict w, float *restrict c) {
+  len = valid_keys(len, S);
+  float largest = 0.0f;
+  for (int64_t s = 0; s < len; ++s) {
+    const float *restrict k_s = keys + s * D;
+    float score = 0.0f;
+#pragma omp simd reduction(+ : score)
+    for (int64_t j = 0; j < D; ++j) score += q[j] * k_s[j];
+    w[s] = scale * score;
+    largest = (s == 0 || w[s] > largest) ? w[s] : largest;
+  }
+  softmax_average(len, S, V, largest, w, values, c);
+}
+
 /* Product-scored attention for one decoding step (seq2seq/fused_attention.py): score_s =
    scale * q . k_s (dot, scaled dot and general, whose keys are W k), masked softmax over the
    lens[b / group] valid keys, and context = sum_s weight_s values_s. Layouts as in
@@ -402,21 +420,88 @@ void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, 
 #pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t sentence = b / group;
-    const int64_t len = valid_keys(lens[sentence], S);
-    const float *restrict q_b = q + b * D;
-    float *restrict w_b = weights + b * weights_stride;
-    float *restrict c_b = context + b * context_stride;
-    float largest = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      const float *restrict k_s = keys + (sentence * S + s) * D;
-      float score = 0.0f;
-#pragma omp simd reduction(+ : score)
-      for (int64_t j = 0; j < D; ++j) score += q_b[j] * k_s[j];
-      w_b[s] = scale * score;
-      largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
-    }
-    softmax_average(len, S, V, largest, w_b, values + sentence * S * V, c_b);
+    product_row(S, D, V, scale, q + b * D, keys + sentence * S * D, lens[sentence],
+                values + sentence * S * V, weights + b * weights_stride,
+                context + b * context_stride);
   }
+}
+
+/* Greedy decoding with the Luong decoder (seq2seq/fused_greedy.py): a GRU cell, attention scored
+   scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
+   tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
+   LuongDecoder.decode_step and greedy_search's loop, the same GEMMs (torch's sgemm_) and C passes
+   in the same order, without the dozen Python-dispatched ops per step between them.
+
+   table (V, 3H) holds W_ie e + b_ih of every target token, W_hh (3H, H) and b_hh (3H, or NULL)
+   the cell's, keys and values (B, S, H) the projected keys and W_c1 m of each sentence, lens (B)
+   their lengths. W_c2 (H, H) is read at row stride ld_c2 (a column block of W_c), W_s (V, H)
+   and b_s (V, or NULL) are the output layer's. h (B, H) enters as the initial states and is
+   scratch, as are work (B * (8H + V) floats), rows and prev (B each). A sentence leaves the
+   batch at its EOS or at limits[b] tokens (the rows that stay keep their order, as greedy_search
+   keeps them); tokens (B, max_steps) and weights (B, max_steps, S) receive the active rows of
+   each step (the rest stays as the caller filled it). Returns the number of steps run. */
+int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64_t V,
+                             int64_t max_steps, int64_t bos, int64_t eos,
+                             const float *restrict table, const float *W_hh, const float *b_hh,
+                             const float *restrict keys, const float *restrict values,
+                             const int64_t *restrict lens, float scale, const float *W_c2,
+                             int64_t ld_c2, const float *W_s, const float *b_s,
+                             const int64_t *restrict limits, float *restrict h,
+                             float *restrict work, int64_t *restrict rows, int64_t *restrict prev,
+                             int64_t *restrict tokens, float *restrict weights) {
+  const int64_t G = 3 * H;
+  const float one = 1.0f, zero = 0.0f;
+  float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
+  float *attentional = query + B * H, *logits = attentional + B * H;
+  int64_t active = B;
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b] = b;
+    prev[b] = bos;
+  }
+  for (int64_t t = 0; t < max_steps; ++t) {
+    /* The cell: gates (A, 3H) from the table, recurrent = b_hh + h W_hh^T (column-major, as
+       in seq2seq_gru_loop_forward), then the gate pass updating h and writing the query. */
+    for (int64_t r = 0; r < active; ++r) {
+      memcpy(gates + r * G, table + prev[r] * G, G * sizeof(float));
+      if (b_hh != NULL) memcpy(recurrent + r * G, b_hh, G * sizeof(float));
+    }
+    ((sgemm_fn)sgemm)("T", "N", &G, &active, &H, &one, W_hh, &H, h, &H,
+                      b_hh != NULL ? &one : &zero, recurrent, &G);
+    seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
+    /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
+#pragma omp parallel for schedule(static) if (active * S * 2 * H >= 4 * PARALLEL_MIN)
+    for (int64_t r = 0; r < active; ++r) {
+      const int64_t b = rows[r];
+      product_row(S, H, H, scale, query + r * H, keys + b * S * H, lens[b], values + b * S * H,
+                  weights + (b * max_steps + t) * S, attentional + r * H);
+    }
+    /* attentional (A, H) = tanh(W_c1 c + h W_c2^T), then logits (A, V) = b_s + a W_s^T. */
+    ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
+                      attentional, &H);
+    seq2seq_tanh(active * H, attentional);
+    if (b_s != NULL)
+      for (int64_t r = 0; r < active; ++r) memcpy(logits + r * V, b_s, V * sizeof(float));
+    ((sgemm_fn)sgemm)("T", "N", &V, &active, &H, &one, W_s, &H, attentional, &H,
+                      b_s != NULL ? &one : &zero, logits, &V);
+    /* The most probable token (the first of equal ones, as torch.argmax), and the rows that go
+       on, moved up in order. */
+    int64_t kept = 0;
+    for (int64_t r = 0; r < active; ++r) {
+      const float *restrict l_r = logits + r * V;
+      int64_t best = 0;
+      for (int64_t v = 1; v < V; ++v) best = l_r[v] > l_r[best] ? v : best;
+      const int64_t b = rows[r];
+      tokens[b * max_steps + t] = best;
+      if (best == eos || t + 1 >= limits[b]) continue;
+      if (kept != r) memcpy(h + kept * H, h + r * H, H * sizeof(float));
+      rows[kept] = b;
+      prev[kept] = best;
+      ++kept;
+    }
+    active = kept;
+    if (active == 0) return t + 1;
+  }
+  return max_steps;
 }
 
 /* Dropout's keep mask (seq2seq/dropout.py): mask[i] = scale where the top 16 bits of output i of
