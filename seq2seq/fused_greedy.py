@@ -53,6 +53,8 @@ def luong_greedy(
     assert kernels is not None  # blas_sgemm() found it
     batch, length, size = keys.shape
     vocabulary = output_weight.shape[0]
+    if values.shape != keys.shape or initial.shape != (batch, size):
+        return None  # the loop scores and averages vectors of the state's size
     table, cell_weight = table.contiguous(), cell_weight.contiguous()
     keys, values = keys.contiguous(), values.contiguous()
     output_weight = output_weight.contiguous()
