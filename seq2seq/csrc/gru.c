@@ -9,9 +9,10 @@
      h' = (1 - z) * n + z * h     where gi = W_ih x + b_ih and gh = W_hh h + b_hh, each (3H,).
 
    The attention kernels follow: additive attention for a Bahdanau step (scores, masked
-   softmax, context, and their backward pass; seq2seq/fused_bahdanau.py) and product-scored
-   attention for a decoding step (seq2seq/fused_attention.py). Dropout's keep mask
-   (seq2seq/dropout.py) ends the file.
+   softmax, context, and their backward pass; seq2seq/fused_bahdanau.py), product-scored
+   attention for a decoding step (seq2seq/fused_attention.py), and the Luong decoder's whole
+   greedy loop built from these passes and torch's sgemm_ (seq2seq/fused_greedy.py). Dropout's
+   keep mask (seq2seq/dropout.py) ends the file.
 
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
