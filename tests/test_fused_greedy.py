@@ -117,6 +117,18 @@ def test_sentences_leave_at_eos_or_at_their_limit(monkeypatch: pytest.MonkeyPatc
         assert (fused.attention[row, :length, int(src_lens[row]) :] == 0).all()
 
 
+@needs_sgemm
+def test_nan_logits_pick_the_token_torch_argmax_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A diverged model's NaN logits: torch.argmax ranks NaN above every number, the first one."""
+    model = make_luong("dot")
+    with torch.no_grad():
+        model.decoder.output_layer.bias[[4, 6]] = float("nan")
+    src, src_lens = make_sources(5, 0)
+    fused, stepped = both_ways(model, src, src_lens, 1, monkeypatch)
+    assert torch.equal(fused.tokens, stepped.tokens)
+    assert (fused.tokens[:, 0] == 4).all()
+
+
 def decoder_inputs(
     model: Seq2Seq, batch: int = 4
 ) -> tuple[EncodedSource, DecoderState, GreedyTask]:

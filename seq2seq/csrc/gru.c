@@ -484,13 +484,16 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
       for (int64_t r = 0; r < active; ++r) memcpy(logits + r * V, b_s, V * sizeof(float));
     ((sgemm_fn)sgemm)("T", "N", &V, &active, &H, &one, W_s, &H, attentional, &H,
                       b_s != NULL ? &one : &zero, logits, &V);
-    /* The most probable token (the first of equal ones, as torch.argmax), and the rows that go
-       on, moved up in order. */
+    /* The most probable token as torch.argmax picks it (the first of equal ones; the first
+       NaN, which it ranks above every number), and the rows that go on, moved up in order. */
     int64_t kept = 0;
     for (int64_t r = 0; r < active; ++r) {
       const float *restrict l_r = logits + r * V;
       int64_t best = 0;
-      for (int64_t v = 1; v < V; ++v) best = l_r[v] > l_r[best] ? v : best;
+      for (int64_t v = 1; v < V; ++v) {
+        const int nan_first = l_r[v] != l_r[v] && l_r[best] == l_r[best];
+        best = (l_r[v] > l_r[best] || nan_first) ? v : best;
+      }
       const int64_t b = rows[r];
       tokens[b * max_steps + t] = best;
       if (best == eos || t + 1 >= limits[b]) continue;
