@@ -60,7 +60,7 @@ class RNNEncoder(nn.Module):
         lengths = src_lens.cpu()
         if self.uses_fused_rnn(embedded):
             assert isinstance(self.rnn, nn.GRU)
-            memory, final = self.fused_gru(embedded, lengths)
+            memory, final = self.fused_recurrence(embedded, lengths)
         else:
             # Packing skips the padding, so the backward direction starts at each sentence's
             # last token.
@@ -74,7 +74,7 @@ class RNNEncoder(nn.Module):
         summary = torch.cat([final_hidden[-2], final_hidden[-1]], dim=-1)  # (B, 2H)
         return self.dropout(memory), summary
 
-    def fused_gru(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def fused_recurrence(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The GRU through ``seq2seq.fused_rnn`` on the padded batch: embedded (B, S, E),
         lengths (B,) on the CPU -> memory (B, S, 2H), final states (L·2, B, H).
 

@@ -7,7 +7,7 @@ Translator.load("bundle/").translate(["ein Hund läuft ."], beam_size=5)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,10 +80,7 @@ class Translator:
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
         # Blank lines (no tokens) are answered without the model: an RNN cannot encode nothing.
-        order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
-        for start in range(0, len(order), batch_size):
-            # Longest first inside the batch: the order the encoder's fused GRU steps them in.
-            indices = order[start : start + batch_size][::-1]
+        for indices in length_batches(src_ids, batch_size):
             batch = [src_ids[i][: self.max_src_len] for i in indices]
             src = pad(batch).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
@@ -128,10 +125,7 @@ class Translator:
             )
             for target, source, tgt in zip(targets, src_ids, tgt_ids, strict=True)
         ]
-        order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
-        for start in range(0, len(order), batch_size):
-            # Longest first inside the batch: the order the encoder's fused GRU steps them in.
-            indices = order[start : start + batch_size][::-1]
+        for indices in length_batches(src_ids, batch_size):
             src = pad([src_ids[i] for i in indices]).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(src_ids[i]) for i in indices], device=self.device)
             tgt_in = pad([[BOS_ID, *tgt_ids[i]] for i in indices]).to(self.device)  # (B, T)
@@ -161,6 +155,14 @@ class Translator:
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
         ).best
+
+
+def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
+    """Indices of the non-empty sources in batches of similar length (shortest batch first, less
+    padding), each batch longest first: the order the encoder's fused GRU steps them in."""
+    order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size][::-1]
 
 
 def _tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:

@@ -154,23 +154,29 @@ typedef void (*sgemm_fn)(const char *transa, const char *transb, const int64_t *
                          const int64_t *lda, const float *b, const int64_t *ldb,
                          const float *beta, float *c, const int64_t *ldc);
 
+/* y (rows, out) = x (rows, in) W^T + bias, as torch.addmm(bias, x, W.t()) computes it: the bias
+   copied into every row, then beta 1 adds the product (no bias: beta 0). W (out, in) is read
+   at row stride ldw. Column-major, y^T (out, rows) = op(W) x^T with W read as the (in, out)
+   matrix W^T and transposed. */
+static void affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, const float *W,
+                        int64_t ldw, const float *bias, const float *x, float *y) {
+  const float one = 1.0f, zero = 0.0f;
+  if (bias != NULL)
+    for (int64_t r = 0; r < rows; ++r) memcpy(y + r * out, bias, out * sizeof(float));
+  ((sgemm_fn)sgemm)("T", "N", &out, &rows, &in, &one, W, &ldw, x, &in,
+                    bias != NULL ? &one : &zero, y, &out);
+}
+
 static void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restrict counts,
                                      const int64_t *restrict gate_offsets,
                                      const int64_t *restrict out_offsets, int64_t H,
                                      const float *gates, int64_t gate_stride, const float *W,
                                      const float *bias, float *h, float *out, int64_t out_stride,
                                      float *recurrent, float *saved) {
-  const int64_t width = 3 * H;
-  const float one = 1.0f, zero = 0.0f;
   int64_t done = 0; /* rows of the steps so far: where this step's saved rows start */
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t rows = counts[k];
-    if (bias != NULL) /* beta 1 below adds W_hh h to it, as torch.addmm(bias, ...) does */
-      for (int64_t b = 0; b < rows; ++b) memcpy(recurrent + b * width, bias, width * sizeof(float));
-    /* recurrent (rows, 3H) = h (rows, H) @ W^T (H, 3H); column-major, recurrent^T (3H, rows) =
-       op(W) h^T with W read as the (H, 3H) matrix W^T and transposed */
-    ((sgemm_fn)sgemm)("T", "N", &width, &rows, &H, &one, W, &H, h, &H,
-                      bias != NULL ? &one : &zero, recurrent, &width);
+    affine_rows(sgemm, rows, 3 * H, H, W, H, bias, h, recurrent); /* (rows, 3H) = b + h W^T */
     float *step_saved = saved == NULL ? NULL : saved + done * 5 * H;
     seq2seq_gru_forward(rows, H, gates + gate_offsets[k], gate_stride, recurrent, h,
                         out + out_offsets[k], out_stride, step_saved);
@@ -451,7 +457,7 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                              float *restrict work, int64_t *restrict rows, int64_t *restrict prev,
                              int64_t *restrict tokens, float *restrict weights) {
   const int64_t G = 3 * H;
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f;
   float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
   float *attentional = query + B * H, *logits = attentional + B * H;
   int64_t active = B;
@@ -460,14 +466,11 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
     prev[b] = bos;
   }
   for (int64_t t = 0; t < max_steps; ++t) {
-    /* The cell: gates (A, 3H) from the table, recurrent = b_hh + h W_hh^T (column-major, as
-       in seq2seq_gru_loop_forward), then the gate pass updating h and writing the query. */
-    for (int64_t r = 0; r < active; ++r) {
+    /* The cell: gates (A, 3H) from the table, recurrent = b_hh + h W_hh^T, then the gate pass
+       updating h and writing the query. */
+    for (int64_t r = 0; r < active; ++r)
       memcpy(gates + r * G, table + prev[r] * G, G * sizeof(float));
-      if (b_hh != NULL) memcpy(recurrent + r * G, b_hh, G * sizeof(float));
-    }
-    ((sgemm_fn)sgemm)("T", "N", &G, &active, &H, &one, W_hh, &H, h, &H,
-                      b_hh != NULL ? &one : &zero, recurrent, &G);
+    affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
     seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
     /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
 #pragma omp parallel for schedule(static) if (active * S * 2 * H >= 4 * PARALLEL_MIN)
@@ -480,10 +483,7 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
     ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
                       attentional, &H);
     seq2seq_tanh(active * H, attentional);
-    if (b_s != NULL)
-      for (int64_t r = 0; r < active; ++r) memcpy(logits + r * V, b_s, V * sizeof(float));
-    ((sgemm_fn)sgemm)("T", "N", &V, &active, &H, &one, W_s, &H, attentional, &H,
-                      b_s != NULL ? &one : &zero, logits, &V);
+    affine_rows(sgemm, active, V, H, W_s, H, b_s, attentional, logits);
     /* The most probable token as torch.argmax picks it (the first of equal ones; the first
        NaN, which it ranks above every number), and the rows that go on, moved up in order. */
     int64_t kept = 0;

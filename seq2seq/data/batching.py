@@ -94,7 +94,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
     padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
     Each batch lists its sentences longest first, the order the encoder's fused GRU steps them
-    in (``RNNEncoder.fused_gru``; any other order costs it a sort).
+    in (``RNNEncoder.fused_recurrence``; any other order costs it a sort).
 
     Under DDP each of ``num_replicas`` ranks serves every ``num_replicas``-th batch of the same
     epoch order, starting at its ``rank``. The batch list is first padded by repeating its first
