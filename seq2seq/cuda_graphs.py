@@ -51,14 +51,14 @@ def decoder_loss(
     tgt_in, tgt_out (B, T), memory (B, S, M), src_lens (B,), state tensors of (B, H) -> ().
     """
     source = decoder.prepare_source(memory, src_lens, stepping=False)
-    # No attention weights: dot-product attention may then use fused SDPA.
-    logits, _ = decoder(tgt_in, state, source, need_weights=False)  # (B, T, V)
-    return F.cross_entropy(
-        logits.float().flatten(0, 1),  # (B*T, V)
-        tgt_out.flatten(),  # (B*T,)
-        ignore_index=PAD_ID,
-        reduction="sum",
-    )
+    packed = decoder.packed_logits(tgt_in, tgt_out, state, source)  # (N, V), (N,) or None
+    if packed is not None:
+        logits, targets = packed
+    else:
+        # No attention weights: dot-product attention may then use fused SDPA.
+        padded, _ = decoder(tgt_in, state, source, need_weights=False)  # (B, T, V)
+        logits, targets = padded.flatten(0, 1), tgt_out.flatten()  # (B*T, V), (B*T,)
+    return F.cross_entropy(logits.float(), targets, ignore_index=PAD_ID, reduction="sum")
 
 
 def teacher_forced_loss(

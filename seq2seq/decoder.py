@@ -39,11 +39,13 @@ from seq2seq.fused_attention import product_attend as fused_product_attend
 from seq2seq.fused_bahdanau import Recurrence as FusedRecurrence
 from seq2seq.fused_bahdanau import attend as fused_attend
 from seq2seq.fused_greedy import luong_greedy as fused_luong_greedy
+from seq2seq.fused_rnn import Steps as FusedSteps
 from seq2seq.fused_rnn import gru_cell as fused_gru_cell
 from seq2seq.fused_rnn import gru_steps as fused_gru_steps
 from seq2seq.fused_rnn import tanh_ as fused_tanh_
 from seq2seq.fused_rnn import tanh_with_grad_ as fused_tanh_with_grad_
 from seq2seq.fused_rnn import usable as fused_usable
+from seq2seq.packing import PackedTokens, pack_tokens
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
@@ -131,6 +133,7 @@ class AttentionDecoder(nn.Module):
         # A GRU through seq2seq.fused_rnn on the CPU: Luong's cell over all steps, and every
         # decoding step of either decoder (``fused_step_applies``).
         self.fused = fused_rnn
+        self.padding_idx = padding_idx  # the token id that pads tgt_in and tgt_out
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
@@ -337,6 +340,21 @@ class AttentionDecoder(nn.Module):
         """The attention's queries (B, T, H) under teacher forcing (for diagnostics)."""
         raise NotImplementedError
 
+    def packed_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor] | None:
+        """Teacher forcing over the real target tokens only, where a decoder can: logits (N, V)
+        and their targets (N,) (tgt_in, tgt_out (B, T), padded); None: ``forward`` runs on the
+        padded grid instead (the loss is the same either way)."""
+        return None
+
+    def pack_targets(self, tgt_in: Tensor, tgt_out: Tensor) -> tuple[PackedTokens, Tensor]:
+        """tgt_in's real tokens packed (``pack_tokens``; a sentence's length is its count of
+        targets), and tgt_out's tokens at the same rows (N,)."""
+        real = tgt_out.ne(self.padding_idx)  # (B, T)
+        packed = pack_tokens(tgt_in, real.sum(1))
+        return packed, tgt_out.reshape(-1).index_select(0, packed.positions)
+
     def fused_greedy(
         self, source: EncodedSource, state: DecoderState, task: GreedyTask
     ) -> tuple[Tensor, Tensor, int] | None:
@@ -442,6 +460,33 @@ class BahdanauDecoder(AttentionDecoder):
         # One matmul over all steps: (B, T, H + M + E) @ (H + M + E, V).
         logits = self.output(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)
         return logits, torch.stack(weights, dim=1) if need_weights else None
+
+    def packed_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor] | None:
+        """Teacher forcing on the N real target tokens where the recurrence runs fused
+        (``fused_recurrence_applies``): logits (N, V) and targets (N,), rows in ``pack_tokens``'
+        order. The batch is sorted longest target first, so that each step of the loop runs only
+        the sentences that have not ended; the embedding's GEMM and the output layer skip the
+        padding too. Elsewhere None: ``forward`` runs padded."""
+        if not self.fused_recurrence_applies(source, state[0], need_weights=False):
+            return None
+        attention = self.attention
+        assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
+        packed, targets = self.pack_targets(tgt_in, tgt_out)
+        order = packed.sorted_indices  # (B,) longest target first
+        source = source.index_select(order)
+        embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        embedding_weight, context_weight = self.split_input_weight()
+        input_gates = self.embedding_gates(embedded, embedding_weight)  # (N, G)
+        # (N, H), (N, M)
+        states, contexts, _ = FusedRecurrence.apply(
+            input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
+            source.src_lens, attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
+            context_weight, self.cell.weight_hh, self.cell.bias_hh,
+            FusedSteps.packed(packed.batch_sizes),
+        )  # fmt: skip
+        return self.output(states, contexts, embedded), targets  # (N, V), (N,)
 
     def fused_recurrence_applies(
         self, source: EncodedSource, hidden: Tensor, need_weights: bool
@@ -644,6 +689,25 @@ class LuongDecoder(AttentionDecoder):
         # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
         attentional = fused_tanh_(attentional) if fused_step else torch.tanh(attentional)
         return self.readout(attentional), state, weights
+
+    def packed_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor] | None:
+        """Teacher forcing on the N real target tokens where the cell runs fused (a GRU on the
+        CPU): logits (N, V) and targets (N,), rows in ``pack_tokens``' order. The embedding, the
+        cell's input projection and steps, W_c and the output layer skip the padding, which is
+        up to 40 % of a batch of mixed lengths; the attention, one (B, T, S) product, reads the
+        states back on the padded grid. Elsewhere None: ``forward`` runs padded."""
+        params = self.cell_parameters()
+        if not (self.fused and not self.is_lstm and fused_usable(*params)):
+            return None
+        packed, targets = self.pack_targets(tgt_in, tgt_out)
+        embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        initial = state[0].index_select(0, packed.sorted_indices)  # (B, H), longest first
+        hiddens = fused_gru_steps(embedded, initial, params, packed.batch_sizes)  # (N, H)
+        # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M)
+        contexts, _ = self.attend(packed.pad(hiddens), source, need_weights=False)
+        return self.output(hiddens, packed.select(contexts)), targets  # (N, V), (N,)
 
     def fused_greedy(
         self, source: EncodedSource, state: DecoderState, task: GreedyTask

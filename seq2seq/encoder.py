@@ -9,12 +9,13 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
 from seq2seq.fused_rnn import gru as fused_gru
 from seq2seq.fused_rnn import usable as fused_usable
+from seq2seq.packing import pack_tokens
 
 RNNFactory = Callable[..., nn.GRU | nn.LSTM]
 
@@ -56,12 +57,11 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) token ids, src_lens (B,) -> memory (B, S, 2H), summary (B, 2H)."""
-        embedded = self.dropout(self.embedding(src))  # (B, S, E)
         lengths = src_lens.cpu()
-        if self.uses_fused_rnn(embedded):
-            assert isinstance(self.rnn, nn.GRU)
-            memory, final = self.fused_recurrence(embedded, lengths)
+        if self.uses_fused_rnn(self.embedding.weight):
+            memory, final = self.fused_recurrence(src, lengths)
         else:
+            embedded = self.dropout(self.embedding(src))  # (B, S, E)
             # Packing skips the padding, so the backward direction starts at each sentence's
             # last token.
             packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
@@ -69,32 +69,32 @@ class RNNEncoder(nn.Module):
             memory, _ = pad_packed_sequence(
                 packed_memory, batch_first=True, total_length=src.shape[1]
             )
+            memory = self.dropout(memory)
         final_hidden = final[0] if isinstance(final, tuple) else final  # LSTM: (h_n, c_n)
         # final_hidden: (L*2, B, H); the last layer's forward and backward states are the last two.
         summary = torch.cat([final_hidden[-2], final_hidden[-1]], dim=-1)  # (B, 2H)
-        return self.dropout(memory), summary
+        return memory, summary
 
-    def fused_recurrence(self, embedded: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """The GRU through ``seq2seq.fused_rnn`` on the padded batch: embedded (B, S, E),
-        lengths (B,) on the CPU -> memory (B, S, 2H), final states (L·2, B, H).
+    def fused_recurrence(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The GRU through ``seq2seq.fused_rnn`` on the real tokens only: src (B, S), lengths
+        (B,) on the CPU -> memory (B, S, 2H) (dropout applied), final states (L·2, B, H).
 
-        Its steps take the sentences longest first; a batch in another order (the samplers
-        give longest first: ``BucketBatchSampler``, ``Translator``) is sorted for it and put
-        back, two gathers where packing makes three copies.
+        The token ids are packed (``pack_tokens``), so the embedding, its dropout, the input
+        projections and the steps see the N real tokens and no padding, whatever the batch's
+        mix of lengths; one scatter puts the memory back on the (B, S) grid for the attention.
         """
         assert isinstance(self.rnn, nn.GRU)
-        order = None
-        if bool((lengths[1:] > lengths[:-1]).any()):
-            order = torch.argsort(lengths, descending=True, stable=True)  # (B,)
-            embedded, lengths = embedded.index_select(0, order.to(embedded.device)), lengths[order]
-        memory, final = fused_gru(self.rnn, embedded, lengths=lengths.tolist())
-        if order is not None:
-            restore = torch.argsort(order).to(memory.device)  # (B,) the inverse permutation
-            memory, final = memory.index_select(0, restore), final.index_select(1, restore)
-        return memory, final
+        packed = pack_tokens(src, lengths)
+        rows = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        sorted_indices = packed.sorted_indices
+        batch_sizes = torch.tensor(packed.batch_sizes, dtype=torch.long)
+        sequence = PackedSequence(rows, batch_sizes, sorted_indices, packed.unsorted_indices())
+        outputs, final = fused_gru(self.rnn, sequence)  # (N, 2H) rows; final (L·2, B, H)
+        return packed.pad(self.dropout(outputs.data)), final  # (B, S, 2H)
 
     def uses_fused_rnn(self, embedded: Tensor) -> bool:
-        """Whether ``forward`` runs the GRU through ``seq2seq.fused_rnn`` for this input."""
+        """Whether ``forward`` runs the GRU through ``seq2seq.fused_rnn`` for ``embedded`` (the
+        embeddings, or their weight: same device and dtype)."""
         return (
             self.fused
             and isinstance(self.rnn, nn.GRU)

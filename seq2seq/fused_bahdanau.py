@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from seq2seq.fused_rnn import FLOAT_BYTES, library
+from seq2seq.fused_rnn import FLOAT_BYTES, Steps, library
 
 
 class Recurrence(torch.autograd.Function):
@@ -34,6 +34,11 @@ class Recurrence(torch.autograd.Function):
     (B, S, A) = W_k k, memory (B, S, M), src_lens (B,), then W_q (A, H), b_q (A,) or None, w_v
     (1, A), W_ic (G, M) (the context's part of the cell's input weight), W_hh (G, H), b_hh (G,) or
     None -> states (B, T, H), contexts (B, T, M), attention weights (B, T, S).
+
+    With ``steps`` (a ``fused_rnn.Steps.packed``), input_gates are packed rows (N, G), step t's
+    ``steps.batch_sizes[t]`` rows being the first sentences of the batch (sorted longest first,
+    as ``seq2seq.packing.pack_tokens`` orders them), and the outputs are rows (N, ·) too: a
+    sentence's steps end with it, and no step computes padding.
 
     Step t: q = W_q s_{t-1} + b_q; weights = masked softmax of w_v . tanh(q + W_k k_s) over s;
     c_t = weights @ memory; s_t = GRU(input_gates_t + W_ic c_t, s_{t-1}). The weights are an
@@ -54,52 +59,75 @@ class Recurrence(torch.autograd.Function):
         context_weight: Tensor,
         weight_hh: Tensor,
         bias_hh: Tensor | None,
+        steps: Steps | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         kernels = library()
         assert kernels is not None  # usable() checked it
-        batch, length, gates = input_gates.shape
-        size, keys, memory_size = initial.shape[1], projected_keys.shape[1], memory.shape[2]
+        padded_shape = None
+        if steps is None:  # (B, T, G): row b * T + t of the (B·T, G) rows
+            padded_shape = input_gates.shape[:2]
+            steps = Steps.padded(padded_shape[0], padded_shape[1], batch_first=True)
+            input_gates = input_gates.reshape(-1, input_gates.shape[2])
+        input_gates = input_gates.contiguous()
+        rows, gates = input_gates.shape
+        batch, size = initial.shape
+        keys, memory_size = projected_keys.shape[1], memory.shape[2]
         attention_size = projected_keys.shape[2]
         projected_keys, memory = projected_keys.contiguous(), memory.contiguous()
         src_lens = src_lens.to(torch.int64).contiguous()
         score_weight = score_weight.contiguous()
-        states = input_gates.new_empty(batch, length, size)
-        contexts = input_gates.new_empty(batch, length, memory_size)
-        weights = input_gates.new_empty(batch, length, keys)
+        states = input_gates.new_empty(rows, size)
+        contexts = input_gates.new_empty(rows, memory_size)
+        weights = input_gates.new_empty(rows, keys)
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
-        # Per step: sigmoid(2x) of every (sentence, key) pair, and r z n gh_n h of every row.
+        # Per visited row, in the steps' order: sigmoid(2x) of every (row, key) pair, and
+        # r z n gh_n h.
         saved_scores = (
-            input_gates.new_empty(length, batch, keys, attention_size) if needs_grad else None
+            input_gates.new_empty(steps.rows, keys, attention_size) if needs_grad else None
         )
-        saved_cells = input_gates.new_empty(length, batch, 5 * size) if needs_grad else None
+        saved_cells = input_gates.new_empty(steps.rows, 5 * size) if needs_grad else None
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         query = input_gates.new_empty(batch, attention_size)
         cell_gates = input_gates.new_empty(batch, gates)
         recurrent = input_gates.new_empty(batch, gates)
-        for t in range(length):
-            _linear_into(query, state, query_weight, query_bias)  # (B, H) -> (B, A)
+        done = 0  # rows of the steps before t
+        for active, start in zip(steps.batch_sizes, steps.starts, strict=True):
+            # The step's first ``active`` sentences, rows start, start + stride, ... of each.
+            stride = steps.stride
+            _linear_into(query[:active], state[:active], query_weight, query_bias)  # (b, A)
             kernels.seq2seq_additive_forward(
-                batch, 1, keys, attention_size, memory_size, query.data_ptr(),
+                active, 1, keys, attention_size, memory_size, query.data_ptr(),
                 projected_keys.data_ptr(), score_weight.data_ptr(), src_lens.data_ptr(),
-                memory.data_ptr(), None if saved_scores is None else saved_scores[t].data_ptr(),
-                _step(weights, t), length * keys, _step(contexts, t), length * memory_size,
+                memory.data_ptr(),
+                None if saved_scores is None else saved_scores[done].data_ptr(),
+                _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
             )  # fmt: skip
-            # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
-            torch.addmm(input_gates[:, t], contexts[:, t], context_weight.t(), out=cell_gates)
-            _linear_into(recurrent, state, weight_hh, bias_hh)  # (B, H) -> (B, G)
+            # W_ie e + b_ih + W_ic c: (b, G) + (b, M) @ (M, G)
+            torch.addmm(
+                _rows(input_gates, start, stride, active),
+                _rows(contexts, start, stride, active),
+                context_weight.t(),
+                out=cell_gates[:active],
+            )
+            _linear_into(recurrent[:active], state[:active], weight_hh, bias_hh)  # (b, G)
             kernels.seq2seq_gru_forward(
-                batch, size, cell_gates.data_ptr(), gates, recurrent.data_ptr(), state.data_ptr(),
-                _step(states, t), length * size,
-                None if saved_cells is None else saved_cells[t].data_ptr(),
+                active, size, cell_gates.data_ptr(), gates, recurrent.data_ptr(),
+                state.data_ptr(), _row(states, start), stride * size,
+                None if saved_cells is None else saved_cells[done].data_ptr(),
             )  # fmt: skip
-        ctx.mark_non_differentiable(weights)
+            done += active
+        outputs: tuple[Tensor, ...] = (states, contexts, weights)
+        if padded_shape is not None:  # (B·T, ·) -> (B, T, ·)
+            outputs = tuple(output.view(*padded_shape, -1) for output in outputs)
+        ctx.mark_non_differentiable(outputs[2])
         if needs_grad:
             saved = [
                 saved_scores, saved_cells, contexts, weights, projected_keys, memory, src_lens,
                 query_weight, query_bias, score_weight, context_weight, weight_hh, bias_hh,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: no bias
-        return states, contexts, weights
+        ctx.steps, ctx.padded_shape = steps, padded_shape  # type: ignore[attr-defined]
+        return outputs[0], outputs[1], outputs[2]
 
     @staticmethod
     @once_differentiable
@@ -112,46 +140,58 @@ class Recurrence(torch.autograd.Function):
             saved_scores, saved_cells, contexts, weights, projected_keys, memory, src_lens,
             query_weight, query_bias, score_weight, context_weight, weight_hh, bias_hh,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
-        length, batch, keys, attention_size = saved_scores.shape
+        steps: Steps = ctx.steps  # type: ignore[attr-defined]
+        padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
+        rows, keys = weights.shape
+        batch, attention_size = projected_keys.shape[0], projected_keys.shape[2]
         size, gates, memory_size = weight_hh.shape[1], weight_hh.shape[0], memory.shape[2]
-        d_states = _contiguous_or_zeros(d_states, (batch, length, size), memory)
-        d_contexts = _contiguous_or_zeros(d_contexts, (batch, length, memory_size), memory)
+        d_states = _contiguous_or_zeros(d_states, (rows, size), memory).view(rows, size)
+        d_contexts = _contiguous_or_zeros(d_contexts, (rows, memory_size), memory)
+        d_contexts = d_contexts.view(rows, memory_size)
         d_state = memory.new_zeros(batch, size)  # dL/ds_t from the steps after t
-        d_input_gates = memory.new_empty(batch, length, gates)
-        d_recurrent = memory.new_empty(length, batch, gates)
-        d_queries = memory.new_empty(length, batch, attention_size)
+        d_input_gates = memory.new_empty(rows, gates)
+        d_recurrent = memory.new_empty(steps.rows, gates)  # in the steps' order, as saved
+        d_queries = memory.new_empty(steps.rows, attention_size)
         d_context = memory.new_empty(batch, memory_size)
         d_keys = torch.zeros_like(projected_keys)
         d_memory = torch.zeros_like(memory)
         d_score_weight = memory.new_zeros(batch, attention_size)  # per sentence, summed below
-        for t in reversed(range(length)):
+        done = steps.rows
+        stride = steps.stride
+        for active, start in zip(reversed(steps.batch_sizes), reversed(steps.starts), strict=True):
+            done -= active
             kernels.seq2seq_gru_backward(
-                batch, size, d_state.data_ptr(), _step(d_states, t), length * size,
-                saved_cells[t].data_ptr(), _step(d_input_gates, t), length * gates,
-                d_recurrent[t].data_ptr(),
+                active, size, d_state.data_ptr(), _row(d_states, start), stride * size,
+                saved_cells[done].data_ptr(), _row(d_input_gates, start), stride * gates,
+                d_recurrent[done].data_ptr(),
             )  # fmt: skip
-            # dL/ds_{t-1} += d_gh @ W_hh: (B, G) @ (G, H)
-            d_state.addmm_(d_recurrent[t], weight_hh)
-            # dL/dc_t: the output's part plus d_gi @ W_ic, (B, M) + (B, G) @ (G, M)
-            torch.addmm(d_contexts[:, t], d_input_gates[:, t], context_weight, out=d_context)
+            # dL/ds_{t-1} += d_gh @ W_hh: (b, G) @ (G, H)
+            d_state[:active].addmm_(d_recurrent[done : done + active], weight_hh)
+            # dL/dc_t: the output's part plus d_gi @ W_ic, (b, M) + (b, G) @ (G, M)
+            torch.addmm(
+                _rows(d_contexts, start, stride, active),
+                _rows(d_input_gates, start, stride, active),
+                context_weight,
+                out=d_context[:active],
+            )
             kernels.seq2seq_additive_backward(
-                batch, keys, attention_size, memory_size, saved_scores[t].data_ptr(),
+                active, keys, attention_size, memory_size, saved_scores[done].data_ptr(),
                 score_weight.data_ptr(), src_lens.data_ptr(), memory.data_ptr(),
-                _step(weights, t), length * keys, d_context.data_ptr(), memory_size,
-                d_queries[t].data_ptr(), d_keys.data_ptr(), d_memory.data_ptr(),
+                _row(weights, start), stride * keys, d_context.data_ptr(), memory_size,
+                d_queries[done].data_ptr(), d_keys.data_ptr(), d_memory.data_ptr(),
                 d_score_weight.data_ptr(),
             )  # fmt: skip
-            # dL/ds_{t-1} += d_q @ W_q: (B, A) @ (A, H)
-            d_state.addmm_(d_queries[t], query_weight)
-        # Each step's state before it, as T·B rows of the saved cells: (T·B, H), row stride 5H.
-        previous = saved_cells[:, :, 4 * size :].flatten(0, 1)
-        d_queries_rows = d_queries.view(length * batch, attention_size)
-        d_recurrent_rows = d_recurrent.view(length * batch, gates)
+            # dL/ds_{t-1} += d_q @ W_q: (b, A) @ (A, H)
+            d_state[:active].addmm_(d_queries[done : done + active], query_weight)
+        # Each visited row's state before its step: (N', H) of the saved cells, row stride 5H.
+        previous = saved_cells[:, 4 * size :]
         # The weight gradients, one GEMM each over all steps' rows:
-        # (A, T·B) @ (T·B, H); (G, B·T) @ (B·T, M); (G, T·B) @ (T·B, H).
-        d_query_weight = d_queries_rows.t() @ previous
-        d_context_weight = d_input_gates.view(-1, gates).t() @ contexts.view(-1, memory_size)
-        d_weight_hh = d_recurrent_rows.t() @ previous
+        # (A, N') @ (N', H); (G, N) @ (N, M); (G, N') @ (N', H).
+        d_query_weight = d_queries.t() @ previous
+        d_context_weight = d_input_gates.t() @ contexts
+        d_weight_hh = d_recurrent.t() @ previous
+        if padded_shape is not None:
+            d_input_gates = d_input_gates.view(*padded_shape, gates)
         return (
             d_input_gates,
             d_state,
@@ -159,11 +199,12 @@ class Recurrence(torch.autograd.Function):
             d_memory,
             None,
             d_query_weight,
-            None if query_bias is None else d_queries_rows.sum(0),
+            None if query_bias is None else d_queries.sum(0),
             d_score_weight.sum(0).view_as(score_weight),
             d_context_weight,
             d_weight_hh,
-            None if bias_hh is None else d_recurrent_rows.sum(0),
+            None if bias_hh is None else d_recurrent.sum(0),
+            None,
         )
 
 
@@ -175,9 +216,17 @@ def _linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | Non
         torch.addmm(bias, inputs, weight.t(), out=out)
 
 
-def _step(tensor: Tensor, t: int) -> int:
-    """The address of row 0 of step t in a contiguous (B, T, ·) float32 tensor."""
-    return tensor.data_ptr() + t * tensor.shape[2] * FLOAT_BYTES
+def _row(tensor: Tensor, row: int) -> int:
+    """The address of row ``row`` of a contiguous (N, D) float32 tensor."""
+    return tensor.data_ptr() + row * tensor.shape[1] * FLOAT_BYTES
+
+
+def _rows(tensor: Tensor, start: int, stride: int, count: int) -> Tensor:
+    """Rows start, start + stride, ... (``count`` of them) of a contiguous (N, D) tensor, as a
+    (count, D) view."""
+    width = tensor.shape[1]
+    offset = tensor.storage_offset() + start * width
+    return tensor.as_strided((count, width), (stride * width, 1), offset)
 
 
 def _contiguous_or_zeros(grad: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:

@@ -815,14 +815,25 @@ def check_lengths(lengths: Sequence[int], batch: int, length: int) -> None:
         raise ValueError(f"fused_rnn.gru's lengths must lie in [1, {length}], got {list(lengths)}")
 
 
-def gru_steps(inputs: Tensor, initial: Tensor, params: list[Tensor]) -> Tensor:
-    """One unidirectional GRU layer over a padded batch: inputs (B, T, E), initial (B, H) ->
-    states (B, T, H). ``params`` are W_ih, W_hh and optionally b_ih, b_hh (``torch.gru``'s
-    order), so this is ``torch.gru`` with one layer, batch first."""
+def gru_steps(
+    inputs: Tensor, initial: Tensor, params: list[Tensor], batch_sizes: Sequence[int] | None = None
+) -> Tensor:
+    """One unidirectional GRU layer. ``params`` are W_ih, W_hh and optionally b_ih, b_hh
+    (``torch.gru``'s order), so this is ``torch.gru`` with one layer, batch first:
+
+    - over a padded batch: inputs (B, T, E), initial (B, H) -> states (B, T, H);
+    - with ``batch_sizes`` (T',), over packed rows (a ``PackedSequence``'s order, as
+      ``seq2seq.packing.pack_tokens`` gives): inputs (N, E), initial (B, H) with its rows in the
+      sorted order -> states (N, H), the padding never computed.
+    """
     weight_ih, weight_hh = params[0], params[1]
     bias_ih, bias_hh = (params[2], params[3]) if len(params) == 4 else (None, None)
+    gates = F.linear(inputs, weight_ih, bias_ih)  # (B, T, 3H) or (N, 3H)
+    if batch_sizes is not None:
+        steps = Steps.packed(list(batch_sizes))
+        rows, _ = _Recurrence.apply(gates, initial[None], steps, weight_hh, bias_hh)
+        return rows  # (N, H)
     batch, length = inputs.shape[:2]
-    gates = F.linear(inputs, weight_ih, bias_ih)  # (B, T, 3H)
     steps = Steps.padded(batch, length, batch_first=True)
     rows, _ = _Recurrence.apply(
         gates.view(batch * length, -1), initial[None], steps, weight_hh, bias_hh

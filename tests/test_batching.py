@@ -13,6 +13,7 @@ from seq2seq.data.batching import (
     collate,
     padding_ratio,
 )
+from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 
@@ -81,6 +82,32 @@ def test_bad_sizes_name_the_key() -> None:
         BucketBatchSampler(LENGTHS, batch_size=0)
     with pytest.raises(ConfigError, match=r"data\.max_tokens"):
         BucketBatchSampler(LENGTHS, batch_size=4, max_tokens=0)
+
+
+@pytest.mark.parametrize(
+    ("bucket_batches", "max_tokens", "expected"),
+    [(None, None, 1), (None, 2000, 50), (7, None, 7), (7, 2000, 7)],
+)
+def test_training_batches_are_random_unless_a_token_budget_needs_windows(
+    bucket_batches: int | None, max_tokens: int | None, expected: int
+) -> None:
+    module = Seq2SeqDataModule(None, max_tokens=max_tokens, bucket_batches=bucket_batches)  # type: ignore[arg-type]
+    assert module.bucket_batches == expected
+
+
+def test_random_batches_mix_lengths_and_list_each_longest_first() -> None:
+    batches = list(BucketBatchSampler(LENGTHS, batch_size=32, seed=1, bucket_batches=1))
+    assert sorted(i for batch in batches for i in batch) == list(range(len(LENGTHS)))
+    spans = [LENGTHS[batch[0]] - LENGTHS[batch[-1]] for batch in batches]
+    assert min(spans) > 20  # lengths 1-40 drawn at random: each batch spans most of them
+    for batch in batches:
+        lengths = [LENGTHS[i] for i in batch]
+        assert lengths == sorted(lengths, reverse=True)
+
+
+def test_a_bad_bucket_window_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"data\.bucket_batches must be a positive integer"):
+        Seq2SeqDataModule(None, bucket_batches=0)  # type: ignore[arg-type]
 
 
 def test_collate_builds_teacher_forcing_pairs_and_lengths() -> None:

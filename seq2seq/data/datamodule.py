@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# ``bucket_batches`` when the config leaves it null (conf/data_common/base.yaml says why): random
+# batches of ``batch_size`` sentences, or, under a ``max_tokens`` budget, windows of 50 batches'
+# sentences to cut budget-sized batches from.
+RANDOM_BATCHES = 1
+TOKEN_BUDGET_WINDOW = 50
+
 
 class Corpus(Protocol):
     """Anything that yields named splits of text pairs (``train``, ``val``, ``test``, ...)."""
@@ -37,7 +43,8 @@ class Corpus(Protocol):
 
 
 class Seq2SeqDataModule(pl.LightningDataModule):
-    """Trains the tokenizers on the training split and serves length-bucketed batches.
+    """Trains the tokenizers on the training split and serves batches: for training, random or
+    length-bucketed (``bucket_batches``, ``BucketBatchSampler``); for evaluation, sorted by length.
 
     Pass ``src_tokenizer``/``tgt_tokenizer`` to reuse existing vocabularies (a resumed or loaded
     model) instead of training new ones. With ``cache_dir``, the tokenizers and encoded splits of
@@ -50,7 +57,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         batch_size: int = 64,
         max_tokens: int | None = None,
         eval_batch_size: int = 256,
-        bucket_batches: int = 50,
+        bucket_batches: int | None = None,
         tokenizer: TokenizerSpec | None = None,
         joint_vocab: bool = False,
         num_workers: int = 0,
@@ -60,7 +67,13 @@ class Seq2SeqDataModule(pl.LightningDataModule):
         cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
-        for key, value in [("batch_size", batch_size), ("eval_batch_size", eval_batch_size)]:
+        if bucket_batches is None:  # random batches, unless a token budget needs full windows
+            bucket_batches = RANDOM_BATCHES if max_tokens is None else TOKEN_BUDGET_WINDOW
+        for key, value in [
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+            ("bucket_batches", bucket_batches),
+        ]:
             if value < 1:  # checked here so that it fails before any data is read
                 raise ConfigError(f"data.{key} must be a positive integer, got {value}.")
         self.corpus = corpus
