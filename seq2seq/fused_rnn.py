@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import os
 import shutil
 import subprocess
@@ -439,23 +438,12 @@ class Steps:
         return Steps(tuple(batch_sizes), tuple(starts), 1)
 
     @staticmethod
-    def padded(
-        batch: int, steps: int, batch_first: bool, lengths: Sequence[int] | None = None
-    ) -> Steps:
-        """A padded (B, T, ·) or (T, B, ·) tensor's rows: every row active at every step, or,
-        with ``lengths`` (non-increasing, each in [1, T]), row b at its first lengths[b] steps.
-        Sorted so, step t's rows are the first ones, as a packed sequence's are, and the
-        recurrence needs no packed copy of the batch."""
+    def padded(batch: int, steps: int, batch_first: bool) -> Steps:
+        """A padded (B, T, ·) or (T, B, ·) tensor's rows: every row active at every step."""
         counts = [batch] * steps
-        if lengths is not None:
-            counts, active = [], batch
-            for t in range(lengths[0] if batch else 0):
-                while lengths[active - 1] <= t:  # the shortest active sentence has ended
-                    active -= 1
-                counts.append(active)
         if batch_first:  # row b * T + t
-            return Steps(tuple(counts), tuple(range(len(counts))), steps)
-        return Steps(tuple(counts), tuple(t * batch for t in range(len(counts))), 1)
+            return Steps(tuple(counts), tuple(range(steps)), steps)
+        return Steps(tuple(counts), tuple(t * batch for t in range(steps)), 1)
 
     @property
     def rows(self) -> int:
@@ -481,9 +469,7 @@ class _Recurrence(torch.autograd.Function):
         directions, _, size = initial.shape
         gates = gates.contiguous()
         rows, width = gates.shape[0], directions * size
-        # Padding rows no step visits (Steps.padded with lengths) output zeros, as nn.GRU's
-        # padded output of a packed sequence has.
-        outputs = (gates.new_empty if steps.rows == rows else gates.new_zeros)(rows, width)
+        outputs = gates.new_empty(rows, width)
         finals = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
         # Per direction, r z n gh_n h of every visited row (N', 5H), in the order the steps ran.
@@ -522,11 +508,7 @@ class _Recurrence(torch.autograd.Function):
         width = directions * size
         d_outputs = d_outputs.contiguous()
         d_states = d_finals.clone(memory_format=torch.contiguous_format)  # (D, B, H)
-        # A padding row's gates get no gradient: zeros, where no step writes them.
-        padded = steps.rows < d_outputs.shape[0]
-        d_gates = (d_outputs.new_zeros if padded else d_outputs.new_empty)(
-            d_outputs.shape[0], 3 * width
-        )
+        d_gates = d_outputs.new_empty(d_outputs.shape[0], 3 * width)
         d_recurrent = d_outputs.new_empty(directions, rows, 3 * size)  # in the steps' run order
         schedules = [
             _schedule(steps, direction, size, directions) for direction in range(directions)
@@ -727,34 +709,20 @@ def _address(tensor: Tensor, offset: int) -> int:
 
 
 @overload
-def gru(
-    module: nn.GRU,
-    inputs: Tensor,
-    hx: Tensor | None = None,
-    lengths: Sequence[int] | None = None,
-) -> tuple[Tensor, Tensor]: ...
+def gru(module: nn.GRU, inputs: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]: ...
 
 
 @overload
 def gru(
-    module: nn.GRU, inputs: PackedSequence, hx: Tensor | None = None, lengths: None = None
+    module: nn.GRU, inputs: PackedSequence, hx: Tensor | None = None
 ) -> tuple[PackedSequence, Tensor]: ...
 
 
 def gru(
-    module: nn.GRU,
-    inputs: Tensor | PackedSequence,
-    hx: Tensor | None = None,
-    lengths: Sequence[int] | None = None,
+    module: nn.GRU, inputs: Tensor | PackedSequence, hx: Tensor | None = None
 ) -> tuple[Tensor | PackedSequence, Tensor]:
     """``module(inputs, hx)`` for an ``nn.GRU`` (check ``usable`` first): outputs of the last
-    layer, packed or padded like ``inputs``, and the final states (L·D, B, H).
-
-    ``lengths`` (B,), non-increasing, with a padded ``inputs``: what ``module`` computes on
-    ``inputs`` packed with those lengths, padded back: zero outputs past each length, and each
-    sentence's final states at its own end (the backward direction starts at its last token).
-    The steps read the padded rows where they are, so neither packing copy is made.
-    """
+    layer, packed or padded like ``inputs``, and the final states (L·D, B, H)."""
     directions = 2 if module.bidirectional else 1
     size = module.hidden_size
     if isinstance(inputs, PackedSequence):
@@ -767,9 +735,7 @@ def gru(
         inputs = inputs.contiguous()
         batch, length = inputs.shape[:2] if module.batch_first else inputs.shape[1::-1]
         rows = inputs.view(-1, inputs.shape[-1])  # (B·T or T·B, E)
-        if lengths is not None:
-            check_lengths(lengths, batch, length)
-        steps = Steps.padded(batch, length, module.batch_first, lengths)
+        steps = Steps.padded(batch, length, module.batch_first)
     if hx is None:
         hx = rows.new_zeros(module.num_layers * directions, batch, size)
     elif isinstance(inputs, PackedSequence) and inputs.sorted_indices is not None:
@@ -802,17 +768,6 @@ def gru(
         )
         return packed, final
     return rows.view(*inputs.shape[:2], directions * size), final
-
-
-def check_lengths(lengths: Sequence[int], batch: int, length: int) -> None:
-    """What ``gru`` asks of ``lengths`` for a padded batch of ``batch`` rows of ``length`` steps:
-    one per row, non-increasing, each in [1, length]."""
-    if len(lengths) != batch:
-        raise ValueError(f"fused_rnn.gru got {len(lengths)} lengths for a batch of {batch}")
-    if any(later > earlier for earlier, later in itertools.pairwise(lengths)):
-        raise ValueError("fused_rnn.gru's lengths must be sorted longest first (non-increasing)")
-    if batch and not 1 <= lengths[-1] <= lengths[0] <= length:
-        raise ValueError(f"fused_rnn.gru's lengths must lie in [1, {length}], got {list(lengths)}")
 
 
 def gru_steps(

@@ -159,7 +159,7 @@ class Translator:
 
 def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
     """Indices of the non-empty sources in batches of similar length (shortest batch first, less
-    padding), each batch longest first: the order the encoder's fused GRU steps them in."""
+    padding), each batch longest first: the order packing puts them in (``pack_tokens``)."""
     order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size][::-1]

@@ -49,17 +49,7 @@ def run(
     module: nn.GRU, x: Tensor, hx: Tensor | None, layout: str, fused: bool
 ) -> tuple[Tensor, Tensor]:
     """Padded outputs and final states of ``module`` on ``x``, fused or ATen's. ``layout``:
-    "padded" (every row all T steps), "packed" (LENGTHS, packed), or "lengths" (LENGTHS, the
-    padded batch with its lengths: fused_rnn's own path, packed for ATen)."""
-    if layout == "lengths" and fused:
-        # fused_rnn.gru takes the batch longest first: sort it, and put the results back.
-        order = torch.argsort(LENGTHS, descending=True)
-        restore = torch.argsort(order)
-        batch_axis = 0 if module.batch_first else 1
-        inputs = x.index_select(batch_axis, order)
-        initial = None if hx is None else hx.index_select(1, order)
-        outputs, final = fused_rnn.gru(module, inputs, initial, LENGTHS[order].tolist())
-        return outputs.index_select(batch_axis, restore), final.index_select(1, restore)
+    "padded" (every row all T steps) or "packed" (LENGTHS, packed)."""
     packed = layout != "padded"
     inputs = (
         pack_padded_sequence(x, LENGTHS, batch_first=module.batch_first, enforce_sorted=False)
@@ -92,14 +82,13 @@ def values_and_grads(
 @pytest.mark.parametrize(
     ("layers", "bidirectional", "bias", "batch_first", "layout", "with_hx"),
     [
-        (1, True, True, True, "lengths", False),  # the encoder's case
-        (1, True, True, True, "packed", False),
+        (1, True, True, True, "packed", False),  # the encoder's case
         (2, True, True, True, "packed", True),
-        (2, True, True, False, "lengths", True),
+        (2, True, True, False, "packed", True),
         (1, False, True, False, "padded", True),
         (3, True, False, False, "padded", False),
         (2, False, True, True, "packed", True),
-        (2, False, False, True, "lengths", True),
+        (2, False, False, True, "packed", True),
         (1, True, True, False, "packed", True),
     ],
 )
@@ -146,60 +135,19 @@ def test_steps_split_over_threads_compute_the_same() -> None:
 
 
 @needs_kernels
-@pytest.mark.parametrize("layout", ["packed", "lengths"])
-def test_outputs_are_zero_past_each_length_and_finals_are_each_sentences_own(layout: str) -> None:
+def test_outputs_are_zero_past_each_length_and_finals_are_each_sentences_own() -> None:
     """A short sentence's backward direction starts at its own last token, so its outputs and
     final states are those of the sentence alone."""
     torch.manual_seed(1)
     module = nn.GRU(E, H, batch_first=True, bidirectional=True)
     x = torch.randn(B, T, E)
     with torch.no_grad():
-        outputs, final = run(module, x, None, layout, fused=True)
+        outputs, final = run(module, x, None, "packed", fused=True)
         for row, length in enumerate(LENGTHS.tolist()):
             alone, alone_final = module(x[row : row + 1, :length])
             torch.testing.assert_close(outputs[row, :length], alone[0], rtol=1e-5, atol=1e-6)
             assert torch.all(outputs[row, length:] == 0)
             torch.testing.assert_close(final[:, row], alone_final[:, 0], rtol=1e-5, atol=1e-6)
-
-
-@needs_kernels
-@pytest.mark.usefixtures("loop")
-@pytest.mark.parametrize("lengths", [[6, 6, 2], [4, 4, 4], [9, 1, 1], [3]])
-def test_lengths_are_packing_without_the_copies(lengths: list[int]) -> None:
-    """A padded batch with its lengths computes what the packed batch does, columns past the
-    longest sentence included: zero outputs, zero input gradients past each length."""
-    torch.manual_seed(3)
-    module = nn.GRU(E, H, batch_first=True, bidirectional=True)
-    x = torch.randn(len(lengths), 9, E, requires_grad=True)
-    outputs, final = fused_rnn.gru(module, x, lengths=lengths)
-    packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=True)
-    packed_outputs, want_final = module(packed)
-    want, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=9)
-    got = [outputs, final, *torch.autograd.grad(loss_of(outputs, final), [x, *module.parameters()])]
-    expected = [
-        want,
-        want_final,
-        *torch.autograd.grad(loss_of(want, want_final), [x, *module.parameters()]),
-    ]
-    for value, reference in zip(got, expected, strict=True):
-        torch.testing.assert_close(value, reference, rtol=1e-5, atol=2e-6)
-    assert torch.all(outputs[0, lengths[0] :] == 0)
-
-
-@needs_kernels
-@pytest.mark.parametrize(
-    ("lengths", "message"),
-    [
-        ([2, 3], "longest first"),
-        ([3, 0], r"in \[1, 4\]"),
-        ([5, 2], r"in \[1, 4\]"),
-        ([3], "1 lengths for a batch of 2"),
-    ],
-)
-def test_lengths_that_do_not_fit_the_batch_are_refused(lengths: list[int], message: str) -> None:
-    module = nn.GRU(E, H, batch_first=True)
-    with pytest.raises(ValueError, match=message):
-        fused_rnn.gru(module, torch.zeros(2, 4, E), lengths=lengths)
 
 
 @needs_kernels
@@ -349,9 +297,9 @@ def test_a_model_trains_the_same_with_and_without_the_kernels(decoder: str) -> N
     "src_lens", [[6, 4, 4, 1], [1, 4, 4, 6], [4, 6, 1, 4], [3, 3, 2, 2]], ids=str
 )
 def test_the_encoder_is_the_same_with_and_without_the_kernels(src_lens: list[int]) -> None:
-    """The encoder's fused path (a padded batch, sorted longest first where it is not) against
-    nn.GRU on the packed batch: memory, summary and gradients, in any batch order, with padding
-    columns past the longest sentence."""
+    """The encoder's fused path (the packed tokens' rows) against nn.GRU on the packed batch:
+    memory, summary and gradients, in any batch order, with padding columns past the longest
+    sentence."""
     torch.manual_seed(4)
     lens = torch.tensor(src_lens)
     src = torch.randint(4, 13, (4, 7))

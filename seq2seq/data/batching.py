@@ -85,16 +85,17 @@ def collate(items: Sequence[tuple[int, EncodedExample]]) -> Batch:
 
 
 class BucketBatchSampler(Sampler[list[int]]):
-    """Batches of similar length, so little of each batch is padding.
+    """Batches of random or of similar lengths.
 
     With ``shuffle``, each epoch draws a permutation from ``seed + epoch``, sorts it by length in
-    windows of ``bucket_batches`` batches, and shuffles the batch order; without, the whole set is
-    sorted by length once (for evaluation, where order does not matter but padding does).
+    windows of ``bucket_batches`` batches, and shuffles the batch order: windows of one batch give
+    random batches, wider ones batches of near-equal lengths (less padding). Without, the whole set
+    is sorted by length once (for evaluation, where order does not matter but padding does).
 
     A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
     padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
-    Each batch lists its sentences longest first, the order the encoder's fused GRU steps them
-    in (``RNNEncoder.fused_recurrence``; any other order costs it a sort).
+    Each batch lists its sentences longest first, the order packing puts them in
+    (``seq2seq.packing.pack_tokens``).
 
     Under DDP each of ``num_replicas`` ranks serves every ``num_replicas``-th batch of the same
     epoch order, starting at its ``rank``. The batch list is first padded by repeating its first
