@@ -53,7 +53,7 @@ from torch import Tensor
 
 from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError
-from seq2seq.runtime import tune_allocator
+from seq2seq.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,7 @@ def train_and_decode(
         use_distributed_sampler=False,
         callbacks=[clock],
     )
+    freeze_startup_objects()  # as train.py does
     trainer.fit(module, datamodule=datamodule)
     result = clock.summary(bleu_target)
     result["peak_rss_mb"] = peak_rss_mb()  # of training: decoding below allocates less

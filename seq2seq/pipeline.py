@@ -51,7 +51,7 @@ from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
 from seq2seq.loggers import RunInfo, csv_logger, finish
-from seq2seq.runtime import tune_allocator
+from seq2seq.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     log_effective_batch(cfg, trainer)
     for logger in loggers:
         logger.log_hyperparams(run.config)
+    freeze_startup_objects()
     with stop_flag.installed(), warnings.catch_warnings():
         # Resuming into its own checkpoints/ is the point, not a mistake to warn about.
         warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 
@@ -52,3 +53,16 @@ def tune_allocator() -> bool:
     if not done:
         log.debug("mallopt refused the allocator thresholds; malloc keeps its defaults")
     return done
+
+
+def freeze_startup_objects() -> None:
+    """Move every object the collector tracks now into its permanent generation, so that no full
+    collection scans them again: called once training is set up, these are the imported modules
+    (torch, Lightning, scipy through torchmetrics), the data and the model, some 400,000 objects.
+
+    A full collection of them took 0.2 s here (2-core AMD EPYC), and the first one came within
+    the first second of training, every run; later ones are rarer but cost the same. Objects made
+    afterwards are collected as usual; a frozen object that becomes cyclic garbage is never freed,
+    which costs nothing here (startup objects live as long as the process).
+    """
+    gc.freeze()
