@@ -112,6 +112,16 @@ def in_fresh_process(job: Callable[..., dict[str, Any]], *args: Any) -> dict[str
 # --- ours ------------------------------------------------------------------------------------
 
 
+def repeat_config(config: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """The resolved ``config`` for repeat ``repeat``: its seed and the training batch order's
+    (``data.module.seed``, which resolving ``${seed}`` made a number of its own) both moved on
+    by ``repeat``, as the peers' seeds move their data order too. Until 2026-11-24 only the
+    seed moved, so every repeat of ours trained on the same batch order."""
+    data = config["data"]
+    module = {**data["module"], "seed": data["module"]["seed"] + repeat}
+    return {**config, "seed": config["seed"] + repeat, "data": {**data, "module": module}}
+
+
 def compose_config(overrides: Sequence[str], run_dir: Path) -> Any:
     """The config ``python train.py OVERRIDES`` would run, writing into ``run_dir``."""
     from hydra import compose, initialize_config_dir
@@ -1207,7 +1217,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
         }
         # Ours and the peers' runs alternate, so drift in the machine's speed hits all alike.
         for repeat in range(options.repeats):
-            seeded = {**config, "seed": config["seed"] + repeat}
+            seeded = repeat_config(config, repeat)
             log.info("repeat %d/%d: seq2seq", repeat + 1, options.repeats)
             ours.append(in_fresh_process(_train_job, seeded, job_options, time.time()))
             for name in peers:

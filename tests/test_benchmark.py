@@ -28,6 +28,7 @@ from seq2seq.benchmark import (
     opennmt_config,
     opennmt_python,
     parse_opennmt_log,
+    repeat_config,
     time_to_bleu,
 )
 from seq2seq.errors import ConfigError
@@ -106,6 +107,17 @@ def test_attention_costs_cover_every_scoring_function_and_length() -> None:
             assert all(
                 spread.median is not None and spread.median > 0 for spread in by_length.values()
             )
+
+
+def test_each_repeat_moves_the_seed_and_the_batch_order(tmp_path: Path) -> None:
+    """A repeat is what ``train.py seed=S+r`` would run: the model's seed and the training batch
+    order's, which the resolved config holds apart, both moved on; nothing else changes."""
+    config = compose_config([*reverse_task(tmp_path, train_sentences=130), "seed=7"], tmp_path)
+    again = compose_config([*reverse_task(tmp_path, train_sentences=130), "seed=9"], tmp_path)
+    assert config["data"]["module"]["seed"] == 7  # resolved: a number of its own
+    assert repeat_config(config, 2) == again
+    assert repeat_config(config, 0) == config
+    assert config["seed"] == 7 and config["data"]["module"]["seed"] == 7  # left as it was
 
 
 def test_spread_is_the_median_with_min_and_max_of_the_known_values() -> None:
