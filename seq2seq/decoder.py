@@ -133,7 +133,6 @@ class AttentionDecoder(nn.Module):
         # A GRU through seq2seq.fused_rnn on the CPU: Luong's cell over all steps, and every
         # decoding step of either decoder (``fused_step_applies``).
         self.fused = fused_rnn
-        self.padding_idx = padding_idx  # the token id that pads tgt_in and tgt_out
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = Dropout(dropout)
         self.attention = attention(query_size=hidden_size, key_size=memory_size)
@@ -351,7 +350,9 @@ class AttentionDecoder(nn.Module):
     def pack_targets(self, tgt_in: Tensor, tgt_out: Tensor) -> tuple[PackedTokens, Tensor]:
         """tgt_in's real tokens packed (``pack_tokens``; a sentence's length is its count of
         targets), and tgt_out's tokens at the same rows (N,)."""
-        real = tgt_out.ne(self.padding_idx)  # (B, T)
+        padding = self.embedding.padding_idx
+        assert padding is not None  # the constructor gives the embedding one
+        real = tgt_out.ne(padding)  # (B, T)
         packed = pack_tokens(tgt_in, real.sum(1))
         return packed, tgt_out.reshape(-1).index_select(0, packed.positions)
 
@@ -614,6 +615,11 @@ class LuongDecoder(AttentionDecoder):
                 False,
             )
 
+    def cell_runs_fused(self, *tensors: Tensor) -> bool:
+        """Whether the cell over all steps runs through ``seq2seq.fused_rnn`` for these tensors
+        (its inputs and parameters): a GRU, ``fused_rnn`` on, and tensors the kernels take."""
+        return self.fused and not self.is_lstm and fused_usable(*tensors)
+
     def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
         """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
 
@@ -623,7 +629,7 @@ class LuongDecoder(AttentionDecoder):
         ``seq2seq.fused_rnn.gru_steps``, the same function in fewer kernels.
         """
         params = self.cell_parameters()
-        if self.fused and not self.is_lstm and fused_usable(embedded, *params):
+        if self.cell_runs_fused(embedded, *params):
             return fused_gru_steps(embedded, state[0], params)  # (B, T, H)
         has_biases = len(params) == 4
         # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
@@ -699,7 +705,7 @@ class LuongDecoder(AttentionDecoder):
         up to 40 % of a batch of mixed lengths; the attention, one (B, T, S) product, reads the
         states back on the padded grid. Elsewhere None: ``forward`` runs padded."""
         params = self.cell_parameters()
-        if not (self.fused and not self.is_lstm and fused_usable(*params)):
+        if not self.cell_runs_fused(*params):
             return None
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)

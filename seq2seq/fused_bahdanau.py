@@ -91,9 +91,9 @@ class Recurrence(torch.autograd.Function):
         cell_gates = input_gates.new_empty(batch, gates)
         recurrent = input_gates.new_empty(batch, gates)
         done = 0  # rows of the steps before t
+        stride = steps.stride
         for active, start in zip(steps.batch_sizes, steps.starts, strict=True):
             # The step's first ``active`` sentences, rows start, start + stride, ... of each.
-            stride = steps.stride
             _linear_into(query[:active], state[:active], query_weight, query_bias)  # (b, A)
             kernels.seq2seq_additive_forward(
                 active, 1, keys, attention_size, memory_size, query.data_ptr(),
