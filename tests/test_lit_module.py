@@ -1,11 +1,23 @@
-"""seq2seq.lit_module's CPU gradient clipping against torch.nn.utils.clip_grad_norm_."""
+"""seq2seq.lit_module: the CPU gradient clipping against torch.nn.utils.clip_grad_norm_, and
+the training loop's batch transfer and train/loss logging against what they replace."""
 
 from __future__ import annotations
 
-import pytest
-import torch
+import csv
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
 
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from pytorch_lightning.loggers import CSVLogger
+
+from seq2seq.data.batching import Batch
 from seq2seq.lit_module import clip_grad_norm_on_cpu
+from seq2seq.pipeline import build_model_config, build_module
+from tests.test_pipeline import compose_config
 
 
 def gradients(scale: float) -> list[torch.Tensor]:
@@ -35,3 +47,75 @@ def test_gradients_under_the_limit_are_left_alone() -> None:
     clip_grad_norm_on_cpu(grads, 5.0)
     for got, want in zip(grads, before, strict=True):
         assert torch.equal(got, want)
+
+
+def test_batch_to_moves_every_tensor_and_keeps_the_texts() -> None:
+    batch = Batch(
+        src=torch.ones(2, 3, dtype=torch.long), src_lens=torch.tensor([3, 2]),
+        tgt_in=torch.ones(2, 4, dtype=torch.long), tgt_out=torch.ones(2, 4, dtype=torch.long),
+        tgt_lens=torch.tensor([4, 2]), indices=torch.tensor([1, 0]),
+        src_text=["a b c", "d e"], tgt_text=["c b a", "e d"],
+    )  # fmt: skip
+    moved = batch.to(torch.device("meta"))
+    tensors = [field.name for field in fields(Batch) if field.type == "Tensor"]
+    assert len(tensors) == 6  # every tensor field, found by its annotation
+    for name in tensors:
+        tensor = getattr(moved, name)
+        assert tensor.device.type == "meta" and tensor.shape == getattr(batch, name).shape, name
+    assert moved.src_text is batch.src_text and moved.tgt_text is batch.tgt_text
+    assert batch.src.device.type == "cpu"  # a new batch; the old one is unchanged
+
+
+class RecordSteps(pl.Callback):
+    """Each training step's summed loss and target tokens, from what training_step returned."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[float, int]] = []
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        tokens = int(batch.tgt_lens.sum())
+        self.steps.append((float(outputs["loss"]) * tokens, tokens))
+
+
+def test_train_loss_is_logged_where_it_is_written_and_at_the_last_batch(tmp_path: Path) -> None:
+    """Every third step is written (log_every_n_steps=3), each with that step's token-mean loss,
+    as logging every step wrote; the final metrics hold the last batch's."""
+    config = compose_config(
+        tmp_path, ["data.train_size=300", "data.batch_size=32", "optim.scheduler=null"]
+    )
+    pl.seed_everything(0, verbose=False)
+    datamodule = instantiate(config.data.module)
+    datamodule.setup("fit")
+    model_config = build_model_config(
+        config, datamodule.src_tokenizer.get_vocab_size(), datamodule.tgt_tokenizer.get_vocab_size()
+    )
+    module = build_module(config, datamodule, model_config)
+    moved: list[Batch] = []
+    transfer = datamodule.transfer_batch_to_device
+
+    def recorded_transfer(batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        moved.append(batch)
+        return transfer(batch, device, dataloader_idx)
+
+    datamodule.transfer_batch_to_device = recorded_transfer
+    record = RecordSteps()
+    trainer = pl.Trainer(
+        accelerator="cpu", max_epochs=1, log_every_n_steps=3, limit_val_batches=0,
+        logger=CSVLogger(tmp_path, name="", version=""), enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[record],
+        use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=datamodule)
+    steps = record.steps
+    assert len(steps) == 10  # 300 sentences in batches of 32
+    assert len(moved) == 10 and all(isinstance(batch, Batch) for batch in moved)  # our hook ran
+
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        written = {int(row["step"]): float(row["train/loss"]) for row in csv.DictReader(file)}
+    assert sorted(written) == [2, 5, 8]
+    for step, value in written.items():
+        assert value == pytest.approx(steps[step][0] / steps[step][1], rel=1e-6), step
+    last_loss, last_tokens = steps[-1]
+    assert float(trainer.callback_metrics["train/loss"]) == pytest.approx(last_loss / last_tokens)

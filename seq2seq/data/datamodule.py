@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytorch_lightning as pl
 import torch
@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from seq2seq.data import cache
 from seq2seq.data.batching import (
+    Batch,
     BucketBatchSampler,
     EncodedDataset,
     EncodedExample,
@@ -214,3 +215,12 @@ class Seq2SeqDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
         return self._loader("test", self.eval_batch_size, shuffle=False)
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        # Lightning's default walks every field, deep-copying the dataclass and visiting each of
+        # its strings: ~0.9 ms a training step on the CPU, 2.5 % of a benchmark step.
+        if isinstance(batch, Batch):
+            return batch.to(device)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
