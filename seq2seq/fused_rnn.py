@@ -3,14 +3,15 @@
 ATen's CPU GRU runs each time step as a dozen small kernels (the recurrent GEMM, then adds,
 sigmoids, a tanh, a lerp), each an autograd node with its own backward. On the benchmark's
 shapes (B=64, H=128-256) those per-step kernels and their bookkeeping cost as much as the GEMMs.
-Here a step is one GEMM (torch's BLAS) and one pass of ``csrc/gru.c`` over the step's rows, and
-the backward pass is the same by hand, with the recurrent weight's gradient as one GEMM over all
-steps after the loop. Where torch's BLAS is MKL's ``sgemm_`` (x86 builds link it into
-libtorch_cpu), the loop over a layer's steps runs in C too, calling that same ``sgemm_``:
-the same arithmetic without ~9 us of Python, ctypes and dispatch per step (1.028x whole Luong
-training steps; ``blas_sgemm`` checks it against the Python loop once), and where torch has one
-thread per direction, a bidirectional layer's two directions run at once, each on its own
-thread (``_concurrent``). The parameters are ``nn.GRU``'s own, so checkpoints do not change.
+Here a step is one GEMM and one pass of ``csrc/gru.c`` over the step's rows, and the backward
+pass is the same by hand, with the recurrent weight's gradient as one GEMM over all steps after
+the loop (torch's). The loop over a layer's steps runs in C, with the library's own kernel for
+the steps' small GEMMs (a step's 1-64 rows by W_hh, packed once per call into cache-resident
+panels: 2-3x MKL's sgemm on the benchmark's steps, see csrc/gru.c), without ~9 us of Python,
+ctypes and dispatch per step; ``c_loops`` checks it once against the Python loop over torch's
+GEMMs, which runs where it disagrees. Where torch has one thread per direction, a bidirectional
+layer's two directions run at once, each on its own thread (``_concurrent``). The parameters are
+``nn.GRU``'s own, so checkpoints do not change.
 
 ``gru(module, inputs, hx)`` computes what ``module(inputs, hx)`` does for an ``nn.GRU`` (packed
 or padded input, any layers, bidirectional, dropout between layers); ``gru_steps`` is one
@@ -180,17 +181,25 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
     library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
-    # The C loops over a GRU layer's steps: sgemm, directions, steps, the schedules, B, H, N,
-    # then the arrays (W_hh and b_hh as arrays of one pointer per direction) and `concurrent`.
+    # The C loops over a GRU layer's steps: directions, steps, the schedules, B, H, N, then the
+    # arrays (W_hh and b_hh as arrays of one pointer per direction), the weight panels' scratch
+    # and `concurrent`; the panels' size in floats of a (K, N) weight.
     addresses = ctypes.POINTER(ctypes.c_void_p)
-    library.seq2seq_gru_layer_forward.argtypes = [pointer, i64, i64, pointer, i64, i64, i64]
+    library.seq2seq_gru_layer_forward.argtypes = [i64, i64, pointer, i64, i64, i64]
     library.seq2seq_gru_layer_forward.argtypes += [pointer, i64, addresses, addresses, pointer]
-    library.seq2seq_gru_layer_forward.argtypes += [pointer, i64, pointer, pointer, ctypes.c_int]
+    library.seq2seq_gru_layer_forward.argtypes += [pointer, i64, pointer, pointer, pointer]
+    library.seq2seq_gru_layer_forward.argtypes += [ctypes.c_int]
     library.seq2seq_gru_layer_forward.restype = None
-    library.seq2seq_gru_layer_backward.argtypes = [pointer, i64, i64, pointer, i64, i64, i64]
+    library.seq2seq_gru_layer_backward.argtypes = [i64, i64, pointer, i64, i64, i64]
     library.seq2seq_gru_layer_backward.argtypes += [pointer, pointer, i64, pointer, pointer, i64]
-    library.seq2seq_gru_layer_backward.argtypes += [pointer, addresses, ctypes.c_int]
+    library.seq2seq_gru_layer_backward.argtypes += [pointer, addresses, pointer, ctypes.c_int]
     library.seq2seq_gru_layer_backward.restype = None
+    library.seq2seq_panel_floats.argtypes = [i64, i64]
+    library.seq2seq_panel_floats.restype = i64
+    # y = x W^T + bias through a given sgemm: sgemm, rows, out, in, W, ldw, bias, x, y.
+    library.seq2seq_affine_rows.argtypes = [pointer, i64, i64, i64, pointer, i64, pointer]
+    library.seq2seq_affine_rows.argtypes += [pointer, pointer]
+    library.seq2seq_affine_rows.restype = None
     # seq2seq.fused_greedy's loop: sgemm, B, S, H, V, max_steps, bos, eos, the cell's table and
     # weights, keys, values, lens, scale, W_c2 and its row stride, the output layer, limits,
     # the state and scratch, and the outputs; it returns the steps it ran.
@@ -308,9 +317,9 @@ def library() -> ctypes.CDLL | None:
 
 
 def blas_sgemm() -> int | None:
-    """The address of the BLAS ``sgemm_`` torch's own matrix products call, for the C loop over
-    a GRU's steps; None where it is not found or does not compute what torch's loop does (the
-    steps then loop in Python, with the same results). Found once, on first call."""
+    """The address of the BLAS ``sgemm_`` torch's own matrix products call, for the C greedy
+    loop (``seq2seq.fused_greedy``); None where it is not found or does not compute what
+    torch.addmm does (greedy decoding then steps in Python). Found once, on first call."""
     kernels = library()  # before the lock: library() takes it too
     if kernels is None:
         return None
@@ -318,10 +327,24 @@ def blas_sgemm() -> int | None:
         with _lock:
             if "sgemm" not in _state:
                 address = _find_sgemm()
-                if address is not None and not _loops_agree(kernels, address):
+                if address is not None and not _sgemm_agrees(kernels, address):
                     address = None
                 _state["sgemm"] = address
     return _state["sgemm"]
+
+
+def c_loops() -> bool:
+    """Whether a GRU layer's steps loop in C (``seq2seq_gru_layer_forward`` and its backward,
+    with their own small-GEMM kernel): where the library loaded and its loops compute what the
+    Python loop over torch's GEMMs does (``_loops_agree``, checked once, on first call)."""
+    kernels = library()
+    if kernels is None:
+        return False
+    if "loops" not in _state:
+        with _lock:
+            if "loops" not in _state:
+                _state["loops"] = _loops_agree(kernels)
+    return bool(_state["loops"])
 
 
 def _find_sgemm() -> int | None:
@@ -339,13 +362,34 @@ def _find_sgemm() -> int | None:
     return None
 
 
-def _loops_agree(kernels: ctypes.CDLL, sgemm: int) -> bool:
+def _sgemm_agrees(kernels: ctypes.CDLL, sgemm: int) -> bool:
+    """``seq2seq_affine_rows`` through ``sgemm`` against torch.addmm (and mm, without a bias)
+    on random rows: an sgemm that misreads its arguments must not decode."""
+    generator = torch.Generator().manual_seed(0)  # not the global stream, as in _check
+    rows, inputs, outputs = 5, 19, 23
+    x = torch.randn(rows, inputs, generator=generator)
+    weight = torch.randn(outputs, inputs, generator=generator)
+    bias = torch.randn(outputs, generator=generator)
+    for b in (bias, None):
+        y = torch.empty(rows, outputs)
+        kernels.seq2seq_affine_rows(
+            sgemm, rows, outputs, inputs, weight.data_ptr(), inputs,
+            None if b is None else b.data_ptr(), x.data_ptr(), y.data_ptr(),
+        )  # fmt: skip
+        expected = x @ weight.t() if b is None else torch.addmm(b, x, weight.t())
+        if not torch.allclose(y, expected, rtol=1e-5, atol=1e-5):
+            return False
+    return True
+
+
+def _loops_agree(kernels: ctypes.CDLL) -> bool:
     """The C loops (the directions one after the other, and at once) against the Python loop,
     forward and backward, on a few random rows: both directions over a packed batch whose second
-    step has fewer rows, with biases. They run the same GEMMs and passes (on one thread or two),
-    so they must agree to rounding."""
+    step has fewer rows, with biases, at a size whose panels and row blocks have remainders. They
+    run the same passes and GEMMs of the same sums (their own kernel against torch's), so they
+    must agree to rounding."""
     generator = torch.Generator().manual_seed(0)
-    size, steps, rows = 19, Steps.packed([3, 2]), 5
+    size, steps, rows = 23, Steps.packed([6, 5]), 11
     schedules = [_schedule(steps, direction, size, 2) for direction in range(2)]
     # Every draw from the check's own generator, as in _check.
     gates = torch.randn(rows, 6 * size, generator=generator)
@@ -355,11 +399,12 @@ def _loops_agree(kernels: ctypes.CDLL, sgemm: int) -> bool:
         for _ in range(2)
         for shape in ((3 * size, size), (3 * size,))
     ]
-    initial = torch.randn(2, 3, size, generator=generator)
+    batch = steps.batch_sizes[0]
+    initial = torch.randn(2, batch, size, generator=generator)
     results = []
     for concurrent in (None, False, True):  # None: the Python loop
         finals, outputs = initial.clone(), torch.zeros(rows, 2 * size)
-        recurrent, saved = torch.empty(2, 3, 3 * size), torch.empty(2, rows, 5 * size)
+        recurrent, saved = torch.empty(2, batch, 3 * size), torch.empty(2, rows, 5 * size)
         d_states, d_gates = initial.clone(), torch.zeros(rows, 6 * size)
         d_recurrent = torch.empty(2, rows, 3 * size)
         if concurrent is None:
@@ -371,10 +416,10 @@ def _loops_agree(kernels: ctypes.CDLL, sgemm: int) -> bool:
                                 saved[direction], d_gates, d_recurrent[direction],
                                 weight)  # fmt: skip
         else:
-            _forward_layer(kernels, sgemm, schedules, gates, tuple(weights), finals, outputs,
-                           recurrent, saved, concurrent)  # fmt: skip
-            _backward_layer(kernels, sgemm, schedules, d_states, d_outputs, saved, d_gates,
-                            d_recurrent, list(weights), concurrent)  # fmt: skip
+            _forward_layer(kernels, schedules, gates, tuple(weights), finals, outputs, recurrent,
+                           saved, concurrent)  # fmt: skip
+            _backward_layer(kernels, schedules, d_states, d_outputs, saved, d_gates, d_recurrent,
+                            list(weights), concurrent)  # fmt: skip
         results.append([finals, outputs, saved, d_states, d_gates, d_recurrent])
     return all(
         torch.allclose(value, expected, rtol=1e-5, atol=1e-6)
@@ -464,7 +509,7 @@ class _Recurrence(torch.autograd.Function):
     def forward(
         ctx: FunctionCtx, gates: Tensor, initial: Tensor, steps: Steps, *weights: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        kernels, sgemm = library(), blas_sgemm()
+        kernels = library()
         assert kernels is not None  # usable() checked it
         directions, _, size = initial.shape
         gates = gates.contiguous()
@@ -479,9 +524,9 @@ class _Recurrence(torch.autograd.Function):
         schedules = [
             _schedule(steps, direction, size, directions) for direction in range(directions)
         ]
-        if sgemm is not None:  # every step of every direction in one C call
-            _forward_layer(kernels, sgemm, schedules, gates, weights, finals, outputs, recurrent,
-                           saved, _concurrent(directions))  # fmt: skip
+        if c_loops():  # every step of every direction in one C call
+            _forward_layer(kernels, schedules, gates, weights, finals, outputs, recurrent, saved,
+                           _concurrent(directions))  # fmt: skip
         else:
             for direction, schedule in enumerate(schedules):
                 weight, bias = weights[2 * direction], weights[2 * direction + 1]
@@ -500,7 +545,7 @@ class _Recurrence(torch.autograd.Function):
     def backward(
         ctx: FunctionCtx, d_outputs: Tensor, d_finals: Tensor
     ) -> tuple[Tensor | None, ...]:
-        kernels, sgemm = library(), blas_sgemm()
+        kernels = library()
         assert kernels is not None
         saved, *weights = ctx.saved_tensors  # type: ignore[attr-defined]
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
@@ -513,9 +558,9 @@ class _Recurrence(torch.autograd.Function):
         schedules = [
             _schedule(steps, direction, size, directions) for direction in range(directions)
         ]
-        if sgemm is not None:  # every step of every direction in one C call
-            _backward_layer(kernels, sgemm, schedules, d_states, d_outputs, saved, d_gates,
-                            d_recurrent, weights, _concurrent(directions))  # fmt: skip
+        if c_loops():  # every step of every direction in one C call
+            _backward_layer(kernels, schedules, d_states, d_outputs, saved, d_gates, d_recurrent,
+                            weights, _concurrent(directions))  # fmt: skip
         else:
             for direction, schedule in enumerate(schedules):
                 _backward_steps(
@@ -534,7 +579,6 @@ class _Recurrence(torch.autograd.Function):
 
 def _forward_layer(
     kernels: ctypes.CDLL,
-    sgemm: int,
     schedules: list[_Schedule],
     gates: Tensor,
     weights: tuple[Tensor | None, ...],
@@ -544,25 +588,26 @@ def _forward_layer(
     saved: Tensor | None,
     concurrent: bool,
 ) -> None:
-    """Every direction's steps of ``_Recurrence.forward`` in one C call through torch's BLAS
-    ``sgemm``, with ``concurrent`` (``_concurrent``) each direction on its own thread. finals
-    (D, B, H) enter as the initial states and leave as the final ones; outputs (N, D·H) and
-    saved (D, N', 5H) are written (N' visited rows), recurrent (D, B, 3H) is scratch."""
+    """Every direction's steps of ``_Recurrence.forward`` in one C call, with ``concurrent``
+    (``_concurrent``) each direction on its own thread. finals (D, B, H) enter as the initial
+    states and leave as the final ones; outputs (N, D·H) and saved (D, N', 5H) are written (N'
+    visited rows), recurrent (D, B, 3H) is scratch."""
     directions, batch, size = finals.shape
     tables = _tables(schedules)  # (D, 3, T)
     held = [None if tensor is None else tensor.contiguous() for tensor in weights]  # (see below)
+    # Each direction's W_hh^T in the C GEMM's panels, packed there once per call.
+    panels = gates.new_empty(directions, kernels.seq2seq_panel_floats(size, 3 * size))
     kernels.seq2seq_gru_layer_forward(
-        sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size,
-        sum(schedules[0].counts), gates.data_ptr(), schedules[0].gate_stride,
-        _addresses(held[0::2]), _addresses(held[1::2]), finals.data_ptr(), outputs.data_ptr(),
-        schedules[0].out_stride, recurrent.data_ptr(), None if saved is None else saved.data_ptr(),
+        directions, tables.shape[2], tables.data_ptr(), batch, size, sum(schedules[0].counts),
+        gates.data_ptr(), schedules[0].gate_stride, _addresses(held[0::2]),
+        _addresses(held[1::2]), finals.data_ptr(), outputs.data_ptr(), schedules[0].out_stride,
+        recurrent.data_ptr(), None if saved is None else saved.data_ptr(), panels.data_ptr(),
         concurrent,
     )  # fmt: skip
 
 
 def _backward_layer(
     kernels: ctypes.CDLL,
-    sgemm: int,
     schedules: list[_Schedule],
     d_states: Tensor,
     d_outputs: Tensor,
@@ -578,11 +623,12 @@ def _backward_layer(
     directions, batch, size = d_states.shape
     tables = _tables(schedules)  # (D, 3, T)
     held = [None if tensor is None else tensor.contiguous() for tensor in weights[0::2]]
+    panels = d_states.new_empty(directions, kernels.seq2seq_panel_floats(3 * size, size))
     kernels.seq2seq_gru_layer_backward(
-        sgemm, directions, tables.shape[2], tables.data_ptr(), batch, size, saved.shape[1],
+        directions, tables.shape[2], tables.data_ptr(), batch, size, saved.shape[1],
         d_states.data_ptr(), d_outputs.data_ptr(), schedules[0].out_stride, saved.data_ptr(),
         d_gates.data_ptr(), schedules[0].gate_stride, d_recurrent.data_ptr(), _addresses(held),
-        concurrent,
+        panels.data_ptr(), concurrent,
     )  # fmt: skip
 
 
@@ -613,8 +659,9 @@ def _forward_steps(
     recurrent: Tensor,
     saved: Tensor | None,
 ) -> None:
-    """One direction's steps of ``_Recurrence.forward`` where torch's BLAS ``sgemm`` is not at
-    hand: a Python loop of torch GEMMs and C passes (the arithmetic of ``_forward_layer``).
+    """One direction's steps of ``_Recurrence.forward`` where the C loops are not used
+    (``c_loops``): a Python loop of torch GEMMs and C passes (the arithmetic of
+    ``_forward_layer``), and the reference ``_loops_agree`` checks those against.
     state (B, H) is updated in place, outputs (N, D·H) and saved (N, 5H) are written."""
     size = state.shape[1]
     weight_t = weight.t()  # (H, 3H)

@@ -33,13 +33,13 @@ B, T, E, H = 4, 7, 6, 5
 
 @pytest.fixture(params=["c", "c-concurrent", "python"])
 def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The test with a layer's steps looped in C (through torch's BLAS sgemm_, where it is
-    found), its directions one after the other and at once, and looped in Python (where no
-    sgemm_ is found)."""
-    if request.param != "python" and fused_rnn.blas_sgemm() is None:
-        pytest.skip("torch's BLAS sgemm_ is not found here: the steps loop in Python")
+    """The test with a layer's steps looped in C (with the library's own GEMM kernel), its
+    directions one after the other and at once, and looped in Python over torch's GEMMs (where
+    the C loops disagree with it)."""
+    if request.param != "python" and not fused_rnn.c_loops():
+        pytest.skip("the C loops are not used here: the steps loop in Python")
     if request.param == "python":
-        monkeypatch.setitem(fused_rnn._state, "sgemm", None)
+        monkeypatch.setitem(fused_rnn._state, "loops", False)
     concurrent = request.param == "c-concurrent"
     monkeypatch.setattr(fused_rnn, "_concurrent", lambda directions: concurrent and directions > 1)
     return str(request.param)
@@ -413,16 +413,16 @@ def test_checking_the_library_leaves_the_global_random_stream_alone() -> None:
 @needs_kernels
 def test_a_blas_that_computes_something_else_is_not_used() -> None:
     """An sgemm that leaves its output alone (as one that misread its integers might) fails
-    the check against the Python loop, so the steps would loop in Python."""
+    the check against torch.addmm, so greedy decoding would step in Python."""
     library = fused_rnn.library()
     assert library is not None
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)
     does_nothing = signature(lambda *arguments: None)
     address = ctypes.cast(does_nothing, ctypes.c_void_p).value
     assert address is not None
-    assert not fused_rnn._loops_agree(library, address)
+    assert not fused_rnn._sgemm_agrees(library, address)
     if fused_rnn.blas_sgemm() is not None:
-        assert fused_rnn._loops_agree(library, fused_rnn.blas_sgemm())  # type: ignore[arg-type]
+        assert fused_rnn._sgemm_agrees(library, fused_rnn.blas_sgemm())  # type: ignore[arg-type]
 
 
 def test_no_sgemm_is_looked_for_where_torch_has_no_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -431,15 +431,16 @@ def test_no_sgemm_is_looked_for_where_torch_has_no_mkl(monkeypatch: pytest.Monke
 
 
 @needs_kernels
-def test_checking_the_c_loop_leaves_the_global_random_stream_alone() -> None:
+def test_checking_the_c_loop_and_sgemm_leaves_the_global_random_stream_alone() -> None:
     library = fused_rnn.library()
+    assert library is not None
     address = fused_rnn._find_sgemm()
-    if library is None or address is None:
-        pytest.skip("torch's BLAS sgemm_ is not found here")
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    fused_rnn._loops_agree(library, address)
+    fused_rnn._loops_agree(library)
+    if address is not None:
+        fused_rnn._sgemm_agrees(library, address)
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
 
 

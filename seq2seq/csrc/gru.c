@@ -1,8 +1,9 @@
 /* The GRU cell's elementwise math, forward and backward, one pass over each step's rows.
 
-   seq2seq/fused_rnn.py compiles this file with the system's C compiler, loads it with ctypes and
-   calls it once per time step, between the step's recurrent GEMMs (which stay in torch's BLAS).
-   It replaces the dozen ATen kernels and autograd nodes that ATen's CPU GRU spends on each step.
+   seq2seq/fused_rnn.py compiles this file with the system's C compiler and loads it with ctypes.
+   It replaces the dozen ATen kernels and autograd nodes that ATen's CPU GRU spends on each step:
+   a layer's whole loop over its steps runs here, each step a small GEMM (the kernel below) and
+   one pass of this math over the step's rows.
 
    Gate order and formulas are PyTorch's (nn.GRU):
      r = sigmoid(gi_r + gh_r)    z = sigmoid(gi_z + gh_z)    n = tanh(gi_n + r * gh_n)
@@ -134,49 +135,115 @@ void seq2seq_gru_backward(int64_t rows, int64_t H, float *restrict dh,
   }
 }
 
-/* A direction's whole recurrence: every step's recurrent GEMM, through the BLAS sgemm torch
-   itself calls (its address passed in `sgemm`), then the step's pass above. The same
-   arithmetic as fused_rnn.py's Python loop over the steps, which pays about 9 us of Python,
-   ctypes and dispatch per step around work of 15-170 us.
+/* The recurrences' GEMMs: a step multiplies its few rows (1-64 here) by the same recurrent
+   weight, which stays in cache from step to step. A BLAS sgemm re-packs that weight on every call
+   and splits small products badly: on the project's 2-core AMD EPYC, MKL's sgemm_ took 52 us for
+   8 x 256 by 256 x 768 (68 GFLOP/s) and 300 us for 64 rows, against 19 and 128 us here (164 and
+   196 GFLOP/s, two threads). So the weight is packed once per layer call into panels of PANEL
+   columns ((K, PANEL) each, contiguous, the last zero-padded), and each step multiplies its rows
+   by every panel: PANEL_ROWS rows at a time, whose PANEL_ROWS x PANEL sums the compiler keeps in
+   vector registers (16 of them) while it streams the panel's K rows once. The panels are split
+   over the threads where `parallel`, each thread writing its own columns. */
+#if defined(__AVX512F__)
+#define PANEL 64 /* 4 zmm registers a row */
+#else
+#define PANEL 32 /* 4 ymm registers a row (AVX2; NEON and SSE take it in more registers) */
+#endif
+#define PANEL_ROWS 4
+#define PANEL_PARALLEL_MIN 65536 /* multiply-adds under which waking a thread costs more */
+
+static int64_t panel_count(int64_t N) { return (N + PANEL - 1) / PANEL; }
+
+/* Floats of the panels of a (K, N) matrix: what the caller allocates per weight. */
+int64_t seq2seq_panel_floats(int64_t K, int64_t N) { return panel_count(N) * K * PANEL; }
+
+/* B (K, N) into panels: B[k][n] is src[k * ld + n], or with `transposed` src[n * ld + k] (a
+   torch weight (N, K) read as its transpose). */
+static void pack_panels(int64_t K, int64_t N, const float *restrict src, int64_t ld,
+                        int transposed, float *restrict panels) {
+  for (int64_t p = 0; p < panel_count(N); ++p)
+    for (int64_t k = 0; k < K; ++k) {
+      float *restrict row = panels + (p * K + k) * PANEL;
+      for (int64_t j = 0; j < PANEL; ++j) {
+        const int64_t n = p * PANEL + j;
+        row[j] = n >= N ? 0.0f : (transposed ? src[n * ld + k] : src[k * ld + n]);
+      }
+    }
+}
+
+/* `count` (<= PANEL_ROWS) rows of C's `width` (<= PANEL) columns of one panel: C = start + A P,
+   where start is bias (if not NULL), else C itself (if `accumulate`), else 0. A full block of
+   PANEL_ROWS rows has constant loop bounds, which the compiler unrolls into registers. */
+static inline void panel_block(int64_t count, int64_t width, int64_t K, const float *restrict A,
+                               int64_t lda, const float *restrict P, const float *restrict bias,
+                               int accumulate, float *restrict C, int64_t ldc) {
+  float sums[PANEL_ROWS][PANEL];
+  for (int64_t r = 0; r < PANEL_ROWS; ++r)
+    for (int64_t j = 0; j < PANEL; ++j)
+      sums[r][j] = r >= count || j >= width ? 0.0f
+                   : bias != NULL           ? bias[j]
+                   : accumulate             ? C[r * ldc + j]
+                                            : 0.0f;
+  if (count == PANEL_ROWS) {
+    for (int64_t k = 0; k < K; ++k) {
+      const float *restrict b = P + k * PANEL;
+      for (int64_t r = 0; r < PANEL_ROWS; ++r) {
+        const float a = A[r * lda + k];
+#pragma omp simd
+        for (int64_t j = 0; j < PANEL; ++j) sums[r][j] += a * b[j];
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = A[r * lda + k];
+        const float *restrict b = P + k * PANEL;
+#pragma omp simd
+        for (int64_t j = 0; j < PANEL; ++j) sums[r][j] += a * b[j];
+      }
+  }
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t j = 0; j < width; ++j) C[r * ldc + j] = sums[r][j];
+}
+
+/* C (rows, N) = start + A (rows, K) B, B in panels (pack_panels), start as in panel_block. */
+static void panel_gemm(int64_t rows, int64_t K, int64_t N, const float *A, int64_t lda,
+                       const float *panels, const float *bias, int accumulate, float *C,
+                       int64_t ldc, int parallel) {
+#pragma omp parallel for schedule(static) if (parallel && rows * K * N >= PANEL_PARALLEL_MIN)
+  for (int64_t p = 0; p < panel_count(N); ++p) {
+    const int64_t first = p * PANEL, width = N - first < PANEL ? N - first : PANEL;
+    for (int64_t r = 0; r < rows; r += PANEL_ROWS)
+      panel_block(rows - r < PANEL_ROWS ? rows - r : PANEL_ROWS, width, K, A + r * lda, lda,
+                  panels + p * K * PANEL, bias == NULL ? NULL : bias + first, accumulate,
+                  C + r * ldc + first, ldc);
+  }
+}
+
+/* A direction's whole recurrence: every step's recurrent GEMM (panel_gemm, W_hh packed once),
+   then the step's pass above. The same arithmetic as fused_rnn.py's Python loop over the steps
+   (torch's GEMMs, rounding aside), which pays about 9 us of Python, ctypes and dispatch per step
+   around work of 15-170 us.
 
    Step k of the `steps` (in the order they run) has counts[k] rows, its gates at
    gates + gate_offsets[k] and its outputs at out + out_offsets[k] (row strides in floats);
    the rows are the first counts[k] rows of h (rows, H), which enter as the initial state and
    leave as the final one, and counts never grows (a packed batch's rows are sorted by length).
-   W (3H, H) and bias (3H, or NULL) are W_hh and b_hh; recurrent is scratch of (rows, 3H);
-   saved (the steps' rows, 5H) as in seq2seq_gru_forward, or NULL.
-
-   sgemm has the Fortran interface: column-major, every argument a pointer. Its integers are
-   passed as pointers to int64_t: on a little-endian machine the first 4 bytes of one hold the
-   same small value, so this is right for BLAS with 32-bit (LP64) and 64-bit (ILP64) integers. */
-typedef void (*sgemm_fn)(const char *transa, const char *transb, const int64_t *m,
-                         const int64_t *n, const int64_t *k, const float *alpha, const float *a,
-                         const int64_t *lda, const float *b, const int64_t *ldb,
-                         const float *beta, float *c, const int64_t *ldc);
-
-/* y (rows, out) = x (rows, in) W^T + bias, as torch.addmm(bias, x, W.t()) computes it: the bias
-   copied into every row, then beta 1 adds the product (no bias: beta 0). W (out, in) is read
-   at row stride ldw. Column-major, y^T (out, rows) = op(W) x^T with W read as the (in, out)
-   matrix W^T and transposed. */
-static void affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, const float *W,
-                        int64_t ldw, const float *bias, const float *x, float *y) {
-  const float one = 1.0f, zero = 0.0f;
-  if (bias != NULL)
-    for (int64_t r = 0; r < rows; ++r) memcpy(y + r * out, bias, out * sizeof(float));
-  ((sgemm_fn)sgemm)("T", "N", &out, &rows, &in, &one, W, &ldw, x, &in,
-                    bias != NULL ? &one : &zero, y, &out);
-}
-
-static void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+   W (3H, H) and bias (3H, or NULL) are W_hh and b_hh, `panels` holds
+   seq2seq_panel_floats(H, 3H) floats for W_hh^T's panels; recurrent is scratch of (rows, 3H);
+   saved (the steps' rows, 5H) as in seq2seq_gru_forward, or NULL. */
+static void seq2seq_gru_loop_forward(int64_t steps, const int64_t *restrict counts,
                                      const int64_t *restrict gate_offsets,
                                      const int64_t *restrict out_offsets, int64_t H,
                                      const float *gates, int64_t gate_stride, const float *W,
                                      const float *bias, float *h, float *out, int64_t out_stride,
-                                     float *recurrent, float *saved) {
+                                     float *recurrent, float *saved, float *panels, int parallel) {
+  pack_panels(H, 3 * H, W, H, 1, panels); /* B = W^T (H, 3H) */
   int64_t done = 0; /* rows of the steps so far: where this step's saved rows start */
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t rows = counts[k];
-    affine_rows(sgemm, rows, 3 * H, H, W, H, bias, h, recurrent); /* (rows, 3H) = b + h W^T */
+    /* (rows, 3H) = b + h W^T */
+    panel_gemm(rows, H, 3 * H, h, H, panels, bias, 0, recurrent, 3 * H, parallel);
     float *step_saved = saved == NULL ? NULL : saved + done * 5 * H;
     seq2seq_gru_forward(rows, H, gates + gate_offsets[k], gate_stride, recurrent, h,
                         out + out_offsets[k], out_stride, step_saved);
@@ -188,15 +255,15 @@ static void seq2seq_gru_loop_forward(void *sgemm, int64_t steps, const int64_t *
    of the final states on entry and of the initial ones on exit; d_out and d_gi are laid out as
    out and gates (the same offsets and strides); d_recurrent (the steps' rows, 3H, in the order
    they ran) receives each step's d_gh, from which the caller gets W_hh's and b_hh's gradients
-   in one GEMM and one sum. */
-static void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t *restrict counts,
+   in one GEMM and one sum. `panels` holds seq2seq_panel_floats(3H, H) floats for W_hh's. */
+static void seq2seq_gru_loop_backward(int64_t steps, const int64_t *restrict counts,
                                       const int64_t *restrict gate_offsets,
                                       const int64_t *restrict out_offsets, int64_t H, float *dh,
                                       const float *d_out, int64_t d_out_stride, const float *saved,
                                       float *d_gi, int64_t d_gi_stride, float *d_recurrent,
-                                      const float *W) {
+                                      const float *W, float *panels, int parallel) {
   const int64_t width = 3 * H;
-  const float one = 1.0f;
+  pack_panels(width, H, W, H, 0, panels); /* B = W (3H, H) */
   int64_t done = 0;
   for (int64_t k = 0; k < steps; ++k) done += counts[k];
   for (int64_t k = steps - 1; k >= 0; --k) {
@@ -205,36 +272,34 @@ static void seq2seq_gru_loop_backward(void *sgemm, int64_t steps, const int64_t 
     float *step_d_recurrent = d_recurrent + done * width;
     seq2seq_gru_backward(rows, H, dh, d_out + out_offsets[k], d_out_stride, saved + done * 5 * H,
                          d_gi + gate_offsets[k], d_gi_stride, step_d_recurrent);
-    /* dh (rows, H) += d_gh (rows, 3H) @ W (3H, H); column-major, dh^T (H, rows) += W^T d_gh^T
-       with W read as the (H, 3H) matrix W^T */
-    ((sgemm_fn)sgemm)("N", "N", &H, &rows, &width, &one, W, &H, step_d_recurrent, &width, &one,
-                      dh, &H);
+    /* dh (rows, H) += d_gh (rows, 3H) @ W (3H, H) */
+    panel_gemm(rows, width, H, step_d_recurrent, width, panels, NULL, 1, dh, H, parallel);
   }
 }
 
 /* A layer's directions through the loops above: direction d's schedule is tables + d * 3 * steps
    (counts, gate offsets, output offsets), its W_hh and b_hh W[d] and bias[d] (or NULL), its
-   state h + d * B * H, scratch recurrent + d * B * 3H and saved rows saved + d * N * 5H (or
-   NULL). With `concurrent`, each direction runs on its own OpenMP thread, its GEMMs on one
-   thread (BLAS inside a parallel region runs single-threaded), with no barrier between steps:
-   the directions share nothing they write. Without, they run one after the other, each GEMM on
-   all of torch's threads; the caller chooses (fused_rnn.py: concurrent where torch has as many
-   threads as there are directions). Never call the loops from an inactive parallel region: MKL
-   would start a nested team for every GEMM. */
-void seq2seq_gru_layer_forward(void *sgemm, int64_t directions, int64_t steps,
-                               const int64_t *tables, int64_t B, int64_t H, int64_t N,
-                               const float *gates, int64_t gate_stride, const float *const *W,
+   state h + d * B * H, scratch recurrent + d * B * 3H, saved rows saved + d * N * 5H (or NULL)
+   and weight panels panels + d * seq2seq_panel_floats(H, 3H). With `concurrent`, each direction
+   runs on its own OpenMP thread, with no barrier between steps: the directions share nothing
+   they write. Without, they run one after the other, each step's GEMM split over all of torch's
+   threads; the caller chooses (fused_rnn.py: concurrent where torch has as many threads as
+   there are directions). */
+void seq2seq_gru_layer_forward(int64_t directions, int64_t steps, const int64_t *tables,
+                               int64_t B, int64_t H, int64_t N, const float *gates,
+                               int64_t gate_stride, const float *const *W,
                                const float *const *bias, float *h, float *out,
-                               int64_t out_stride, float *recurrent, float *saved,
+                               int64_t out_stride, float *recurrent, float *saved, float *panels,
                                int concurrent) {
   /* Direction d of the layer: its schedule, weights, state, scratch and saved rows. */
 #define SEQ2SEQ_LAYER_FORWARD(d)                                                                \
-  seq2seq_gru_loop_forward(sgemm, steps, tables + (d) * 3 * steps,                             \
-                           tables + ((d) * 3 + 1) * steps, tables + ((d) * 3 + 2) * steps, H,  \
-                           gates, gate_stride, W[d], bias[d], h + (d) * B * H, out, out_stride, \
+  seq2seq_gru_loop_forward(steps, tables + (d) * 3 * steps, tables + ((d) * 3 + 1) * steps,     \
+                           tables + ((d) * 3 + 2) * steps, H, gates, gate_stride, W[d],         \
+                           bias[d], h + (d) * B * H, out, out_stride,                           \
                            recurrent + (d) * B * 3 * H,                                         \
-                           saved == NULL ? NULL : saved + (d) * N * 5 * H)
-  if (!concurrent) { /* not `omp parallel if (0)`: MKL in an inactive region is many times slower */
+                           saved == NULL ? NULL : saved + (d) * N * 5 * H,                      \
+                           panels + (d) * seq2seq_panel_floats(H, 3 * H), !concurrent)
+  if (!concurrent) {
     for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_FORWARD(d);
     return;
   }
@@ -244,17 +309,19 @@ void seq2seq_gru_layer_forward(void *sgemm, int64_t directions, int64_t steps,
 }
 
 /* The backward pass of seq2seq_gru_layer_forward: direction d's dh at dh + d * B * H, its saved
-   rows at saved + d * N * 5H and its d_gh rows at d_recurrent + d * N * 3H. */
-void seq2seq_gru_layer_backward(void *sgemm, int64_t directions, int64_t steps,
-                                const int64_t *tables, int64_t B, int64_t H, int64_t N,
-                                float *dh, const float *d_out, int64_t d_out_stride,
-                                const float *saved, float *d_gi, int64_t d_gi_stride,
-                                float *d_recurrent, const float *const *W, int concurrent) {
+   rows at saved + d * N * 5H, its d_gh rows at d_recurrent + d * N * 3H and its weight panels
+   at panels + d * seq2seq_panel_floats(3H, H). */
+void seq2seq_gru_layer_backward(int64_t directions, int64_t steps, const int64_t *tables,
+                                int64_t B, int64_t H, int64_t N, float *dh, const float *d_out,
+                                int64_t d_out_stride, const float *saved, float *d_gi,
+                                int64_t d_gi_stride, float *d_recurrent, const float *const *W,
+                                float *panels, int concurrent) {
 #define SEQ2SEQ_LAYER_BACKWARD(d)                                                               \
-  seq2seq_gru_loop_backward(sgemm, steps, tables + (d) * 3 * steps,                            \
-                            tables + ((d) * 3 + 1) * steps, tables + ((d) * 3 + 2) * steps, H, \
-                            dh + (d) * B * H, d_out, d_out_stride, saved + (d) * N * 5 * H,    \
-                            d_gi, d_gi_stride, d_recurrent + (d) * N * 3 * H, W[d])
+  seq2seq_gru_loop_backward(steps, tables + (d) * 3 * steps, tables + ((d) * 3 + 1) * steps,    \
+                            tables + ((d) * 3 + 2) * steps, H, dh + (d) * B * H, d_out,         \
+                            d_out_stride, saved + (d) * N * 5 * H, d_gi, d_gi_stride,           \
+                            d_recurrent + (d) * N * 3 * H, W[d],                                \
+                            panels + (d) * seq2seq_panel_floats(3 * H, H), !concurrent)
   if (!concurrent) {
     for (int64_t d = 0; d < directions; ++d) SEQ2SEQ_LAYER_BACKWARD(d);
     return;
@@ -433,6 +500,29 @@ void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, 
   }
 }
 
+/* torch's BLAS sgemm (its address passed in `sgemm`; fused_rnn.py's blas_sgemm), for the
+   greedy loop below. It has the Fortran interface: column-major, every argument a pointer. Its
+   integers are passed as pointers to int64_t: on a little-endian machine the first 4 bytes of
+   one hold the same small value, so this is right for BLAS with 32-bit (LP64) and 64-bit (ILP64)
+   integers. */
+typedef void (*sgemm_fn)(const char *transa, const char *transb, const int64_t *m,
+                         const int64_t *n, const int64_t *k, const float *alpha, const float *a,
+                         const int64_t *lda, const float *b, const int64_t *ldb,
+                         const float *beta, float *c, const int64_t *ldc);
+
+/* y (rows, out) = x (rows, in) W^T + bias, as torch.addmm(bias, x, W.t()) computes it: the bias
+   copied into every row, then beta 1 adds the product (no bias: beta 0). W (out, in) is read
+   at row stride ldw. Column-major, y^T (out, rows) = op(W) x^T with W read as the (in, out)
+   matrix W^T and transposed. Exported for fused_rnn.py's check of the sgemm it is given. */
+void seq2seq_affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, const float *W,
+                         int64_t ldw, const float *bias, const float *x, float *y) {
+  const float one = 1.0f, zero = 0.0f;
+  if (bias != NULL)
+    for (int64_t r = 0; r < rows; ++r) memcpy(y + r * out, bias, out * sizeof(float));
+  ((sgemm_fn)sgemm)("T", "N", &out, &rows, &in, &one, W, &ldw, x, &in,
+                    bias != NULL ? &one : &zero, y, &out);
+}
+
 /* Greedy decoding with the Luong decoder (seq2seq/fused_greedy.py): a GRU cell, attention scored
    scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
    tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
@@ -470,7 +560,7 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
        updating h and writing the query. */
     for (int64_t r = 0; r < active; ++r)
       memcpy(gates + r * G, table + prev[r] * G, G * sizeof(float));
-    affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
+    seq2seq_affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
     seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
     /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
 #pragma omp parallel for schedule(static) if (active * S * 2 * H >= 4 * PARALLEL_MIN)
@@ -483,7 +573,7 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
     ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
                       attentional, &H);
     seq2seq_tanh(active * H, attentional);
-    affine_rows(sgemm, active, V, H, W_s, H, b_s, attentional, logits);
+    seq2seq_affine_rows(sgemm, active, V, H, W_s, H, b_s, attentional, logits);
     /* The most probable token as torch.argmax picks it (the first of equal ones; the first
        NaN, which it ranks above every number), and the rows that go on, moved up in order. */
     int64_t kept = 0;
