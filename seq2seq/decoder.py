@@ -35,6 +35,7 @@ from torch.backends.cudnn import rnn as cudnn_rnn
 from seq2seq.attention import AdditiveAttention, Attention
 from seq2seq.dropout import Dropout
 from seq2seq.embedding import Embedding
+from seq2seq.fused_attention import PackedProductAttention
 from seq2seq.fused_attention import product_attend as fused_product_attend
 from seq2seq.fused_bahdanau import Recurrence as FusedRecurrence
 from seq2seq.fused_bahdanau import attend as fused_attend
@@ -702,8 +703,10 @@ class LuongDecoder(AttentionDecoder):
         """Teacher forcing on the N real target tokens where the cell runs fused (a GRU on the
         CPU): logits (N, V) and targets (N,), rows in ``pack_tokens``' order. The embedding, the
         cell's input projection and steps, W_c and the output layer skip the padding, which is
-        up to 40 % of a batch of mixed lengths; the attention, one (B, T, S) product, reads the
-        states back on the padded grid. Elsewhere None: ``forward`` runs padded."""
+        up to 40 % of a batch of mixed lengths. Product scoring (dot, scaled dot, general) attends
+        from the rows too, each over its sentence's keys (``PackedProductAttention``); other
+        scoring reads the states back on the padded grid, one (B, T, S) product. Elsewhere None:
+        ``forward`` runs padded."""
         params = self.cell_parameters()
         if not self.cell_runs_fused(*params):
             return None
@@ -711,9 +714,18 @@ class LuongDecoder(AttentionDecoder):
         embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
         initial = state[0].index_select(0, packed.sorted_indices)  # (B, H), longest first
         hiddens = fused_gru_steps(embedded, initial, params, packed.batch_sizes)  # (N, H)
-        # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M)
-        contexts, _ = self.attend(packed.pad(hiddens), source, need_weights=False)
-        return self.output(hiddens, packed.select(contexts)), targets  # (N, V), (N,)
+        scale = self.fused_product_scale(source, hiddens, rows=source.memory.shape[0])
+        if scale is not None:
+            # (N, H) queries, each against its sentence's (S, K) keys -> contexts (N, M)
+            contexts = PackedProductAttention.apply(
+                hiddens, source.projected_keys, source.memory, source.src_lens,
+                packed.row_sentences(), scale,
+            )  # fmt: skip
+        else:
+            # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M)
+            padded, _ = self.attend(packed.pad(hiddens), source, need_weights=False)
+            contexts = packed.select(padded)
+        return self.output(hiddens, contexts), targets  # (N, V), (N,)
 
     def fused_greedy(
         self, source: EncodedSource, state: DecoderState, task: GreedyTask
@@ -739,12 +751,17 @@ class LuongDecoder(AttentionDecoder):
             self.output_layer.weight, self.output_layer.bias, query, task,
         )  # fmt: skip
 
-    def fused_product_scale(self, source: EncodedSource, query: Tensor) -> float | None:
-        """The attention's ``product_scale`` when ``seq2seq.fused_attention`` can compute this
-        decoding step's attention for ``query`` (R, H): dot-product or bilinear scoring at a
-        fixed temperature, and what ``fused_attention_source`` asks; else None."""
+    def fused_product_scale(
+        self, source: EncodedSource, query: Tensor, rows: int | None = None
+    ) -> float | None:
+        """The attention's ``product_scale`` when ``seq2seq.fused_attention`` can compute the
+        attention for ``query`` (R, H): dot-product or bilinear scoring at a fixed temperature,
+        and what ``fused_attention_source`` asks of R rows; else None. ``rows`` stands in for R
+        where the rows name their sentences themselves (teacher forcing's packed rows), not
+        R / B rows per sentence (a decoding step's)."""
         scale = self.attention.product_scale(query.shape[-1])
-        if scale is None or not self.fused_attention_source(source, query.shape[0]):
+        rows = query.shape[0] if rows is None else rows
+        if scale is None or not self.fused_attention_source(source, rows):
             return None
         return scale if fused_usable(query) else None
 

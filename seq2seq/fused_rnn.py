@@ -181,6 +181,12 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
     library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
+    # ... and training's, over packed rows: rows, (B,) S, D, V, scale, then the arrays.
+    library.seq2seq_product_rows_forward.argtypes = [i64] * 4 + [ctypes.c_float] + [pointer] * 7
+    library.seq2seq_product_rows_forward.restype = None
+    library.seq2seq_product_rows_backward.argtypes = [i64] * 5 + [ctypes.c_float]
+    library.seq2seq_product_rows_backward.argtypes += [pointer] * 13
+    library.seq2seq_product_rows_backward.restype = None
     # The C loops over a GRU layer's steps: directions, steps, the schedules, B, H, N, then the
     # arrays (W_hh and b_hh as arrays of one pointer per direction), the weight panels' scratch
     # and `concurrent`; the panels' size in floats of a (K, N) weight.

@@ -36,6 +36,10 @@ class PackedTokens:
         """padded (B, T, D) -> rows (N, D) (differentiable)."""
         return padded.reshape(self.batch * self.steps, -1).index_select(0, self.positions)
 
+    def row_sentences(self) -> Tensor:
+        """(N,) the sentence (its index in the batch) of each row."""
+        return self.positions.div(self.steps, rounding_mode="floor")
+
     def unsorted_indices(self) -> Tensor:
         """(B,) the inverse of ``sorted_indices``: where each sentence is among the sorted."""
         return torch.argsort(self.sorted_indices)

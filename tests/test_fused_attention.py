@@ -1,7 +1,8 @@
-"""seq2seq.fused_attention: a decoding step's dot-product or bilinear attention in one C pass.
+"""seq2seq.fused_attention: a decoding step's dot-product or bilinear attention in one C pass,
+and teacher forcing's over packed rows with its backward pass.
 
-References: the scoring functions' own ``forward`` (scores, ``masked_softmax``, bmm), and the
-Luong decoder's searches with the pass on and off.
+References: the scoring functions' own ``forward`` (scores, ``masked_softmax``, bmm), the
+Luong decoder's searches with the pass on and off, and the formula's autograd in float64.
 
 Shape legend: R query rows, B sentences, S source length, D query size, V value size.
 """
@@ -22,7 +23,7 @@ from seq2seq.attention import (
     MultiplicativeAttention,
 )
 from seq2seq.decoder import LuongDecoder
-from seq2seq.fused_attention import product_attend
+from seq2seq.fused_attention import PackedProductAttention, product_attend
 from seq2seq.model import Seq2Seq
 from tests.test_fused_bahdanau import assert_searches_agree
 from tests.test_model import make_batch
@@ -102,3 +103,47 @@ def test_not_with_active_dropout_or_a_learnable_temperature() -> None:
         with torch.no_grad():
             source, state = model.encode(src, src_lens)
             assert model.decoder.fused_product_scale(source, state[0]) is None
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["keys-are-values", "own-values"])
+def test_packed_rows_attention_and_its_gradients_are_the_formulas(shared: bool) -> None:
+    """Rows in any order and any number per sentence (none for the last), against softmax over
+    each sentence's valid keys of scale q . k, averaging its values, differentiated by autograd
+    in float64; the gradients at padded keys and of a sentence without rows are zero."""
+    generator = torch.Generator().manual_seed(0)
+    batch, length, size = 4, 6, 5
+    value_size = size if shared else 7
+    lens = torch.tensor([6, 2, 4, 3])
+    sentence_of = torch.tensor([2, 0, 1, 0, 2, 0, 1, 2])  # sentence 3 has no rows
+    scale = 0.7
+    queries = torch.randn(len(sentence_of), size, generator=generator)
+    keys = torch.randn(batch, length, size, generator=generator)
+    keys[1, 2:] = 1e4  # padding: must never be read
+    values = keys if shared else torch.randn(batch, length, value_size, generator=generator)
+    d_contexts = torch.randn(len(sentence_of), value_size, generator=generator)
+
+    def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for r, b in enumerate(sentence_of.tolist()):
+            n = int(lens[b])
+            weights = torch.softmax(scale * (k[b, :n] @ q[r]), dim=0)  # (n,)
+            rows.append(weights @ v[b, :n])  # (V,)
+        return torch.stack(rows)
+
+    inputs = [tensor.double().requires_grad_() for tensor in (queries, keys, values)]
+    if shared:
+        inputs[2] = inputs[1]
+    expected = reference(*inputs)
+    expected_grads = torch.autograd.grad(expected, inputs, d_contexts.double(), allow_unused=True)
+
+    ours = [tensor.clone().requires_grad_() for tensor in (queries, keys, values)]
+    if shared:
+        ours[2] = ours[1]
+    contexts = PackedProductAttention.apply(*ours, lens, sentence_of, scale)
+    grads = torch.autograd.grad(contexts, ours, d_contexts, allow_unused=True)
+    torch.testing.assert_close(contexts, expected.float(), rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert got is not None and want is not None
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+    d_keys = grads[1]
+    assert bool((d_keys[1, 2:] == 0).all()) and bool((d_keys[3] == 0).all())

@@ -69,7 +69,14 @@ def test_lengths_outside_the_grid_are_refused(lengths: list[int]) -> None:
 @needs_kernels
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(
-    ("decoder", "attention"), [("luong", "dot"), ("luong", "general"), ("bahdanau", "additive")]
+    ("decoder", "attention"),
+    [
+        ("luong", "dot"),  # packed rows' attention in C (PackedProductAttention)
+        ("luong", "scaled_dot"),
+        ("luong", "general"),
+        ("luong", "additive"),  # the padded grid's attention between pad and select
+        ("bahdanau", "additive"),
+    ],
 )
 def test_the_loss_on_packed_rows_equals_the_padded_loss(
     decoder: str, attention: str, seed: int, monkeypatch: pytest.MonkeyPatch

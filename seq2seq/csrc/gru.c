@@ -500,6 +500,85 @@ void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, 
   }
 }
 
+/* Training's product attention over packed query rows (seq2seq/fused_attention.py,
+   PackedProductAttention: the Luong decoder's teacher forcing). Row r of `rows` belongs to
+   sentence sentence_of[r] and attends over that sentence's valid keys as the decoding step's
+   rows do (product_row), writing its weights (rows, S), zero at the padding, for the backward
+   pass. Only the real query rows are computed: no (B, T, S) grid of padded queries. */
+void seq2seq_product_rows_forward(int64_t rows, int64_t S, int64_t D, int64_t V, float scale,
+                                  const float *restrict q, const int64_t *restrict sentence_of,
+                                  const float *restrict keys, const int64_t *restrict lens,
+                                  const float *restrict values, float *restrict weights,
+                                  float *restrict context) {
+#pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = sentence_of[r];
+    product_row(S, D, V, scale, q + r * D, keys + b * S * D, lens[b], values + b * S * V,
+                weights + r * S, context + r * V);
+  }
+}
+
+/* Its backward pass. With dc row r's context gradient and w its weights: dw_s = dc . v_s, the
+   score's gradient ds_s = w_s (dw_s - sum_s' w_s' dw_s'), dq = scale sum_s ds_s k_s, and for
+   each sentence dk_s = scale sum_r ds_{r,s} q_r and dv_s = sum_r w_{r,s} dc_r over its rows.
+   The first pass runs over the rows (d_scores (rows, S) is scratch), the second over the
+   sentences, each reading its rows as order[starts[b] .. starts[b + 1]) (the rows grouped by
+   sentence), so that no two threads add into one sentence's gradients. d_keys (B, S, D) and
+   d_values (B, S, V) are written whole, zero at the padding. */
+void seq2seq_product_rows_backward(int64_t rows, int64_t B, int64_t S, int64_t D, int64_t V,
+                                   float scale, const float *restrict q,
+                                   const int64_t *restrict sentence_of,
+                                   const int64_t *restrict order, const int64_t *restrict starts,
+                                   const float *restrict keys, const int64_t *restrict lens,
+                                   const float *restrict values, const float *restrict weights,
+                                   const float *restrict d_context, float *restrict d_scores,
+                                   float *restrict d_q, float *restrict d_keys,
+                                   float *restrict d_values) {
+#pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = sentence_of[r], len = valid_keys(lens[b], S);
+    const float *restrict w = weights + r * S, *restrict dc = d_context + r * V;
+    const float *restrict k_b = keys + b * S * D, *restrict v_b = values + b * S * V;
+    float *restrict ds = d_scores + r * S, *restrict dq = d_q + r * D;
+    float mean = 0.0f; /* sum_s w_s dw_s */
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict v_s = v_b + s * V;
+      float dw = 0.0f;
+#pragma omp simd reduction(+ : dw)
+      for (int64_t j = 0; j < V; ++j) dw += dc[j] * v_s[j];
+      ds[s] = dw;
+      mean += w[s] * dw;
+    }
+    for (int64_t j = 0; j < D; ++j) dq[j] = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      ds[s] = w[s] * (ds[s] - mean);
+      const float a = scale * ds[s];
+      const float *restrict k_s = k_b + s * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) dq[j] += a * k_s[j];
+    }
+  }
+#pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = valid_keys(lens[b], S);
+    float *restrict dk_b = d_keys + b * S * D, *restrict dv_b = d_values + b * S * V;
+    for (int64_t j = 0; j < S * D; ++j) dk_b[j] = 0.0f;
+    for (int64_t j = 0; j < S * V; ++j) dv_b[j] = 0.0f;
+    for (int64_t i = starts[b]; i < starts[b + 1]; ++i) {
+      const int64_t r = order[i];
+      const float *restrict q_r = q + r * D, *restrict dc = d_context + r * V;
+      for (int64_t s = 0; s < len; ++s) {
+        const float a = scale * d_scores[r * S + s], w = weights[r * S + s];
+        float *restrict dk_s = dk_b + s * D, *restrict dv_s = dv_b + s * V;
+#pragma omp simd
+        for (int64_t j = 0; j < D; ++j) dk_s[j] += a * q_r[j];
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) dv_s[j] += w * dc[j];
+      }
+    }
+  }
+}
+
 /* torch's BLAS sgemm (its address passed in `sgemm`; fused_rnn.py's blas_sgemm), for the
    greedy loop below. It has the Fortran interface: column-major, every argument a pointer. Its
    integers are passed as pointers to int64_t: on a little-endian machine the first 4 bytes of
