@@ -388,14 +388,17 @@ def _sgemm_agrees(kernels: ctypes.CDLL, sgemm: int) -> bool:
     return True
 
 
-def _loops_agree(kernels: ctypes.CDLL) -> bool:
+def _loops_agree(
+    kernels: ctypes.CDLL, size: int = 23, batch_sizes: Sequence[int] = (6, 5)
+) -> bool:
     """The C loops (the directions one after the other, and at once) against the Python loop,
-    forward and backward, on a few random rows: both directions over a packed batch whose second
-    step has fewer rows, with biases, at a size whose panels and row blocks have remainders. They
-    run the same passes and GEMMs of the same sums (their own kernel against torch's), so they
-    must agree to rounding."""
+    forward and backward, on random rows: both directions over a packed batch of these
+    ``batch_sizes``, with biases, by default at a size whose panels and row blocks have
+    remainders. They run the same passes and GEMMs of the same sums (their own kernel against
+    torch's), so they must agree to rounding."""
     generator = torch.Generator().manual_seed(0)
-    size, steps, rows = 23, Steps.packed([6, 5]), 11
+    steps = Steps.packed(list(batch_sizes))
+    rows = steps.rows
     schedules = [_schedule(steps, direction, size, 2) for direction in range(2)]
     # Every draw from the check's own generator, as in _check.
     gates = torch.randn(rows, 6 * size, generator=generator)
@@ -427,8 +430,10 @@ def _loops_agree(kernels: ctypes.CDLL) -> bool:
             _backward_layer(kernels, schedules, d_states, d_outputs, saved, d_gates, d_recurrent,
                             list(weights), concurrent)  # fmt: skip
         results.append([finals, outputs, saved, d_states, d_gates, d_recurrent])
+    # Values of order 1: two float32 GEMMs of up to 768-term sums differ by a few 1e-6 (measured
+    # up to 5.7e-6 at H=128), a wrong kernel by far more.
     return all(
-        torch.allclose(value, expected, rtol=1e-5, atol=1e-6)
+        torch.allclose(value, expected, rtol=1e-5, atol=1e-5)
         for variant in results[1:]
         for value, expected in zip(variant, results[0], strict=True)
     )

@@ -425,6 +425,16 @@ def test_a_blas_that_computes_something_else_is_not_used() -> None:
         assert fused_rnn._sgemm_agrees(library, fused_rnn.blas_sgemm())  # type: ignore[arg-type]
 
 
+@needs_kernels
+@pytest.mark.parametrize("size", [128, 256])  # the benchmark's encoder and decoder
+def test_the_c_loops_agree_with_torchs_gemms_at_full_panels_and_row_blocks(size: int) -> None:
+    """The default check runs a size with partial panels; these are whole ones, with row counts
+    of whole 4-row blocks, remainders and a single row, as a packed batch of 64 has."""
+    library = fused_rnn.library()
+    assert library is not None
+    assert fused_rnn._loops_agree(library, size, [64, 64, 41, 8, 3, 1])
+
+
 def test_no_sgemm_is_looked_for_where_torch_has_no_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
     assert fused_rnn._find_sgemm() is None

@@ -40,6 +40,12 @@ def test_rows_are_torchs_packed_order(lengths: list[int]) -> None:
     assert torch.equal(packed.tokens, tokens.flatten()[packed.positions])
 
 
+def test_each_row_names_its_sentence() -> None:
+    tokens = torch.arange(4 * 5).reshape(4, 5)  # token b * 5 + t: its sentence is token // 5
+    packed = pack_tokens(tokens, torch.tensor([2, 5, 1, 3]))
+    assert torch.equal(packed.row_sentences(), packed.tokens.div(5, rounding_mode="floor"))
+
+
 def test_ties_keep_the_batch_order() -> None:
     packed = pack_tokens(padded_tokens([2, 4, 2, 4], 4), torch.tensor([2, 4, 2, 4]))
     assert packed.sorted_indices.tolist() == [1, 3, 0, 2]
