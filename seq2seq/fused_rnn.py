@@ -388,9 +388,7 @@ def _sgemm_agrees(kernels: ctypes.CDLL, sgemm: int) -> bool:
     return True
 
 
-def _loops_agree(
-    kernels: ctypes.CDLL, size: int = 23, batch_sizes: Sequence[int] = (6, 5)
-) -> bool:
+def _loops_agree(kernels: ctypes.CDLL, size: int = 23, batch_sizes: Sequence[int] = (6, 5)) -> bool:
     """The C loops (the directions one after the other, and at once) against the Python loop,
     forward and backward, on random rows: both directions over a packed batch of these
     ``batch_sizes``, with biases, by default at a size whose panels and row blocks have
