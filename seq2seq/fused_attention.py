@@ -28,34 +28,42 @@ from seq2seq.fused_rnn import library
 
 
 def product_attend(
-    queries: Tensor, projected_keys: Tensor, values: Tensor, src_lens: Tensor, scale: float
+    queries: Tensor,
+    projected_keys: Tensor,
+    values: Tensor,
+    src_lens: Tensor,
+    scale: float,
+    sentence_of: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """queries (R, D), projected keys (B, S, D), values (B, S, V), src_lens (B,) -> contexts
-    (R, V), weights (R, S): softmax over the valid keys of ``scale · q · k'``. R is B, or B·K when
-    K hypotheses of each sentence share its source (beam search: row b·K + k is hypothesis k of
-    sentence b). ``fused_rnn.usable`` must hold for the tensors; nothing is differentiable."""
+    (R, V), weights (R, S): softmax over the valid keys of ``scale · q · k'``. Row r's sentence is
+    ``sentence_of[r]`` (R,) where given (packed rows), else R is B, or B·K when K hypotheses of
+    each sentence share its source (beam search: row b·K + k is hypothesis k of sentence b).
+    ``fused_rnn.usable`` must hold for the tensors; nothing is differentiable here
+    (``PackedProductAttention`` is)."""
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, (batch, keys, size), value_size = queries.shape[0], projected_keys.shape, values.shape[2]
     queries = queries.contiguous()
     projected_keys, values = projected_keys.contiguous(), values.contiguous()
     src_lens = src_lens.to(torch.int64).contiguous()
+    if sentence_of is not None:
+        sentence_of = sentence_of.to(torch.int64).contiguous()
     weights = queries.new_empty(rows, keys)
     contexts = queries.new_empty(rows, value_size)
     kernels.seq2seq_product_forward(
-        rows, rows // batch, keys, size, value_size, scale, queries.data_ptr(),
-        projected_keys.data_ptr(), src_lens.data_ptr(), values.data_ptr(), weights.data_ptr(),
-        keys, contexts.data_ptr(), value_size,
+        rows, rows // batch, None if sentence_of is None else sentence_of.data_ptr(), keys, size,
+        value_size, scale, queries.data_ptr(), projected_keys.data_ptr(), src_lens.data_ptr(),
+        values.data_ptr(), weights.data_ptr(), keys, contexts.data_ptr(), value_size,
     )  # fmt: skip
     return contexts, weights
 
 
 class PackedProductAttention(torch.autograd.Function):
     """queries (N, D) of packed rows, row r of sentence ``sentence_of[r]``, projected keys
-    (B, S, D), values (B, S, V), src_lens (B,) -> contexts (N, V): softmax over the sentence's
-    valid keys of ``scale · q · k'``, averaging its values. Differentiable in the queries, the
-    keys and the values (the same tensor may be both: its two gradients add). ``fused_rnn.usable``
-    must hold for the tensors."""
+    (B, S, D), values (B, S, V), src_lens (B,) -> contexts (N, V): ``product_attend`` of the rows,
+    differentiable in the queries, the keys and the values (the same tensor may be both: its two
+    gradients add). ``fused_rnn.usable`` must hold for the tensors."""
 
     @staticmethod
     def forward(
@@ -67,20 +75,15 @@ class PackedProductAttention(torch.autograd.Function):
         sentence_of: Tensor,
         scale: float,
     ) -> Tensor:
-        kernels = library()
-        assert kernels is not None  # usable() checked it
-        rows, (_, keys, size), value_size = queries.shape[0], projected_keys.shape, values.shape[2]
+        # Contiguous here, so that product_attend takes these very tensors and the backward
+        # pass reads what the forward pass did.
         queries = queries.contiguous()
         projected_keys, values = projected_keys.contiguous(), values.contiguous()
         src_lens = src_lens.to(torch.int64).contiguous()
         sentence_of = sentence_of.to(torch.int64).contiguous()
-        weights = queries.new_empty(rows, keys)  # (N, S), kept for the backward pass
-        contexts = queries.new_empty(rows, value_size)
-        kernels.seq2seq_product_rows_forward(
-            rows, keys, size, value_size, scale, queries.data_ptr(), sentence_of.data_ptr(),
-            projected_keys.data_ptr(), src_lens.data_ptr(), values.data_ptr(), weights.data_ptr(),
-            contexts.data_ptr(),
-        )  # fmt: skip
+        contexts, weights = product_attend(
+            queries, projected_keys, values, src_lens, scale, sentence_of
+        )  # (N, V), (N, S): the weights kept for the backward pass
         ctx.save_for_backward(queries, projected_keys, values, src_lens, sentence_of, weights)
         ctx.scale = scale  # type: ignore[attr-defined]
         return contexts

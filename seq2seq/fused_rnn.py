@@ -177,13 +177,12 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_additive_backward.argtypes = [i64] * 4 + [pointer] * 5 + [i64, pointer, i64]
     library.seq2seq_additive_backward.argtypes += [pointer] * 4
     library.seq2seq_additive_backward.restype = None
-    # seq2seq.fused_attention's decoding step: rows, group, S, D, V, scale, then the arrays.
-    library.seq2seq_product_forward.argtypes = [i64] * 5 + [ctypes.c_float] + [pointer] * 4
-    library.seq2seq_product_forward.argtypes += [pointer, i64, pointer, i64]
+    # seq2seq.fused_attention's product attention: rows, group, the rows' sentences (or NULL),
+    # S, D, V, scale, then the arrays; and its backward pass over packed rows: rows, B, S, D, V,
+    # scale, then the arrays.
+    library.seq2seq_product_forward.argtypes = [i64, i64, pointer, i64, i64, i64, ctypes.c_float]
+    library.seq2seq_product_forward.argtypes += [pointer] * 5 + [i64, pointer, i64]
     library.seq2seq_product_forward.restype = None
-    # ... and training's, over packed rows: rows, (B,) S, D, V, scale, then the arrays.
-    library.seq2seq_product_rows_forward.argtypes = [i64] * 4 + [ctypes.c_float] + [pointer] * 7
-    library.seq2seq_product_rows_forward.restype = None
     library.seq2seq_product_rows_backward.argtypes = [i64] * 5 + [ctypes.c_float]
     library.seq2seq_product_rows_backward.argtypes += [pointer] * 13
     library.seq2seq_product_rows_backward.restype = None
@@ -276,7 +275,7 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     scores[1, 2:] = -torch.inf
     expected = torch.softmax(scores, dim=-1)
     library.seq2seq_product_forward(
-        rows, 1, keys, size, size, 0.5, query.data_ptr(), projected_keys.data_ptr(),
+        rows, 1, None, keys, size, size, 0.5, query.data_ptr(), projected_keys.data_ptr(),
         lens.data_ptr(), memory.data_ptr(), weights.data_ptr(), keys, context.data_ptr(), size,
     )  # fmt: skip
     expected_context = torch.bmm(expected[:, None], memory)[:, 0]

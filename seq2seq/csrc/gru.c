@@ -480,45 +480,30 @@ static void product_row(int64_t S, int64_t D, int64_t V, float scale, const floa
   softmax_average(len, S, V, largest, w, values, c);
 }
 
-/* Product-scored attention for one decoding step (seq2seq/fused_attention.py): score_s =
-   scale * q . k_s (dot, scaled dot and general, whose keys are W k), masked softmax over the
-   lens[b / group] valid keys, and context = sum_s weight_s values_s. Layouts as in
-   seq2seq_additive_forward: q (rows, D), keys (rows / group, S, D), values (rows / group, S, V),
-   weights (rows, S) and context (rows, V) at row strides given in floats. No backward pass:
-   decoding only. */
-void seq2seq_product_forward(int64_t rows, int64_t group, int64_t S, int64_t D, int64_t V,
-                             float scale, const float *restrict q, const float *restrict keys,
+/* Product-scored attention (seq2seq/fused_attention.py): score_s = scale * q . k_s (dot, scaled
+   dot and general, whose keys are W k), masked softmax over the valid keys of the row's sentence,
+   and context = sum_s weight_s values_s. Row r's sentence is sentence_of[r] (training's packed
+   rows, PackedProductAttention: only the real target positions attend, no (B, T, S) grid of
+   padded queries), or r / group where sentence_of is NULL (a decoding step: group hypotheses
+   per sentence). Layouts as in seq2seq_additive_forward: q (rows, D), keys (sentences, S, D),
+   values (sentences, S, V), weights (rows, S), zero at the padding, and context (rows, V) at
+   row strides given in floats. */
+void seq2seq_product_forward(int64_t rows, int64_t group, const int64_t *restrict sentence_of,
+                             int64_t S, int64_t D, int64_t V, float scale,
+                             const float *restrict q, const float *restrict keys,
                              const int64_t *restrict lens, const float *restrict values,
                              float *restrict weights, int64_t weights_stride,
                              float *restrict context, int64_t context_stride) {
 #pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t sentence = b / group;
-    product_row(S, D, V, scale, q + b * D, keys + sentence * S * D, lens[sentence],
-                values + sentence * S * V, weights + b * weights_stride,
-                context + b * context_stride);
-  }
-}
-
-/* Training's product attention over packed query rows (seq2seq/fused_attention.py,
-   PackedProductAttention: the Luong decoder's teacher forcing). Row r of `rows` belongs to
-   sentence sentence_of[r] and attends over that sentence's valid keys as the decoding step's
-   rows do (product_row), writing its weights (rows, S), zero at the padding, for the backward
-   pass. Only the real query rows are computed: no (B, T, S) grid of padded queries. */
-void seq2seq_product_rows_forward(int64_t rows, int64_t S, int64_t D, int64_t V, float scale,
-                                  const float *restrict q, const int64_t *restrict sentence_of,
-                                  const float *restrict keys, const int64_t *restrict lens,
-                                  const float *restrict values, float *restrict weights,
-                                  float *restrict context) {
-#pragma omp parallel for schedule(static) if (rows * S * (D + V) >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = sentence_of[r];
+    const int64_t b = sentence_of == NULL ? r / group : sentence_of[r];
     product_row(S, D, V, scale, q + r * D, keys + b * S * D, lens[b], values + b * S * V,
-                weights + r * S, context + r * V);
+                weights + r * weights_stride, context + r * context_stride);
   }
 }
 
-/* Its backward pass. With dc row r's context gradient and w its weights: dw_s = dc . v_s, the
+/* The backward pass of seq2seq_product_forward over packed rows (sentence_of given, contiguous
+   rows), for PackedProductAttention. With dc row r's context gradient and w its weights: dw_s = dc . v_s, the
    score's gradient ds_s = w_s (dw_s - sum_s' w_s' dw_s'), dq = scale sum_s ds_s k_s, and for
    each sentence dk_s = scale sum_r ds_{r,s} q_r and dv_s = sum_r w_{r,s} dc_r over its rows.
    The first pass runs over the rows (d_scores (rows, S) is scratch), the second over the
