@@ -105,12 +105,14 @@ class ValidationExamples(pl.Callback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_table(key="val/samples", columns=columns, data=rows, step=step)
-                if images:
+                # One key per sentence, as in TensorBoard: W&B lays a list of images out as one
+                # grid of equal cells, and maps of sentences of other lengths have other sizes.
+                for record, path in images:
                     logger.log_image(
-                        key="val/attention",
-                        images=[str(path) for _, path in images],
+                        key=f"val/attention/{record['index']}",
+                        images=[str(path)],
                         step=step,
-                        caption=[record["hypothesis"] for record, _ in images],
+                        caption=[record["hypothesis"]],
                     )
             elif isinstance(logger, TensorBoardLogger):
                 header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"

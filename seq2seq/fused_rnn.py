@@ -65,6 +65,7 @@ from seq2seq.splitmix import shift_right, splitmix64
 SOURCE = Path(__file__).with_name("csrc") / "gru.c"
 FLOAT_BYTES = 4
 COMPILE_TIMEOUT_S = 120  # it takes well under a second; a hung compiler must not hang training
+ISA_VARIABLE = "SEQ2SEQ_KERNELS_ISA"  # lowers the instruction set the library is built for
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "library": ctypes.CDLL | None, "reason": str (once loaded or failed)
@@ -76,16 +77,37 @@ def cache_dir() -> Path:
     return Path(root) / "seq2seq"
 
 
+def kernel_isa() -> str:
+    """The instruction set the library is built for: ``AVX512``, ``AVX2`` or ``DEFAULT`` (the
+    compiler's baseline, SSE2 on x86-64). Torch's own choice for its kernels
+    (``get_cpu_capability``: it checks the CPU and the OS state, and ``ATEN_CPU_CAPABILITY``
+    lowers it), lowered further by ``SEQ2SEQ_KERNELS_ISA`` (``avx2`` or ``default``; ``auto``,
+    the default, keeps torch's). It never goes above torch's: a CPU without AVX-512 gets the
+    AVX2 build, one without AVX2 the baseline."""
+    levels = ("DEFAULT", "AVX2", "AVX512")
+    capability = torch.backends.cpu.get_cpu_capability()
+    supported = capability if capability in levels else "DEFAULT"  # e.g. ARM's: no -m flags
+    requested = os.environ.get(ISA_VARIABLE, "auto").strip().upper()
+    if requested == "AUTO":
+        return supported
+    if requested not in levels:
+        raise RuntimeError(
+            f"{ISA_VARIABLE}={os.environ[ISA_VARIABLE]!r} is not an instruction set the kernels "
+            "are built for: use auto (what torch uses here), avx2, avx512 or default"
+        )
+    return min(requested, supported, key=levels.index)
+
+
 def compile_flags(openmp: bool = True) -> list[str]:
     """The compiler's flags: optimised, position-independent, vectorised (``-fno-trapping-math``
-    so that the clamps and selects vectorise), with AVX2 and FMA where torch found them and
-    AVX-512 where torch runs its own kernels with it. With ``openmp`` and where torch's threads
+    so that the clamps and selects vectorise), for ``kernel_isa()``: AVX2 and FMA, and AVX-512
+    where torch runs its own kernels with it. With ``openmp`` and where torch's threads
     are libgomp's, ``-fopenmp``: the library then shares torch's thread pool (the same
     ``libgomp.so.1``, already loaded) to split a step's rows; otherwise ``-fopenmp-simd``, the
     ``omp simd`` loops without an OpenMP runtime."""
     flags = ["-O3", "-fPIC", "-shared", "-fno-trapping-math"]
     flags.append("-fopenmp" if openmp and torch_uses_libgomp() else "-fopenmp-simd")
-    capability = torch.backends.cpu.get_cpu_capability()
+    capability = kernel_isa()
     if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
     if capability == "AVX512":
@@ -153,8 +175,17 @@ def _build(compiler: str, flags: list[str], directory: Path) -> Path:
 
 def _load() -> ctypes.CDLL:
     library = open_library(build())
-    _check(library)
+    with _float32_references():
+        _check(library)
     return library
+
+
+def _float32_references() -> torch.autocast:
+    """The load-time checks compare the kernels with torch's float32 results. They run where the
+    kernels are first asked for, which may be inside a bf16-mixed step's autocast (the dropout
+    mask asks for them there): without this, their references would be bf16 and a correct
+    library would be refused for the rest of the process."""
+    return torch.autocast("cpu", enabled=False)
 
 
 def open_library(path: Path) -> ctypes.CDLL:
@@ -332,8 +363,9 @@ def blas_sgemm() -> int | None:
         with _lock:
             if "sgemm" not in _state:
                 address = _find_sgemm()
-                if address is not None and not _sgemm_agrees(kernels, address):
-                    address = None
+                if address is not None:
+                    with _float32_references():
+                        address = address if _sgemm_agrees(kernels, address) else None
                 _state["sgemm"] = address
     return _state["sgemm"]
 
@@ -348,7 +380,8 @@ def c_loops() -> bool:
     if "loops" not in _state:
         with _lock:
             if "loops" not in _state:
-                _state["loops"] = _loops_agree(kernels)
+                with _float32_references():
+                    _state["loops"] = _loops_agree(kernels)
     return bool(_state["loops"])
 
 

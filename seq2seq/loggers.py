@@ -125,7 +125,11 @@ def _wandb(arguments: dict[str, Any], mode: str, init_timeout: float) -> WandbLo
         ) from None
 
     settings = wandb.Settings(init_timeout=init_timeout, silent=True)
-    return WandbLogger(**arguments, mode=mode, settings=settings)
+    logger = WandbLogger(**arguments, mode=mode, settings=settings)
+    # Lightning 2.6 passes anonymous=None to wandb.init whatever it is given, and W&B then warns
+    # that the (deprecated) setting has no effect; left out, W&B's own default applies.
+    logger._wandb_init.pop("anonymous", None)
+    return logger
 
 
 def _finish_wandb() -> None:

@@ -46,7 +46,11 @@ def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") 
     references = [[score.reference for score in scores]]
     tokens = max(1, sum(score.tokens for score in scores))
     metrics = {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, references, tokenize=bleu_tokenize).score,
+        # tokenize="none" scores text that is tokenized on purpose (the toy tasks): say so
+        # (force), or sacreBLEU guesses it was left tokenized by mistake and warns.
+        "bleu": sacrebleu.corpus_bleu(
+            hypotheses, references, tokenize=bleu_tokenize, force=bleu_tokenize == "none"
+        ).score,
         "chrf": sacrebleu.corpus_chrf(hypotheses, references).score,
         # Token-weighted means, not means of batch means.
         "loss": sum(score.loss_sum for score in scores) / tokens,

@@ -44,6 +44,7 @@ from seq2seq.checkpointing import (
     run_dir_of_checkpoint,
 )
 from seq2seq.compare import SUMMARY_FILE
+from seq2seq.console import drop_lightning_tips, lightning_quietly
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.diagnostics import AttentionDiagnostics
@@ -51,6 +52,8 @@ from seq2seq.distributed import is_nonzero_rank_from_env
 from seq2seq.errors import ConfigError
 from seq2seq.lit_module import LitSeq2Seq
 from seq2seq.loggers import RunInfo, csv_logger, finish
+from seq2seq.onednn_guard import bf16_error
+from seq2seq.onednn_guard import report as onednn_report
 from seq2seq.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
             f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
         )
+    check_cpu_precision(cfg)
     run_dir = resolve_run_dir(cfg)
     is_rank_zero = not is_nonzero_rank_from_env()
     resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
@@ -111,6 +115,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     last = last_checkpoint_every_epoch(run_dir / "checkpoints")  # after `checkpoint`: see there
     stop_flag = SignalFlag()
     run = describe_run(cfg, run_dir)
+    drop_lightning_tips()  # before the Trainer, which prints its tip when it is built
     # A resumed run is in its original directory, so the tracker finds its run id there.
     tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
     loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
@@ -131,7 +136,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for logger in loggers:
         logger.log_hyperparams(run.config)
     freeze_startup_objects()
-    with stop_flag.installed(), warnings.catch_warnings():
+    with stop_flag.installed(), lightning_quietly(), warnings.catch_warnings():
         # Resuming into its own checkpoints/ is the point, not a mistake to warn about.
         warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
@@ -154,8 +159,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "run_dir": str(run_dir),
     }
     if cfg.test_after_training and "test" in datamodule.datasets and result["best_checkpoint"]:
-        # The best checkpoint on the test split, logged as test/* at the last step.
-        for name, value in trainer.test(module, datamodule=datamodule, ckpt_path="best")[0].items():
+        # The best checkpoint on the test split, logged as test/* at the last step. Its path is
+        # named: "best" would make Lightning warn that it picks the first of two checkpoint
+        # callbacks (best and last), which is the one meant.
+        with lightning_quietly():
+            tested = trainer.test(
+                module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path
+            )
+        for name, value in tested[0].items():
             metrics[name] = float(value)
     finish(loggers)
     if trainer.is_global_zero:
@@ -165,6 +176,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+def check_cpu_precision(cfg: DictConfig) -> None:
+    """Say what the oneDNN guard decided (``seq2seq.onednn_guard``), and refuse bf16 autocast on
+    a CPU where it would die of an illegal instruction."""
+    message = onednn_report()
+    if message is not None and not is_nonzero_rank_from_env():
+        log.info(message)
+    precision = str(OmegaConf.select(cfg, "trainer.precision", default="32"))
+    on_cpu = OmegaConf.select(cfg, "trainer.accelerator", default="auto") == "cpu" or not (
+        torch.cuda.is_available()
+    )
+    error = bf16_error()
+    if precision.startswith("bf16") and on_cpu and error is not None:
+        raise ConfigError(error)
 
 
 def build_module(

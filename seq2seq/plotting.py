@@ -52,9 +52,10 @@ def plot_attention(
     try:
         image = draw_attention(axes, src_tokens, tgt_tokens, weights, title)
         figure.colorbar(image, ax=axes, fraction=0.04)
-        figure.tight_layout()
         path = Path(path)
-        figure.savefig(path, dpi=120)
+        # The saved image's bounds grow to the tick labels, however long the tokens: a fixed
+        # figure with tight_layout cannot fit long words around a one-token axis, and warns.
+        figure.savefig(path, dpi=120, bbox_inches="tight")
     finally:
         plt.close(figure)
     return path

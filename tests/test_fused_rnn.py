@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -254,6 +255,10 @@ def test_tanh_with_grad_has_tanhs_value_and_gradient() -> None:
 @pytest.mark.parametrize("decoder", ["bahdanau", "luong"])
 def test_decoding_steps_the_same_with_and_without_the_kernels(decoder: str) -> None:
     """``decode_step`` without autograd: logits, states and weights of several steps agree."""
+    assert_decodes_the_same(decoder)
+
+
+def assert_decodes_the_same(decoder: str) -> None:
     src, src_lens, tgt_in = make_batch()
     model = make_model("general", decoder=decoder).eval()
     steps = []
@@ -276,6 +281,10 @@ def test_decoding_steps_the_same_with_and_without_the_kernels(decoder: str) -> N
 def test_a_model_trains_the_same_with_and_without_the_kernels(decoder: str) -> None:
     """Seq2Seq's loss and every parameter's gradient, fused_rnn on and off (dropout off, so
     both runs compute one function)."""
+    assert_trains_the_same(decoder)
+
+
+def assert_trains_the_same(decoder: str) -> None:
     src, src_lens, tgt_in = make_batch()
     results = []
     for fused in (True, False):
@@ -328,25 +337,30 @@ def test_usable_only_for_float32_on_the_cpu_outside_exports() -> None:
         assert not fused_rnn.usable(x)
 
 
-def test_a_missing_compiler_falls_back_with_one_warning(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize(
+    ("compiler", "reason"),
+    [("no-such-compiler-here", "no C compiler"), ("false", "`false -O3 .*` failed")],
+    ids=["missing", "failing"],
+)
+def test_a_missing_or_failing_compiler_falls_back_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compiler: str, reason: str
 ) -> None:
     monkeypatch.setattr(fused_rnn, "_state", {})
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", "no-such-compiler-here")
-    with pytest.warns(RuntimeWarning, match="no-such-compiler-here.*model.fused_rnn=false"):
+    monkeypatch.setenv("CC", compiler)
+    with pytest.warns(RuntimeWarning, match=f"unavailable .*{compiler}.*model.fused_rnn=false"):
         assert not fused_rnn.usable(torch.zeros(1))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once per process
         assert not fused_rnn.usable(torch.zeros(1))
-    assert "no C compiler" in (fused_rnn.unavailable_reason() or "")
+    assert re.search(reason, fused_rnn.unavailable_reason() or "")
     model = make_model("dot", decoder="luong").train()  # still trains, on ATen's GRU
     src, src_lens, tgt_in = make_batch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         logits, _ = model(src, src_lens, tgt_in)
     logits.sum().backward()
-    assert not list(tmp_path.iterdir())  # nothing half-built left behind
+    assert not [path for path in tmp_path.rglob("*") if path.is_file()]  # nothing half-built
 
 
 @needs_kernels
@@ -464,3 +478,66 @@ def test_directions_run_at_once_where_torch_has_one_thread_per_direction() -> No
         assert not fused_rnn._concurrent(2)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    ("capability", "requested", "built"),
+    [
+        ("AVX512", "auto", "AVX512"),
+        ("AVX512", "avx2", "AVX2"),
+        ("AVX512", "default", "DEFAULT"),
+        ("AVX2", "auto", "AVX2"),
+        ("AVX2", "avx512", "AVX2"),  # never above what torch found: no illegal instruction
+        ("DEFAULT", "avx2", "DEFAULT"),
+        ("ZVECTOR", "auto", "DEFAULT"),  # another architecture's: no x86 flags
+    ],
+)
+def test_the_build_targets_torchs_instruction_set_or_a_lower_one(
+    monkeypatch: pytest.MonkeyPatch, capability: str, requested: str, built: str
+) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setenv(fused_rnn.ISA_VARIABLE, requested)
+    assert fused_rnn.kernel_isa() == built
+    flags = fused_rnn.compile_flags()
+    assert ("-mavx2" in flags) is (built != "DEFAULT")
+    assert ("-mavx512f" in flags) is (built == "AVX512")
+
+
+def test_an_unknown_instruction_set_is_refused_with_the_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(fused_rnn.ISA_VARIABLE, "sse9")
+    with pytest.raises(RuntimeError, match=r"SEQ2SEQ_KERNELS_ISA='sse9' .*avx2, avx512 or default"):
+        fused_rnn.compile_flags()
+
+
+@needs_kernels
+@pytest.mark.parametrize("isa", ["avx2", "default"])
+def test_a_lower_build_computes_what_the_reference_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, isa: str
+) -> None:
+    """The library built for AVX2 only (what a CPU without AVX-512 gets), and for the compiler's
+    baseline, on any x86 machine: it passes the load-time checks, and both decoders train and
+    decode through it as they do without the kernels."""
+    monkeypatch.setenv(fused_rnn.ISA_VARIABLE, isa)
+    path = fused_rnn.build(tmp_path)
+    assert "-mavx512f" not in fused_rnn.compile_flags()
+    library = fused_rnn.open_library(path)
+    fused_rnn._check(library)
+    monkeypatch.setattr(fused_rnn, "_state", {"library": library})  # this build, for the models
+    assert fused_rnn.c_loops()  # its loops agree with torch's GEMMs too
+    for decoder in ("bahdanau", "luong"):
+        assert_trains_the_same(decoder)
+        assert_decodes_the_same(decoder)
+
+
+@needs_kernels
+def test_loading_inside_autocast_checks_against_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16-mixed run first asks for the kernels inside autocast (the dropout mask does): the
+    load-time checks still compare with float32 references, so the library is not refused."""
+    monkeypatch.setattr(fused_rnn, "_state", {})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_rnn.library() is not None, fused_rnn.unavailable_reason()
+        assert fused_rnn.c_loops()
+        fused_rnn.blas_sgemm()
+    assert fused_rnn._state.get("sgemm") == fused_rnn._find_sgemm()  # found and agreeing

@@ -65,7 +65,7 @@ def logged_history(run_files: Path) -> list[dict[str, Any]]:
             continue
         row: dict[str, Any] = {}
         for item in record.history.item:
-            # A media value (image, table) comes as one item per field: ("val/attention", "count").
+            # A media value (image, table) comes as one item per field: ("val/samples", "path").
             *parents, key = item.nested_key or [item.key]
             node = row
             for parent in parents:
@@ -107,9 +107,16 @@ def test_wandb_without_credentials_writes_an_offline_run_with_bleu_and_images(
     history = logged_history(run_files)
     logged_bleu = [row["val/bleu"] for row in history if "val/bleu" in row]
     assert logged_bleu == pytest.approx(metrics_column(wandb_run, "val/bleu"))
-    images = [row["val/attention"] for row in history if "val/attention" in row]
-    assert len(images) == 2 and images[0]["count"] == 2  # every validation, num_maps each
-    for path in images[-1]["filenames"]:
+    # Every validation, num_maps sentences, each map under its own key (maps differ in size).
+    images: dict[int, list[dict[str, Any]]] = {}
+    for row in history:
+        for key, value in row.items():
+            if key.startswith("val/attention/"):
+                images.setdefault(row["trainer/global_step"], []).append(value)
+    assert [len(maps) for maps in images.values()] == [2, 2]
+    last = images[max(images)]
+    assert all(image["count"] == 1 for image in last)
+    for path in [name for image in last for name in image["filenames"]]:
         assert (run_files / "files" / path).read_bytes()[:8] == PNG_MAGIC
     tables = [row["val/samples"] for row in history if "val/samples" in row]
     table = json.loads((run_files / "files" / tables[-1]["path"]).read_text())

@@ -29,7 +29,14 @@ from tests.configs import TIMINGS, compose_config
 from tests.configs import TINY as BASE
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def subprocess_env() -> dict[str, str]:
+    """This process's environment when the test runs (so the session's settings, W&B off among
+    them, reach the child: a module-level copy would predate them), and the project on the path."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
 TINY = [*BASE, "trainer.log_every_n_steps=1", "checkpoint.every_n_steps=4"]
 
 
@@ -50,7 +57,7 @@ def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
     process = subprocess.Popen(
         [sys.executable, "train.py", f"hydra.run.dir={run}", *overrides],
         cwd=ROOT,
-        env=ENV,
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -70,7 +77,7 @@ def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
     assert command.endswith(f"ckpt_path={last}")
     if signum == signal.SIGINT:  # paste it: the run goes on to the end
         resumed = subprocess.run(
-            shlex.split(command), cwd=ROOT, env=ENV, capture_output=True, timeout=600
+            shlex.split(command), cwd=ROOT, env=subprocess_env(), capture_output=True, timeout=600
         )
         assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
         assert torch.load(last, weights_only=True)["global_step"] == 3 * 19
@@ -121,7 +128,7 @@ def test_training_on_a_disk_that_fills_up_stops_cleanly(tmp_path: Path) -> None:
     completed = subprocess.run(
         ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {run} && {command}"],
         cwd=ROOT,
-        env=ENV,
+        env=subprocess_env(),
         capture_output=True,
         timeout=600,
     )
