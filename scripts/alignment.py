@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from seq2seq import Translator
-from seq2seq.alignment import (
+from seq2seq.analysis.alignment import (
     AlignmentCounts,
     argmax_links,
     check_in_range,

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
 
-from seq2seq.attention_experiments import render_sections, run_all, update_docs
+# benchmarks/ (the harness and the peers' runners) sits beside scripts/ in a checkout and is not
+# installed with the package: put the checkout first on the path (hence the imports below it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.attention_experiments import render_sections, run_all, update_docs
 from seq2seq.cli import UsageError, run
 
 log = logging.getLogger("seq2seq")

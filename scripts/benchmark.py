@@ -2,7 +2,7 @@
 
     python scripts/benchmark.py --json OUT.json [options] -- HYDRA OVERRIDES
 
-The overrides are train.py's, e.g. the peers' reverse task (README, "Performance"):
+The overrides are train.py's, e.g. the peers' reverse task (docs/performance.md):
 
     python scripts/benchmark.py --json bench.json --plot docs/attention_cost.png -- \\
         experiment=bench_reverse data=parallel data.root=DIR data.train=train data.val=dev \\
@@ -19,7 +19,11 @@ import logging
 import sys
 from pathlib import Path
 
-from seq2seq.benchmark import (
+# benchmarks/ (the harness and the peers' runners) sits beside scripts/ in a checkout and is not
+# installed with the package: put the checkout first on the path (hence the imports below it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.benchmark import (
     OPENNMT_PYTHON_ENV,
     PEER_CHOICES,
     QUICK,

@@ -2,7 +2,7 @@
 
     python scripts/benchmark_step.py --json OUT.json [options] -- HYDRA OVERRIDES
 
-On a GPU (README, "Performance", "On a GPU"):
+On a GPU (docs/performance.md):
 
     python scripts/benchmark_step.py --json step.json --device cuda -- experiment=bench_reverse
 
@@ -16,9 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from seq2seq.cli import check_report_paths, int_at_least, report_parser, run, split_overrides
-from seq2seq.step_benchmark import VARIANTS, markdown, run_step_benchmark
+
+# benchmarks/ (the harness and the peers' runners) sits beside scripts/ in a checkout and is not
+# installed with the package: put the checkout first on the path (hence the imports below it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.step_benchmark import VARIANTS, markdown, run_step_benchmark
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -14,14 +14,14 @@ import argparse
 import logging
 from pathlib import Path
 
-from seq2seq.cli import UsageError, run
-from seq2seq.compare import (
+from seq2seq.analysis.compare import (
     find_runs,
     markdown_table,
     plot_attention_grid,
     plot_bleu_curves,
     read_run,
 )
+from seq2seq.cli import UsageError, run
 
 log = logging.getLogger("seq2seq.compare_runs")
 

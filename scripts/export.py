@@ -12,8 +12,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from seq2seq.bundle import export_bundle, load
 from seq2seq.cli import run
+from seq2seq.inference.bundle import export_bundle, load
 
 log = logging.getLogger("seq2seq.export")
 
@@ -30,7 +30,7 @@ def main() -> int:
     out_dir = export_bundle(trained, args.out)
     log.info("wrote the bundle %s (from %s)", out_dir, args.checkpoint)
     if args.onnx:
-        from seq2seq.onnx_export import export_onnx  # only this option needs the exporter
+        from seq2seq.inference.onnx_export import export_onnx  # only this option needs the exporter
 
         for path in export_onnx(trained.model, out_dir):
             log.info("wrote %s", path)

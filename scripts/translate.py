@@ -16,9 +16,9 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from seq2seq import Translator
+from seq2seq.analysis.plotting import plot_attention
 from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
-from seq2seq.plotting import plot_attention
-from seq2seq.translator import translate_stream
+from seq2seq.inference.translator import translate_stream
 
 log = logging.getLogger("seq2seq.translate")
 

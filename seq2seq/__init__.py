@@ -1,14 +1,27 @@
-"""seq2seq: attention encoder–decoders where the scoring function is a one-word switch."""
+"""seq2seq: attention encoder–decoders where the scoring function is a one-word switch.
 
-__version__ = "0.1.0"
+``from seq2seq import Translator`` loads the inference stack on first use (PEP 562), so that
+importing the reference model (``seq2seq.attention``, ``seq2seq.models``) loads nothing else.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 # Before anything can run a oneDNN kernel: cap oneDNN where this CPU advertises instructions the
 # process cannot execute (seq2seq/onednn_guard.py says why and how).
 from seq2seq import onednn_guard
+from seq2seq.version import __version__
 
 onednn_guard.apply()
 
-# Imported after __version__, which the bundle export reads.
-from seq2seq.translator import Translator  # noqa: E402 (after the guard, on purpose)
+if TYPE_CHECKING:
+    from seq2seq.inference.translator import Translator
 
 __all__ = ["Translator", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Translator":
+        from seq2seq.inference.translator import Translator
+
+        return Translator
+    raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")

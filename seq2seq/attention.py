@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
 
 LEARNABLE = "learnable"
@@ -83,7 +82,7 @@ class Attention(nn.Module):
 
     def __init__(self, dropout: float = 0.0, temperature: float | str = 1.0) -> None:
         super().__init__()
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.log_temperature: nn.Parameter | None = None
         self.fixed_temperature = 1.0
         if temperature == LEARNABLE:
@@ -111,25 +110,9 @@ class Attention(nn.Module):
         """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
         raise NotImplementedError
 
-    def product_scale(self, query_size: int) -> float | None:
-        """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
-        (dot-product and bilinear scoring at a fixed temperature), else None: what
-        ``seq2seq.fused_attention`` computes."""
-        return None
-
-    def shifted_score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
-        """``score`` plus any constant per query, (B, Tq, Tk): the softmax ignores the constant,
-        so ``context`` may use a cheaper form (additive attention does). Default: ``score``."""
-        return self.score(queries, projected_keys)
-
-    def logits(self, queries: Tensor, projected_keys: Tensor, shifted: bool = False) -> Tensor:
-        """What the softmax sees: ``score(q, k) / T``, (B, Tq, Tk), before masking; with
-        ``shifted``, ``shifted_score(q, k) / T``, which gives the same weights."""
-        score = self.shifted_score if shifted else self.score
-        scores = score(queries, projected_keys)  # (B, Tq, Tk)
-        if self.log_temperature is None and self.fixed_temperature == 1.0:
-            return scores  # the default: skip a no-op division
-        return scores / self.temperature
+    def logits(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        """What the softmax sees, (B, Tq, Tk): ``score(q, k) / T``, before masking."""
+        return self.score(queries, projected_keys) / self.temperature
 
     def forward(
         self,
@@ -158,15 +141,10 @@ class Attention(nn.Module):
         *,
         projected_keys: Tensor | None = None,
     ) -> Tensor:
-        """Only the context (B, Tq, Dv), for callers that do not need the weights (training).
-
-        The same context as ``forward``, from ``shifted_score``.
-        """
-        if projected_keys is None:
-            projected_keys = self.project_keys(keys)
-        logits = self.logits(queries, projected_keys, shifted=True)  # (B, Tq, Tk)
-        weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
-        return torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
+        """Only the context (B, Tq, Dv), for callers that do not need the weights (training's
+        loss): ``forward``'s context. Scoring functions may compute it another way."""
+        context, _ = self(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        return context
 
 
 class AdditiveAttention(Attention):
@@ -201,13 +179,6 @@ class AdditiveAttention(Attention):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # (B, Tk, Dk) -> (B, Tk, A)
 
-    def fusable(self) -> bool:
-        """Whether this is Bahdanau's plain form, the one ``seq2seq.fused_bahdanau`` computes:
-        no layer norm and temperature 1. (Dropout on the weights rules the kernels out for every
-        scoring: ``AttentionDecoder.fused_attention_source``.)"""
-        plain_scale = self.log_temperature is None and self.fixed_temperature == 1.0
-        return self.layer_norm is None and plain_scale
-
     def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b)``, layer-normed if asked."""
         # Broadcast every query against every key: (B,Tq,1,A) + (B,1,Tk,A) -> (B,Tq,Tk,A).
@@ -217,25 +188,6 @@ class AdditiveAttention(Attention):
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         features = torch.tanh(self.preactivations(queries, projected_keys))  # (B, Tq, Tk, A)
         return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
-
-    def shifted_score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
-        """``score + Σw_v`` through the sigmoid form: tanh(x) = 2σ(2x) - 1, so
-        ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key.
-
-        On the CPU, torch's float tanh costs about four times its sigmoid, and this tanh over
-        (B, Tq, Tk, A) is the dearest op of additive attention, so training (``context``, which
-        needs no weights) scores with ``2 w_vᵀσ(2x)``.
-        """
-        if self.layer_norm is None:
-            # 2(W_q q + W_k k) in the broadcasting add itself (alpha scales its second operand):
-            # a separate doubling would be one more pass over (B, Tq, Tk, A) forward and back.
-            # (B,Tq,1,A) + 2 * (B,1,Tk,A) -> (B,Tq,Tk,A)
-            doubled = torch.add(
-                2.0 * self.W_q(queries)[:, :, None, :], projected_keys[:, None, :, :], alpha=2.0
-            )
-        else:
-            doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
-        return self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # (B, Tq, Tk)
 
 
 class DotProductAttention(Attention):
@@ -261,11 +213,6 @@ class DotProductAttention(Attention):
         super().__init__(dropout, temperature)
         self.scaled = scaled
 
-    def product_scale(self, query_size: int) -> float | None:
-        if self.log_temperature is not None:
-            return None
-        return (1 / math.sqrt(query_size) if self.scaled else 1.0) / self.fixed_temperature
-
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         _check_equal_sizes(queries.shape[-1], projected_keys.shape[-1])
         # (B,Tq,D) @ (B,D,Tk) -> (B,Tq,Tk)
@@ -283,22 +230,11 @@ class DotProductAttention(Attention):
         *,
         projected_keys: Tensor | None = None,
     ) -> Tensor:
-        # The fused kernel wins on accelerators; on CPU the readable path measured faster forward
-        # and equal forward+backward, so it stays the reference there.
-        if queries.device.type == "cpu" or (self.training and self.dropout.p > 0):
+        """The same context through PyTorch's fused ``F.scaled_dot_product_attention`` (flash or
+        memory-efficient kernels on a GPU; equal to the path above in time on the CPU, measured),
+        where no dropout is active on the weights."""
+        if self.training and self.dropout.p > 0:
             return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
-        return self.fused_context(queries, keys, values, valid_lens, projected_keys=projected_keys)
-
-    def fused_context(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        projected_keys: Tensor | None = None,
-    ) -> Tensor:
-        """``context`` through ``F.scaled_dot_product_attention`` (no dropout), on any device."""
         keys = keys if projected_keys is None else projected_keys
         _check_equal_sizes(queries.shape[-1], keys.shape[-1])
         return sdpa_context(
@@ -321,9 +257,6 @@ class MultiplicativeAttention(Attention):
 
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W(keys)  # (B, Tk, Dk) -> (B, Tk, Dq): W k, computed once per batch
-
-    def product_scale(self, query_size: int) -> float | None:
-        return None if self.log_temperature is not None else 1.0 / self.fixed_temperature
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         return torch.bmm(queries, projected_keys.transpose(1, 2))  # (B,Tq,Dq)@(B,Dq,Tk)

@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra.errors import InstantiationException
 
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime import tune_allocator
+from seq2seq.training.runtime import tune_allocator
 
 log = logging.getLogger("seq2seq")
 

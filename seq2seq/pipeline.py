@@ -20,19 +20,28 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from seq2seq.analysis.compare import SUMMARY_FILE
+from seq2seq.analysis.diagnostics import AttentionDiagnostics
 from seq2seq.atomic import write_atomic
-from seq2seq.bundle import (
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.tokenization import PAD_ID
+from seq2seq.errors import ConfigError
+from seq2seq.inference.bundle import (
+    RUNTIME_KEYS,
     ModelFileError,
     TrainedModel,
     build_model,
     load,
     read_checkpoint,
 )
-from seq2seq.bundle import (
+from seq2seq.inference.bundle import (
     load_checkpoint as load_trained_checkpoint,
 )
-from seq2seq.callbacks import ValidationExamples
-from seq2seq.checkpointing import (
+from seq2seq.kernels import KERNEL_CHOICES
+from seq2seq.onednn_guard import bf16_error
+from seq2seq.onednn_guard import report as onednn_report
+from seq2seq.training.callbacks import ValidationExamples
+from seq2seq.training.checkpointing import (
     AtomicCheckpointIO,
     NonFiniteGuard,
     PeriodicCheckpoint,
@@ -43,18 +52,11 @@ from seq2seq.checkpointing import (
     last_checkpoint_every_epoch,
     run_dir_of_checkpoint,
 )
-from seq2seq.compare import SUMMARY_FILE
-from seq2seq.console import drop_lightning_tips, lightning_quietly
-from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.data.tokenization import PAD_ID
-from seq2seq.diagnostics import AttentionDiagnostics
-from seq2seq.distributed import is_nonzero_rank_from_env
-from seq2seq.errors import ConfigError
-from seq2seq.lit_module import LitSeq2Seq
-from seq2seq.loggers import RunInfo, csv_logger, finish
-from seq2seq.onednn_guard import bf16_error
-from seq2seq.onednn_guard import report as onednn_report
-from seq2seq.runtime import freeze_startup_objects, tune_allocator
+from seq2seq.training.console import drop_lightning_tips, lightning_quietly
+from seq2seq.training.distributed import is_nonzero_rank_from_env
+from seq2seq.training.lit_module import LitSeq2Seq
+from seq2seq.training.loggers import RunInfo, csv_logger, finish
+from seq2seq.training.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +448,11 @@ def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
 
 def check_same_model(ckpt_path: str, saved: dict[str, Any], model_config: dict[str, Any]) -> None:
     """The config must build the model the checkpoint holds, or its weights cannot be loaded."""
-    changed = _differences(saved, model_config, "model")
+    changed = {
+        key: values
+        for key, values in _differences(saved, model_config, "model").items()
+        if key.removeprefix("model.") not in RUNTIME_KEYS
+    }
     if changed:
         shown = "; ".join(
             f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items()
@@ -488,8 +494,15 @@ def check_model_sizes(cfg: DictConfig) -> None:
         if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
             problems.append(f"{key}={value} (a probability: at least 0, below 1)")
     fused = OmegaConf.select(cfg, "model.fused_rnn", default=None)
-    if fused is not None and type(fused) is not bool:
-        problems.append(f"model.fused_rnn={fused} (it must be true or false)")
+    if fused is not None:
+        replacement, shown = ("auto", "true") if fused is True else ("off", str(fused).lower())
+        problems.append(
+            f"model.fused_rnn={shown} (renamed: the C kernels are now chosen with model.kernels, "
+            f"auto or off; use model.kernels={replacement})"
+        )
+    kernels = OmegaConf.select(cfg, "model.kernels", default="auto")
+    if kernels not in KERNEL_CHOICES:
+        problems.append(f"model.kernels={kernels} (auto: the C kernels where they apply; off)")
     if problems:
         raise ConfigError(
             f"the model cannot be built with {'; '.join(problems)}. Set "
@@ -503,6 +516,7 @@ def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
     model_config = OmegaConf.to_container(cfg.model, resolve=True)
     attention_config = OmegaConf.to_container(cfg.attention, resolve=True)
     assert isinstance(model_config, dict) and isinstance(attention_config, dict)
+    model_config.pop("fused_rnn", None)  # null unless set, and then check_model_sizes refused it
     model_config.update(
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from seq2seq.decoder import DecoderState, EncodedSource, GreedyTask
+from seq2seq.models.decoder import DecoderState, EncodedSource
 
 
 class StepwiseModel(Protocol):
@@ -25,9 +25,21 @@ class StepwiseModel(Protocol):
     ) -> tuple[Tensor, DecoderState, Tensor]: ...
 
 
+@dataclass(frozen=True)
+class GreedyTask:
+    """What greedy decoding of a batch needs besides its source and first state."""
+
+    limits: Tensor  # (B,) each sentence's most tokens, EOS included
+    max_steps: int  # the largest limit
+    bos_id: int
+    eos_id: int
+    pad_id: int  # what follows each sentence's end in the tokens
+
+
 @runtime_checkable
 class FusedGreedyModel(Protocol):
-    """A model that may decode a whole batch greedily in one call (``Seq2Seq.fused_greedy``)."""
+    """A model that may decode a whole batch greedily in one call, e.g. in native code
+    (``seq2seq.kernels``' accelerated model); None where it cannot: ``greedy_search`` steps."""
 
     def fused_greedy(
         self, source: EncodedSource, state: DecoderState, task: GreedyTask

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.alignment import (
+from seq2seq.analysis.alignment import (
     AlignmentCounts,
     AlignmentFormatError,
     GoldAlignment,

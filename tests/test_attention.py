@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from seq2seq.analysis.diagnostics import tanh_saturation, valid_pairs
 from seq2seq.attention import (
     AdditiveAttention,
     Attention,
@@ -19,9 +20,8 @@ from seq2seq.attention import (
     masked_softmax,
     sdpa_context,
 )
-from seq2seq.bundle import export_bundle, load
-from seq2seq.diagnostics import tanh_saturation, valid_pairs
 from seq2seq.errors import ConfigError
+from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.pipeline import train
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -311,9 +311,10 @@ def test_bad_temperature_names_the_key_and_the_fix(bad: object) -> None:
 @pytest.mark.parametrize(
     "valid_lens", [None, torch.tensor([4, 1, 0]), torch.tensor([[4, 2], [1, 3], [0, 4]])]
 )
-def test_fused_path_equals_the_weights_path_with_temperature(
+def test_sdpa_context_equals_the_weights_path_with_temperature(
     scaled: bool, temperature: float | str, valid_lens: torch.Tensor | None
 ) -> None:
+    """``context`` (no weights) through ``F.scaled_dot_product_attention`` is ``forward``'s."""
     attention = DotProductAttention(scaled=scaled, temperature=temperature)
     if attention.log_temperature is not None:
         with torch.no_grad():
@@ -321,7 +322,7 @@ def test_fused_path_equals_the_weights_path_with_temperature(
     queries = torch.randn(3, 2, 8, requires_grad=True)
     keys, values = torch.randn(3, 4, 8), torch.randn(3, 4, 5)
     reference = attention(queries, keys, values, valid_lens)[0]
-    fused = attention.fused_context(queries, keys, values, valid_lens)
+    fused = attention.context(queries, keys, values, valid_lens)
     torch.testing.assert_close(fused, reference)
     # The gradients agree too, into the queries and into a learnable temperature.
     reference_grads = torch.autograd.grad(
@@ -528,18 +529,3 @@ def test_knobs_round_trip_through_checkpoint_and_bundle(tmp_path: Path, knobs: l
     torch.testing.assert_close(
         from_bundle.model(src, src_lens, tgt_in)[0], from_checkpoint.model(src, src_lens, tgt_in)[0]
     )
-
-
-@pytest.mark.parametrize("layer_norm", [False, True])
-def test_additive_shifted_score_is_the_score_plus_the_sum_of_w_v(layer_norm: bool) -> None:
-    """Training scores additive attention through 2 w_vᵀσ(2x) = w_vᵀtanh(x) + Σw_v: the same
-    softmax, so ``context`` equals ``forward``'s context."""
-    torch.manual_seed(5)
-    attention = AdditiveAttention(6, 5, num_hiddens=7, layer_norm=layer_norm)
-    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 4, 5)
-    values, valid_lens = torch.randn(2, 4, 3), torch.tensor([4, 2])
-    projected = attention.project_keys(keys)
-    shift = attention.shifted_score(queries, projected) - attention.score(queries, projected)
-    torch.testing.assert_close(shift, torch.full_like(shift, attention.w_v.weight.sum().item()))
-    context, _ = attention(queries, keys, values, valid_lens)
-    torch.testing.assert_close(attention.context(queries, keys, values, valid_lens), context)

@@ -145,7 +145,12 @@ def test_train_py_as_a_subprocess(tmp_path: Path) -> None:
         ("model.encoder_hidden_size=0", "model.encoder_hidden_size=0"),
         ("model.hidden_size=2.5", "model.hidden_size=2.5 (it must be a positive integer)"),
         ("model.dropout=1.5", "model.dropout=1.5 (a probability: at least 0, below 1)"),
-        ("model.fused_rnn=maybe", "model.fused_rnn=maybe (it must be true or false)"),
+        (
+            "model.fused_rnn=false",
+            "model.fused_rnn=false (renamed: the C kernels are now chosen with model.kernels, "
+            "auto or off; use model.kernels=off)",
+        ),
+        ("model.kernels=fast", "model.kernels=fast (auto: the C kernels where they apply; off)"),
         ("attention.num_hiddens=0", "attention.num_hiddens=0 (it must be a positive integer)"),
         ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
         ("data.eval_batch_size=-1", "data.eval_batch_size must be a positive integer, got -1"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.benchmark import (
+from benchmarks.benchmark import (
     BenchmarkOptions,
     Spread,
     _joey_job,
@@ -68,7 +68,7 @@ def test_quick_benchmark_writes_the_promised_json_table_and_plot(tmp_path: Path)
     for key in ("train_tgt_tok_per_s", "greedy_sent_per_s", "beam5_sent_per_s", "peak_rss_mb"):
         assert report[key] > 0, key
     assert "time_to_bleu95_s" in report  # None: a tiny model never reaches BLEU 95
-    assert report["model"]["decoder"] == "seq2seq.decoder.LuongDecoder"
+    assert report["model"]["decoder"] == "seq2seq.models.LuongDecoder"
     assert set(report["attention_ms"]["parallel"]) == {"additive", "dot", "general", "scaled_dot"}
     assert "| train target tok/s |" in completed.stdout
     assert plot.stat().st_size > 0
@@ -442,7 +442,7 @@ def test_the_table_names_the_gpu_and_its_memory_only_for_a_gpu_run() -> None:
     run = {"train_tgt_tok_per_s": 1000.0, "peak_rss_mb": 500.0, "peak_gpu_mb": 120.0}
     report = {
         "ours_runs": [run],
-        "model": {"decoder": "seq2seq.decoder.LuongDecoder", "attention": "x.Dot"},
+        "model": {"decoder": "seq2seq.models.LuongDecoder", "attention": "x.Dot"},
         "bleu_target": 95.0,
         "machine": {"cpu": "some CPU", "gpu": "Some GPU"},
     }

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from seq2seq import Translator
-from seq2seq.bundle import ModelFileError, TrainedModel, build_model, export_bundle, load
-from seq2seq.decoder import LuongDecoder
+from seq2seq.inference.bundle import ModelFileError, TrainedModel, build_model, export_bundle, load
+from seq2seq.models import BahdanauDecoder
+from seq2seq.models.decoder import LuongDecoder
 
 SENTENCES = ["the dog sees a cat .", "", "these two big dogs do not sleep in the garden .", "a"]
 
@@ -130,7 +131,7 @@ def test_an_incomplete_bundle_names_what_is_missing(bundle_dir: Path, tmp_path: 
 
 def test_a_luong_model_round_trips_through_a_bundle(tiny_checkpoint: Path, tmp_path: Path) -> None:
     trained = load(tiny_checkpoint)
-    luong = {"_target_": "seq2seq.decoder.LuongDecoder", "_partial_": True}
+    luong = {"_target_": "seq2seq.models.LuongDecoder", "_partial_": True}
     config = {**trained.model_config, "decoder": luong}
     torch.manual_seed(0)
     model = build_model(config).eval()
@@ -148,4 +149,4 @@ def test_a_checkpoint_without_a_decoder_key_builds_the_bahdanau_decoder(
 ) -> None:
     config = dict(load(tiny_checkpoint).model_config)
     config.pop("decoder", None)  # as written before the decoder was configurable
-    assert type(build_model(config).decoder).__name__ == "BahdanauDecoder"
+    assert isinstance(build_model(config).decoder, BahdanauDecoder)

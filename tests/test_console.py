@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq import console, loggers
-from seq2seq.metrics import SentenceScore, corpus_metrics
-from seq2seq.plotting import plot_attention
+from seq2seq.analysis.metrics import SentenceScore, corpus_metrics
+from seq2seq.analysis.plotting import plot_attention
+from seq2seq.training import console, loggers
 
 
 def lightning_record(message: str) -> logging.LogRecord:

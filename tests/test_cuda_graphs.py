@@ -1,6 +1,6 @@
 """Training the decoder from CUDA graphs (``cuda_graphs=true``): the loss it records, its
 refusals, and on a GPU that it computes what eager PyTorch does. CI has no GPU; the GPU tests run
-wherever one is (README, "Performance", "On a GPU", says where they last ran)."""
+wherever one is (docs/performance.md says where they last ran)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.bundle import build_model
-from seq2seq.cuda_graphs import DecoderGraphs, DecoderLoss, check_cuda_graphs
+from benchmarks.step_benchmark import build_dropout_free, compose, random_batch, run_step_benchmark
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.errors import ConfigError
+from seq2seq.inference.bundle import build_model
 from seq2seq.pipeline import build_model_config
-from seq2seq.step_benchmark import build_dropout_free, compose, random_batch, run_step_benchmark
+from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs
+from seq2seq.training.loss import DecoderLoss
 
 TINY = ["model.hidden_size=16", "model.embedding_size=8", "data.batch_size=6", "threads=1"]
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")

@@ -16,10 +16,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from seq2seq.analysis.metrics import corpus_metrics
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
-from seq2seq.metrics import corpus_metrics
 from seq2seq.pipeline import load_checkpoint
+from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
 from tests.test_pipeline import compose_config, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,8 +147,8 @@ def test_half_precision_autocast_gives_finite_loss_and_gradients(
 ) -> None:
     """What 16-mixed does on a GPU, run with CPU autocast: padded batches stay finite, the loss
     is float32."""
-    from seq2seq.bundle import build_model
     from seq2seq.data.tokenization import PAD_ID
+    from seq2seq.inference.bundle import build_model
 
     torch.manual_seed(0)
     config = dict(load_checkpoint(tiny_checkpoint).model_config)

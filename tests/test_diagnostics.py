@@ -17,13 +17,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from seq2seq.attention import (
-    AdditiveAttention,
-    DotProductAttention,
-    MultiplicativeAttention,
-    masked_softmax,
-)
-from seq2seq.attention_experiments import (
+from benchmarks.attention_experiments import (
     Settings,
     bilinear_accuracy_bound,
     measure_dimension,
@@ -32,15 +26,21 @@ from seq2seq.attention_experiments import (
     xor_accuracy,
     xor_batch,
 )
-from seq2seq.cli import run
-from seq2seq.diagnostics import (
+from seq2seq.analysis.diagnostics import (
     attention_statistics,
     entropy,
     model_attention_statistics,
     softmax_jacobian_norm,
     teacher_forced_queries,
 )
-from seq2seq.model import Seq2Seq
+from seq2seq.attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    MultiplicativeAttention,
+    masked_softmax,
+)
+from seq2seq.cli import run
+from seq2seq.models.model import Seq2Seq
 from seq2seq.pipeline import load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from seq2seq.embedding import Embedding
+from seq2seq.models.embedding import Embedding
 
 
 def test_weights_have_the_scale_of_unit_norm_rows() -> None:

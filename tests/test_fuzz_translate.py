@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seq2seq import Translator
-from seq2seq.translator import translate_stream
+from seq2seq.inference.translator import translate_stream
 
 # Text a user's file may hold: control characters, CR, NUL, BOMs, combining marks, RTL and CJK
 # scripts, emoji, U+2028, surrogates (encoded with surrogatepass, so not valid UTF-8).

@@ -1,4 +1,4 @@
-"""seq2seq.lit_module: the CPU gradient clipping against torch.nn.utils.clip_grad_norm_, and
+"""seq2seq.training.lit_module: the CPU gradient clipping against clip_grad_norm_, and
 the training loop's batch transfer and train/loss logging against what they replace."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from hydra.utils import instantiate
 from pytorch_lightning.loggers import CSVLogger
 
 from seq2seq.data.batching import Batch
-from seq2seq.lit_module import clip_grad_norm_on_cpu
 from seq2seq.pipeline import build_model_config, build_module
+from seq2seq.training.lit_module import clip_grad_norm_on_cpu
 from tests.test_pipeline import compose_config
 
 

@@ -15,9 +15,9 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from seq2seq.analysis.plotting import draw_attention, plot_attention
 from seq2seq.errors import ConfigError
-from seq2seq.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
-from seq2seq.plotting import draw_attention, plot_attention
+from seq2seq.training.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
 from tests.test_pipeline import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +151,7 @@ def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: 
         assert run.tags == ("dot", "lstm", "toy", "bahdanau")
         assert run.config["attention"]["scaled"] is False  # the resolved config travels along
         luong = app_config.copy()
-        luong.model.decoder._target_ = "seq2seq.decoder.LuongDecoder"
+        luong.model.decoder._target_ = "seq2seq.models.LuongDecoder"
         assert describe_run(luong).name == "dot-lstm-luong-toy"
         OmegaConf.set_readonly(config.hydra, False)
         config.hydra.mode = RunMode.MULTIRUN

@@ -7,9 +7,9 @@ import random
 import pytest
 import sacrebleu
 
-from seq2seq.alignment import AlignmentCounts
+from seq2seq.analysis.alignment import AlignmentCounts
+from seq2seq.analysis.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
 from seq2seq.data.batching import BucketBatchSampler
-from seq2seq.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
 
 WORDS = ["the", "a", "dog", "cat", "sees", "runs", "big", "small", "red", "blue"]
 

@@ -13,9 +13,8 @@ import torch
 from torch import nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
-from seq2seq.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
-from seq2seq.dropout import Dropout
-from seq2seq.model import DecoderFactory, Seq2Seq
+from seq2seq.models.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
+from seq2seq.models.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
 from tests.test_search import assert_beam_one_is_greedy
 
@@ -283,7 +282,9 @@ def test_luong_beam_one_is_greedy(attention: str, lstm: bool) -> None:
 
 def test_luong_gradients_match_the_stepwise_reference() -> None:
     model = make_model("general", decoder="luong").train()
-    model.apply(lambda module: setattr(module, "p", 0.0) if isinstance(module, Dropout) else None)
+    model.apply(
+        lambda module: setattr(module, "p", 0.0) if isinstance(module, nn.Dropout) else None
+    )
     src, src_lens, tgt_in = make_batch()
     logits, _ = model(src, src_lens, tgt_in, need_weights=False)
     grads = torch.autograd.grad(logits.square().sum(), list(model.decoder.parameters()))
@@ -291,68 +292,6 @@ def test_luong_gradients_match_the_stepwise_reference() -> None:
     ref_grads = torch.autograd.grad(ref_logits.square().sum(), list(model.decoder.parameters()))
     for grad, ref_grad in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)
-
-
-def stepwise_bahdanau_reference(
-    model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor
-) -> torch.Tensor:
-    """Bahdanau et al. (2015) with the model's own ``nn.GRUCell`` / ``nn.LSTMCell`` on
-    ``[e_{t-1}; c_t]``: what the split input projection must equal. -> logits (B, T, V)."""
-    decoder = model.decoder
-    source, state = model.encode(src, src_lens)
-    all_logits = []
-    for t in range(tgt_in.shape[1]):
-        embedded = decoder.dropout(decoder.embedding(tgt_in[:, t]))  # (B, E)
-        context, _ = decoder.attend(state[0][:, None], source)  # (B, 1, M)
-        cell_input = torch.cat([embedded, context[:, 0]], dim=-1)  # (B, E + M)
-        if decoder.is_lstm:
-            state = tuple(decoder.cell(cell_input, (state[0], state[1])))
-        else:
-            state = (decoder.cell(cell_input, state[0]),)
-        all_logits.append(decoder.output(state[0], context[:, 0], embedded))  # (B, V)
-    return torch.stack(all_logits, 1)
-
-
-@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
-@pytest.mark.parametrize("attention", ["additive", "general"])
-def test_bahdanau_split_input_projection_equals_the_cell(attention: str, lstm: bool) -> None:
-    """Teacher forcing computes W_ie e for all steps at once and adds W_ic c_t per step; the
-    logits and every gradient equal the cell applied to [e; c] step by step."""
-    model = make_model(attention, lstm, "bahdanau")
-    model.apply(lambda module: setattr(module, "p", 0.0) if isinstance(module, Dropout) else None)
-    model.train()
-    src, src_lens, tgt_in = make_batch()
-    logits, _ = model(src, src_lens, tgt_in, need_weights=False)
-    ref_logits = stepwise_bahdanau_reference(model, src, src_lens, tgt_in)
-    torch.testing.assert_close(logits, ref_logits)
-    params = list(model.parameters())
-    grads = torch.autograd.grad(logits.square().sum(), params)
-    ref_grads = torch.autograd.grad(ref_logits.square().sum(), params)
-    for grad, ref_grad in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=1e-4)
-
-
-@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
-def test_bahdanau_cell_paths_equal_the_nn_cell(lstm: bool) -> None:
-    """Both ways the step turns W_ie e + b_ih and the context into the next state (ATen's CPU
-    cell kernel with a per-row bias, and the gate arithmetic used off the CPU) are the cell."""
-    decoder = make_model(lstm=lstm).decoder
-    assert isinstance(decoder, BahdanauDecoder)
-    torch.manual_seed(4)
-    embedded, context = torch.randn(3, 8), torch.randn(3, 16)
-    state = tuple(torch.randn(3, 16) for _ in range(2 if lstm else 1))
-    cell_input = torch.cat([embedded, context], dim=-1)  # (B, E + M)
-    expected = decoder.cell(cell_input, state if lstm else state[0])
-    expected = tuple(expected) if lstm else (expected,)
-    embedding_weight, context_weight = decoder.split_input_weight()
-    input_gates = decoder.embedding_gates(embedded, embedding_weight)
-    with_kernel = decoder.cpu_cell(context, input_gates, state, context_weight)
-    gates = torch.addmm(input_gates, context, context_weight.t())
-    with_arithmetic = decoder.cell_gates(gates, state)
-    for ours in (with_kernel, with_arithmetic):
-        assert len(ours) == len(expected)
-        for tensor, reference in zip(ours, expected, strict=True):
-            torch.testing.assert_close(tensor, reference)
 
 
 def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
@@ -365,37 +304,6 @@ def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
     assert torch.equal(picked.memory, memory[rows])
     assert torch.equal(picked.projected_keys, projected[rows])
     assert picked.src_lens.tolist() == [3, 3, 4]
-
-
-@pytest.mark.parametrize("decoder", list(DECODERS))
-@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
-@pytest.mark.parametrize("attention", ["additive", "dot"])
-def test_decoding_with_the_per_batch_tables_equals_teacher_forcing(
-    attention: str, lstm: bool, decoder: str
-) -> None:
-    model = make_model(attention, lstm, decoder)
-    src, src_lens, tgt_in = make_batch()
-    logits, weights = model(src, src_lens, tgt_in)  # with autograd: no table
-    with torch.no_grad():  # as the searches decode
-        source, state = model.encode(src, src_lens)
-        assert source.token_gates is not None and source.token_gates.shape[0] == 11  # (V, G)
-        assert model.encode(src[:1], src_lens[:1])[0].token_gates is None  # 11 > 8 * 1 rows
-        # Luong's steps also read W_c1 m (B, S, H) instead of computing W_c1 c.
-        if decoder == "luong":
-            assert source.attentional_memory is not None
-            assert source.attentional_memory.shape == (3, 5, 16)
-        else:
-            assert source.attentional_memory is None
-        for t in range(tgt_in.shape[1]):
-            step_logits, state, step_weights = model.decode_step(tgt_in[:, t], state, source)
-            torch.testing.assert_close(step_logits, logits[:, t])
-            torch.testing.assert_close(step_weights, weights[:, t])
-        # Teacher forcing steps nothing, so it gets no tables.
-        teacher_forced = model.encode(src, src_lens, stepping=False)[0]
-        assert teacher_forced.token_gates is None and teacher_forced.attentional_memory is None
-        model.train()
-        training = model.encode(src, src_lens)[0]  # dropout would be skipped
-        assert training.token_gates is None and training.attentional_memory is None
 
 
 @pytest.mark.parametrize("decoder", list(DECODERS))

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.bundle import build_model, load
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, encode_batch
 from seq2seq.data.toy import ToyTranslation
-from seq2seq.model import Seq2Seq
-from seq2seq.onnx_export import export_onnx, onnx_greedy_search, run_session
+from seq2seq.inference.bundle import build_model, load
+from seq2seq.inference.onnx_export import export_onnx, onnx_greedy_search, run_session
+from seq2seq.models.model import Seq2Seq
 from seq2seq.search import greedy_search
 
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
@@ -64,7 +64,7 @@ def test_onnx_export_of_a_luong_decoder_matches_eager(
     trained = load(tiny_checkpoint)
     config = {
         **trained.model_config,
-        "decoder": {"_target_": "seq2seq.decoder.LuongDecoder", "_partial_": True},
+        "decoder": {"_target_": "seq2seq.models.LuongDecoder", "_partial_": True},
     }
     torch.manual_seed(0)
     model = build_model(config).eval()

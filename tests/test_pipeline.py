@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.decoder import LuongDecoder
+from seq2seq.models.decoder import LuongDecoder
 from seq2seq.pipeline import build_optimizer, changed_keys, load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_a_luong_checkpoint_reloads_as_a_luong_model(tmp_path: Path) -> None:
     )
     module = load_checkpoint(result["best_checkpoint"])
     assert isinstance(module.model.decoder, LuongDecoder)
-    assert module.model_config["decoder"]["_target_"] == "seq2seq.decoder.LuongDecoder"
+    assert module.model_config["decoder"]["_target_"] == "seq2seq.models.LuongDecoder"
 
 
 def test_dot_product_with_a_narrow_encoder_trains(tmp_path: Path) -> None:

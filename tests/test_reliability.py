@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import torch
 
-from seq2seq.checkpointing import (
+from seq2seq.pipeline import load_checkpoint, train
+from seq2seq.training.checkpointing import (
     AtomicCheckpointIO,
     CheckpointWriteError,
     NonFiniteLossError,
     checkpoint_step,
 )
-from seq2seq.lit_module import LitSeq2Seq
-from seq2seq.pipeline import load_checkpoint, train
+from seq2seq.training.lit_module import LitSeq2Seq
 from tests.configs import TIMINGS, compose_config
 from tests.configs import TINY as BASE
 

@@ -14,8 +14,6 @@ import pytest
 import torch
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
-from seq2seq.checkpointing import checkpoint_step
-from seq2seq.csv_logger import ResumingWriter, read_complete_rows
 from seq2seq.data.batching import (
     BucketBatchSampler,
     EncodedDataset,
@@ -24,6 +22,8 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
+from seq2seq.training.checkpointing import checkpoint_step
+from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
 from tests.configs import TIMINGS, compose_config
 from tests.configs import TINY as BASE
 

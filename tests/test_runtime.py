@@ -8,7 +8,7 @@ import platform
 import pytest
 import torch
 
-from seq2seq.runtime import freeze_startup_objects, tune_allocator
+from seq2seq.training.runtime import freeze_startup_objects, tune_allocator
 
 
 @pytest.mark.skipif(

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention
-from seq2seq.decoder import AttentionFactory, DecoderState, EncodedSource
-from seq2seq.model import Seq2Seq
+from seq2seq.models.decoder import AttentionFactory, DecoderState, EncodedSource
+from seq2seq.models.model import Seq2Seq
 from seq2seq.search import (
     beam_search,
     greedy_search,

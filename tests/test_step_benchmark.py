@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.cuda_graphs import DecoderLoss
-from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.errors import ConfigError
-from seq2seq.step_benchmark import (
+from benchmarks.step_benchmark import (
     Step,
     build_dropout_free,
     check_variants,
@@ -22,6 +19,9 @@ from seq2seq.step_benchmark import (
     random_batch,
     run_step_benchmark,
 )
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import ConfigError
+from seq2seq.training.loss import DecoderLoss
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.hidden_size=16", "model.embedding_size=8", "data.batch_size=6", "threads=1"]
@@ -60,7 +60,7 @@ def test_eager_against_eager_differs_by_nothing() -> None:
     (row,) = report["rows"]
     assert row["loss_rel_diff"] == 0 and row["max_grad_rel_diff"] == 0
     assert row["ms_per_step"] > 0 and row["tgt_tok_per_s"] > 0
-    assert report["decoder"] == "seq2seq.decoder.BahdanauDecoder"
+    assert report["decoder"] == "seq2seq.models.BahdanauDecoder"
 
 
 @pytest.mark.slow
@@ -107,7 +107,7 @@ def test_script_writes_the_report_and_its_table(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [row["length"] for row in report["rows"]] == [3, 5]
-    assert report["decoder"] == "seq2seq.decoder.LuongDecoder"
+    assert report["decoder"] == "seq2seq.models.LuongDecoder"
     assert "| 5 | eager |" in table.read_text()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq.attention import AdditiveAttention
 from seq2seq.pipeline import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def test_small_configuration_trains_and_reports_its_best_checkpoint(tmp_path: Pa
     assert 0 <= bleu <= 100
     assert best == tmp_path / "checkpoints" / "best.ckpt" and best.is_file()
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
-    assert load_checkpoint(best).model.decoder.attention.__class__.__name__ == "AdditiveAttention"
+    assert isinstance(load_checkpoint(best).model.decoder.attention, AdditiveAttention)
 
 
 @pytest.mark.slow

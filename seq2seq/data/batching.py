@@ -109,7 +109,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     A batch holds ``batch_size`` sentences, or, with ``max_tokens``, as many as fit in that many
     padded tokens (batch size x longest length); a sentence longer than the budget is batched alone.
     Each batch lists its sentences longest first, the order packing puts them in
-    (``seq2seq.packing.pack_tokens``).
+    (``seq2seq.kernels.packing.pack_tokens``).
 
     Under DDP each of ``num_replicas`` ranks serves every ``num_replicas``-th batch of the same
     epoch order, starting at its ``rank``. The batch list is first padded by repeating its first

@@ -175,7 +175,7 @@ class Seq2SeqDataModule(pl.LightningDataModule):
     def _sampler(self, split: str, batch_size: int, shuffle: bool) -> BucketBatchSampler:
         # The token budget shapes training batches; evaluation batches count sentences. Under DDP
         # every split is sharded across ranks; evaluation pools the ranks' sentence scores again
-        # (seq2seq.metrics), dropping the repeats that even out the shards.
+        # (seq2seq.analysis.metrics), dropping the repeats that even out the shards.
         trainer = self.trainer
         ranks = (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
         return BucketBatchSampler(

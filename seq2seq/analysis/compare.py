@@ -1,0 +1,196 @@
+"""Compare finished (or running) training runs from their local files; no tracker server needed.
+
+A run directory holds ``config.yaml``, ``metrics.csv``, ``summary.json`` (written when training
+ends) and ``attention/step-*.json`` (sample translations with their attention). A Hydra multirun
+directory holds one run directory per job (``0/``, ``1/``, ...).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from seq2seq.analysis.plotting import draw_attention  # also selects the file-only backend
+from seq2seq.errors import Seq2SeqError
+
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.csv"
+
+
+class RunsError(Seq2SeqError, ValueError):
+    """A path that holds no run; the message says what a run directory contains."""
+
+
+@dataclass
+class RunRecord:
+    """What one run directory says about its run."""
+
+    path: Path
+    name: str
+    summary: dict[str, Any] = field(default_factory=dict)
+    metrics: list[dict[str, float]] = field(default_factory=list)  # rows of metrics.csv
+
+    def series(self, column: str) -> list[tuple[int, float]]:
+        """(step, value) of every row where ``column`` was logged."""
+        return [(int(row["step"]), row[column]) for row in self.metrics if column in row]
+
+    def best(self, column: str) -> float | None:
+        values = [value for _, value in self.series(column)]
+        return max(values) if values else None
+
+    def last(self, column: str) -> float | None:
+        values = [value for _, value in self.series(column)]
+        return values[-1] if values else None
+
+    def latest_attention(self) -> dict[str, Any] | None:
+        records = sorted((self.path / "attention").glob("step-*.json"))
+        return json.loads(records[-1].read_text(encoding="utf-8")) if records else None
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / METRICS_FILE).is_file() or (path / SUMMARY_FILE).is_file()
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Run directories among ``paths`` and their subdirectories (a multirun's jobs)."""
+    runs: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise RunsError(f"{path} is not a directory: pass run or multirun directories.")
+        found = [path] if is_run_dir(path) else sorted(p.parent for p in path.glob("*/metrics.csv"))
+        if not found:
+            raise RunsError(
+                f"{path} holds no run: a run directory has metrics.csv (and summary.json once "
+                "training has ended), a multirun directory has one such directory per job. "
+                "Pass e.g. outputs/DATE/TIME or multirun/DATE/TIME."
+            )
+        runs.extend(found)
+    return runs
+
+
+def read_run(path: Path) -> RunRecord:
+    summary: dict[str, Any] = {}
+    if (path / SUMMARY_FILE).is_file():
+        summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+    metrics: list[dict[str, float]] = []
+    if (path / METRICS_FILE).is_file():
+        with open(path / METRICS_FILE, newline="", encoding="utf-8") as file:
+            for row in csv.DictReader(file):
+                metrics.append({key: float(value) for key, value in row.items() if value})
+    return RunRecord(path, str(summary.get("name") or path.name), summary, metrics)
+
+
+TABLE_COLUMNS = (
+    "run",
+    "attention",
+    "parameters",
+    "best val BLEU",
+    "test BLEU",
+    "AER",
+    "training time",
+    "tokens/s",
+)
+
+
+def table_row(run: RunRecord) -> list[str]:
+    """One row of the comparison; a run still training shows what metrics.csv has so far."""
+    summary = run.summary
+    best_val = summary.get("best_val_bleu", run.best("val/bleu"))
+    # AER of the best checkpoint on the test split; while training, the latest validation's.
+    aer = summary.get("test_aer") if summary.get("test_aer") is not None else run.last("val/aer")
+    seconds = summary.get("train_seconds")
+    return [
+        str(run.path),
+        str(summary.get("attention") or "?"),
+        f"{summary['parameters']:,}" if summary.get("parameters") else "–",
+        _number(best_val, 1),
+        _number(summary.get("test_bleu"), 1),
+        _number(aer, 3),
+        f"{seconds / 60:.1f} min" if seconds else "–",
+        _number(summary.get("train_tokens_per_s"), 0, thousands=True),
+    ]
+
+
+def _number(value: float | None, digits: int, thousands: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:,.{digits}f}" if thousands else f"{value:.{digits}f}"
+
+
+def markdown_table(runs: Sequence[RunRecord]) -> str:
+    lines = [
+        "| " + " | ".join(TABLE_COLUMNS) + " |",
+        "|" + "---|" * len(TABLE_COLUMNS),
+        *("| " + " | ".join(table_row(run)) + " |" for run in runs),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
+    """val BLEU against training step, one line per run."""
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    try:
+        for run in runs:
+            points = run.series("val/bleu")
+            if points:
+                steps, values = zip(*points, strict=True)
+                axes.plot(
+                    steps, values, marker="o", label=str(run.summary.get("attention") or run.name)
+                )
+        axes.set_xlabel("training step")
+        axes.set_ylabel("val BLEU")
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
+    """The first sample sentence's attention map in each run's latest record, side by side.
+
+    All runs of a comparison translate the same fixed validation sentences, so the panels show
+    one sentence under each scoring function. Returns None when no run has a record yet.
+    """
+    panels: list[tuple[RunRecord, dict[str, Any], dict[str, Any]]] = []
+    for run in runs:
+        record = run.latest_attention()
+        if record is None:
+            continue
+        sentences = [s for s in record.get("sentences", []) if s.get("attention")]
+        if sentences:
+            panels.append((run, record, sentences[0]))
+    if not panels:
+        return None
+    index = panels[0][2]["index"]
+    figure, grid = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
+    try:
+        for axes, (run, record, sentence) in zip(grid[0], panels, strict=True):
+            if sentence["index"] != index:
+                raise RunsError(
+                    f"{run.path} recorded other validation sentences than {panels[0][0].path}: "
+                    "compare runs of the same data (same data.* settings)."
+                )
+            label = run.summary.get("attention") or run.name
+            draw_attention(
+                axes,
+                sentence["src_tokens"],
+                sentence["tgt_tokens"],
+                sentence["attention"],
+                title=f"{label} (step {record['step']})",
+            )
+        figure.suptitle(f"val sentence {index}: {panels[0][2]['source']}")
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
+    return path

@@ -1,0 +1,278 @@
+"""Attention diagnostics: the statistics that the theory of scoring functions makes claims about,
+and a Lightning callback that logs them during training.
+
+Shape legend: B batch, Tq queries, Tk keys, A attention hidden size, T target length, H decoder
+hidden size.
+
+Every statistic uses valid positions only: a (query, key) pair counts when the key is a real
+source token and the query is the decoder state before a real target token. The callback measures
+one fixed set of validation sentences, re-running the model's public pieces (``encode``,
+``decode_step``, ``attention.logits``) without gradients, so that no module keeps any state for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from seq2seq.attention import AdditiveAttention, Attention, masked_softmax, valid_key_mask
+from seq2seq.models.model import Seq2Seq
+
+log = logging.getLogger(__name__)
+
+# A tanh unit counts as saturated when |x| > 2: there tanh'(x) = 1 - tanh²(x) < 0.071, so less
+# than a fourteenth of the gradient at 0 gets through.
+SATURATION_THRESHOLD = 2.0
+
+
+@dataclass(frozen=True)
+class AttentionStatistics:
+    """Statistics over the valid (query, key) pairs of a batch; see ``attention_statistics``."""
+
+    score_mean: float  # mean of the scores the softmax sees, score(q, k) / T
+    score_std: float  # their standard deviation, pooled over all valid pairs
+    score_row_std: float  # std within each query's row (what the softmax responds to), averaged
+    entropy: float  # attention entropy in nats, averaged over queries
+    max_weight: float  # largest weight of each query's row, averaged
+    softmax_jacobian: float  # ‖∂weights/∂scores‖_F per query, averaged: 0 when one-hot
+    tanh_saturation: float | None  # additive only: fraction of tanh units with |x| > 2
+
+    def as_metrics(self, prefix: str = "attn/") -> dict[str, float]:
+        """Metric names and values for a logger; statistics that do not apply are left out."""
+        return {f"{prefix}{name}": v for name, v in asdict(self).items() if v is not None}
+
+
+def valid_pairs(valid_lens: Tensor | None, query_mask: Tensor | None, shape: torch.Size) -> Tensor:
+    """Boolean (B, Tq, Tk): True where both the key (``valid_lens``) and the query are real.
+
+    ``valid_lens`` is None, (B,) or (B, Tq) as in ``masked_softmax``; ``query_mask`` (B, Tq) is
+    None when every query is real.
+    """
+    _, num_queries, num_keys = shape
+    if valid_lens is None:
+        is_valid = torch.ones(shape, dtype=torch.bool)
+    else:
+        is_valid = valid_key_mask(valid_lens, num_queries, num_keys)  # (B, Tq, Tk)
+    if query_mask is not None:
+        is_valid = is_valid & query_mask[:, :, None].to(is_valid.device)  # (B,Tq,Tk) & (B,Tq,1)
+    return is_valid
+
+
+def entropy(weights: Tensor) -> Tensor:
+    """Entropy in nats of each row of ``weights`` (..., Tk); zero weights contribute 0."""
+    weights = weights.double()
+    return -torch.special.xlogy(weights, weights).sum(-1)
+
+
+def softmax_jacobian_norm(weights: Tensor) -> Tensor:
+    """Frobenius norm of the softmax Jacobian ``diag(w) - w wᵀ`` of each row (..., Tk).
+
+    Σ_ij (δ_ij w_i - w_i w_j)² = Σ w² - 2 Σ w³ + (Σ w²)²: 0 for one-hot weights, where no
+    gradient reaches the scores, and largest for weights spread evenly over a few keys.
+    """
+    weights = weights.double()
+    sum_squares = weights.pow(2).sum(-1)
+    return (sum_squares - 2 * weights.pow(3).sum(-1) + sum_squares.pow(2)).clamp(min=0).sqrt()
+
+
+def tanh_saturation(preactivations: Tensor, is_valid: Tensor) -> float:
+    """Fraction of tanh inputs (B, Tq, Tk, A) with |x| > 2, over the valid (query, key) pairs."""
+    saturated = (preactivations.abs() > SATURATION_THRESHOLD).double().mean(-1)  # (B, Tq, Tk)
+    return float(saturated[is_valid].mean())
+
+
+def attention_statistics(
+    attention: Attention,
+    queries: Tensor,
+    projected_keys: Tensor,
+    valid_lens: Tensor | None = None,
+    query_mask: Tensor | None = None,
+) -> AttentionStatistics:
+    """Score, weight and saturation statistics of ``attention`` over the valid pairs.
+
+    queries (B, Tq, Dq), ``projected_keys = attention.project_keys(keys)``; ``valid_lens`` and
+    ``query_mask`` as in ``valid_pairs``. Rows without a valid key or with a padded query are left
+    out; the pooled statistics weight every valid pair equally, the per-row ones every row.
+    """
+    logits = attention.logits(queries, projected_keys)  # (B, Tq, Tk)
+    is_valid = valid_pairs(valid_lens, query_mask, logits.shape).to(logits.device)
+    if not is_valid.any():
+        raise ValueError("attention_statistics needs at least one valid (query, key) pair.")
+    weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
+    row_is_valid = is_valid.any(-1)  # (B, Tq)
+
+    valid_scores = logits.double()[is_valid]  # (number of valid pairs,)
+    # Per-row spread: the softmax ignores a row's mean (shift invariance), only its spread matters.
+    counts = is_valid.sum(-1).clamp(min=1)  # (B, Tq)
+    masked = logits.double().masked_fill(~is_valid, 0.0)
+    row_mean = masked.sum(-1) / counts  # (B, Tq)
+    row_var = ((masked - row_mean[..., None]).pow(2) * is_valid).sum(-1) / counts  # (B, Tq)
+
+    saturation = None
+    if isinstance(attention, AdditiveAttention):
+        saturation = tanh_saturation(attention.preactivations(queries, projected_keys), is_valid)
+    return AttentionStatistics(
+        score_mean=float(valid_scores.mean()),
+        score_std=float(valid_scores.std(correction=0)),
+        score_row_std=float(row_var.sqrt()[row_is_valid].mean()),
+        entropy=float(entropy(weights)[row_is_valid].mean()),
+        max_weight=float(weights.double().amax(-1)[row_is_valid].mean()),
+        softmax_jacobian=float(softmax_jacobian_norm(weights)[row_is_valid].mean()),
+        tanh_saturation=saturation,
+    )
+
+
+def teacher_forced_queries(
+    model: Seq2Seq, src: Tensor, src_lens: Tensor, tgt_in: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The decoder's queries under teacher forcing and the projected keys they meet.
+
+    src (B, S), src_lens (B,), tgt_in (B, T) -> queries (B, T, H) (query t is the state that
+    attends at step t: before reading tgt_in[:, t] in ``BahdanauDecoder``, after it in
+    ``LuongDecoder``), projected keys (B, S, K').
+    """
+    source, state = model.encode(src, src_lens)
+    queries = model.decoder.teacher_forced_queries(tgt_in, state, source)  # (B, T, H)
+    return queries, source.projected_keys  # (B, T, H), (B, S, K')
+
+
+@torch.no_grad()
+def model_attention_statistics(
+    model: Seq2Seq, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_lens: Tensor
+) -> AttentionStatistics:
+    """``attention_statistics`` of a model's decoder on one teacher-forced batch, in eval mode.
+
+    ``tgt_lens`` (B,) counts the real positions of ``tgt_in`` (BOS included); later queries are
+    padding and are left out.
+    """
+    was_training = model.training
+    model.eval()  # no dropout: the same batch and weights give the same numbers
+    try:
+        queries, projected_keys = teacher_forced_queries(model, src, src_lens, tgt_in)
+        positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
+        query_mask = positions[None, :] < tgt_lens[:, None]  # (B, T)
+        return attention_statistics(
+            model.decoder.attention, queries, projected_keys, src_lens, query_mask
+        )
+    finally:
+        model.train(was_training)
+
+
+def gradient_norm(parameters: Iterable[Tensor]) -> float | None:
+    """L2 norm of the gradients of ``parameters`` together; None if none has a gradient."""
+    grads = [p.grad.detach().double() for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    return math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+
+
+class AttentionDiagnostics(pl.Callback):
+    """Logs ``attn/*`` statistics of a fixed validation batch, and ``attn/grad_norm``.
+
+    The statistics (``AttentionStatistics``) are measured every ``trainer.log_every_n_steps``
+    training steps and at the end of every validation, on ``num_sentences`` validation sentences
+    spread evenly over the validation set (fixed for the whole run, so that changes over time come
+    from the model, not the data). ``attn/grad_norm`` is the norm of the attention parameters'
+    gradient before clipping, on the same steps; scoring functions without parameters have none.
+    """
+
+    def __init__(self, num_sentences: int = 64) -> None:
+        super().__init__()
+        if num_sentences < 1:
+            raise ValueError(f"num_sentences must be positive, got {num_sentences}")
+        self.num_sentences = num_sentences
+        self._batch: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        self._warned = False
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._batch = None  # a new fit may have new data or a new device
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        # global_step already counts this step; Lightning writes on_step logs when it divides by n.
+        if _is_logging_step(trainer, trainer.global_step):
+            self._log_statistics(trainer, pl_module, on_step=True)
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        model = _seq2seq(pl_module)
+        if model is None or not _is_logging_step(trainer, trainer.global_step + 1):
+            return
+        norm = gradient_norm(model.decoder.attention.parameters())
+        if norm is not None:
+            pl_module.log("attn/grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._log_statistics(trainer, pl_module, on_step=False)
+
+    def _log_statistics(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, on_step: bool
+    ) -> None:
+        model = _seq2seq(pl_module)
+        batch = self._fixed_batch(trainer, pl_module.device)
+        if model is None or batch is None:
+            return
+        metrics = model_attention_statistics(model, *batch).as_metrics()
+        # Every rank measures the same sentences with the same weights: no syncing needed.
+        pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
+
+    def _fixed_batch(
+        self, trainer: pl.Trainer, device: torch.device
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+        """(src, src_lens, tgt_in, tgt_lens) of the fixed sentences, built on first use."""
+        if self._batch is None:
+            loader = _validation_loader(trainer)
+            if loader is None:
+                if not self._warned:
+                    log.warning("attention diagnostics are off: the trainer has no validation set")
+                    self._warned = True
+                return None
+            dataset = loader.dataset
+            size = len(dataset)
+            count = min(self.num_sentences, size)
+            # Evenly spaced, not the first ones: a validation loader may sort by length.
+            indices = sorted({round(i * (size - 1) / max(count - 1, 1)) for i in range(count)})
+            batch = loader.collate_fn([dataset[i] for i in indices])
+            self._batch = (batch.src, batch.src_lens, batch.tgt_in, batch.tgt_lens)
+        src, src_lens, tgt_in, tgt_lens = (tensor.to(device) for tensor in self._batch)
+        return src, src_lens, tgt_in, tgt_lens
+
+
+def _is_logging_step(trainer: pl.Trainer, step: int) -> bool:
+    # Lightning sets log_every_n_steps on the trainer at init without declaring it on the class.
+    every = int(getattr(trainer, "log_every_n_steps", 0))
+    return every > 0 and step > 0 and step % every == 0
+
+
+def _seq2seq(pl_module: pl.LightningModule) -> Seq2Seq | None:
+    model = getattr(pl_module, "model", None)
+    return model if isinstance(model, Seq2Seq) else None
+
+
+def _validation_loader(trainer: pl.Trainer) -> Any:
+    """The validation DataLoader (one, or the first of several), or None without one."""
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and hasattr(datamodule, "val_dataloader"):
+        loader = datamodule.val_dataloader()
+    else:
+        loader = trainer.val_dataloaders
+    if isinstance(loader, list | tuple):
+        loader = loader[0] if loader else None
+    if loader is None or not hasattr(loader, "dataset") or len(loader.dataset) == 0:
+        return None
+    return loader

@@ -1,0 +1,62 @@
+"""Corpus metrics of an evaluation from per-sentence results that DDP ranks can pool exactly.
+
+Each evaluated sentence becomes one ``SentenceScore`` keyed by its index in the dataset. Ranks
+gather their scores, ``merge_sentence_scores`` drops the duplicates that a sharded sampler adds to
+even out the ranks and restores dataset order, and ``corpus_metrics`` computes sacreBLEU, chrF,
+the token-weighted loss, the mean attention entropy and AER once, over the whole split: the same
+numbers as one process evaluating the same split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import sacrebleu
+
+from seq2seq.analysis.alignment import AlignmentCounts
+
+
+@dataclass(frozen=True)
+class SentenceScore:
+    """What one evaluated sentence contributes to the corpus metrics."""
+
+    index: int  # position in its dataset
+    hypothesis: str  # detokenized greedy translation
+    reference: str
+    loss_sum: float  # summed token cross-entropy under teacher forcing (nats)
+    tokens: int  # target tokens scored, EOS included
+    entropy_sum: float  # summed entropy (nats) of the attention rows of those tokens
+    alignment: AlignmentCounts | None = None  # None: no gold alignment for this sentence
+
+
+def merge_sentence_scores(per_rank: Iterable[Sequence[SentenceScore]]) -> list[SentenceScore]:
+    """One score per dataset index, in dataset order; a repeated index is kept once."""
+    by_index: dict[int, SentenceScore] = {}
+    for scores in per_rank:
+        for score in scores:
+            by_index.setdefault(score.index, score)
+    return [by_index[index] for index in sorted(by_index)]
+
+
+def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") -> dict[str, float]:
+    """``bleu``, ``chrf``, ``loss`` (per token), ``entropy`` (per token) and, when any sentence
+    has a gold alignment, ``aer``: each computed once over all ``scores``."""
+    hypotheses = [score.hypothesis for score in scores]
+    references = [[score.reference for score in scores]]
+    tokens = max(1, sum(score.tokens for score in scores))
+    metrics = {
+        # tokenize="none" scores text that is tokenized on purpose (the toy tasks): say so
+        # (force), or sacreBLEU guesses it was left tokenized by mistake and warns.
+        "bleu": sacrebleu.corpus_bleu(
+            hypotheses, references, tokenize=bleu_tokenize, force=bleu_tokenize == "none"
+        ).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, references).score,
+        # Token-weighted means, not means of batch means.
+        "loss": sum(score.loss_sum for score in scores) / tokens,
+        "entropy": sum(score.entropy_sum for score in scores) / tokens,
+    }
+    aligned = [score.alignment for score in scores if score.alignment is not None]
+    if aligned:
+        metrics["aer"] = sum(aligned, AlignmentCounts()).aer
+    return metrics

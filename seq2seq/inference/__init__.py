@@ -1,0 +1,1 @@
+"""Inference: the Translator, the pickle-free bundle and checkpoint loading, ONNX export."""

@@ -1,0 +1,331 @@
+"""Trained models in and out, safely: checkpoints, and pickle-free export bundles.
+
+A checkpoint (``train.py``'s ``*.ckpt``) is read with ``torch.load(weights_only=True)``; a bundle
+is a directory of ``model.safetensors``, ``config.json``, ``src_tokenizer.json`` and
+``tgt_tokenizer.json``. Neither runs code from the file: the model is rebuilt only from the classes
+in ``ALLOWED_TARGETS``, never from an arbitrary import path written in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+from torch import nn
+
+from seq2seq.atomic import write_atomic
+from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
+from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
+from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.kernels import KERNEL_CHOICES, accelerate
+from seq2seq.models import BahdanauDecoder, LuongDecoder, Seq2Seq
+from seq2seq.version import __version__
+
+CHECKPOINT_KEY = "seq2seq"  # our entry in a Lightning checkpoint
+CHECKPOINT_FORMAT = 1
+BUNDLE_FORMAT = 1
+BUNDLE_FILES = ("model.safetensors", "config.json", "src_tokenizer.json", "tgt_tokenizer.json")
+
+# The only callables a model config may name. A file that names anything else is refused, so a
+# config can never make us import or call code of its choosing.
+ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
+    "seq2seq.models.Seq2Seq": Seq2Seq,
+    "seq2seq.attention.AdditiveAttention": AdditiveAttention,
+    "seq2seq.attention.DotProductAttention": DotProductAttention,
+    "seq2seq.attention.MultiplicativeAttention": MultiplicativeAttention,
+    "seq2seq.models.BahdanauDecoder": BahdanauDecoder,
+    "seq2seq.models.LuongDecoder": LuongDecoder,
+    "torch.nn.GRU": nn.GRU,
+    "torch.nn.LSTM": nn.LSTM,
+    "torch.nn.GRUCell": nn.GRUCell,
+    "torch.nn.LSTMCell": nn.LSTMCell,
+    # The names files written before the modules moved into seq2seq.models carry.
+    "seq2seq.model.Seq2Seq": Seq2Seq,
+    "seq2seq.decoder.BahdanauDecoder": BahdanauDecoder,
+    "seq2seq.decoder.LuongDecoder": LuongDecoder,
+}
+
+
+# Decoding settings for files that do not carry one (the training config's defaults).
+DEFAULT_DECODING: dict[str, Any] = {"max_len_a": 2.0, "max_len_b": 10, "max_src_len": 256}
+
+
+class ModelFileError(Seq2SeqError, ValueError):
+    """A checkpoint or bundle that cannot be used; the message says which file and what to do."""
+
+
+@dataclass
+class TrainedModel:
+    """Everything inference needs: the model (in eval mode), its vocabularies and settings."""
+
+    model: Seq2Seq
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    model_config: dict[str, Any]
+    decoding: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_DECODING))
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+# What to do when a model file's config cannot build its model.
+REEXPORT = (
+    "The file was written by an incompatible version of seq2seq; re-export it with this version."
+)
+
+
+# Keys of a model config that choose how the model runs, not what it computes: they are not
+# constructor arguments (``build_model`` reads them) and never part of a checkpoint's identity.
+RUNTIME_KEYS = ("kernels", "fused_rnn")
+
+
+def build_model(
+    model_config: dict[str, Any],
+    origin: str = "the model config",
+    fix: str = REEXPORT,
+    kernels: str | None = None,
+) -> Seq2Seq:
+    """Instantiate a ``Seq2Seq`` from its Hydra-style config, allowing only ``ALLOWED_TARGETS``,
+    and accelerate it with ``seq2seq.kernels`` unless ``kernels`` is ``off``: the one place
+    where the choice between the reference and the accelerated modules is made.
+
+    ``fix`` ends the message when the config cannot build its model; ``kernels`` overrides the
+    config's choice.
+    """
+    kernels = kernels_choice(model_config if kernels is None else {"kernels": kernels})
+    model = _build({k: v for k, v in model_config.items() if k not in RUNTIME_KEYS}, origin, fix)
+    if not isinstance(model, Seq2Seq):
+        raise ModelFileError(f"{origin} does not describe a seq2seq.models.Seq2Seq.")
+    if kernels == "auto":
+        accelerate(model)
+    return model
+
+
+def kernels_choice(model_config: dict[str, Any]) -> str:
+    """``model.kernels`` (``auto``: the CPU kernels where they apply; ``off``: the reference
+    everywhere). Files written before it existed say ``fused_rnn: true`` or ``false``."""
+    if "kernels" not in model_config:
+        return "off" if model_config.get("fused_rnn") is False else "auto"
+    choice = model_config["kernels"]
+    if choice not in KERNEL_CHOICES:
+        raise ConfigError(
+            f"model.kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}: auto runs "
+            "the C kernels on the CPU where they apply (the default), off runs the plain PyTorch "
+            "reference everywhere. E.g. python train.py model.kernels=off."
+        )
+    return str(choice)
+
+
+def _build(node: Any, origin: str, fix: str = REEXPORT) -> Any:
+    if isinstance(node, list):
+        return [_build(item, origin, fix) for item in node]
+    if not isinstance(node, dict):
+        return node
+    arguments = {key: _build(value, origin, fix) for key, value in node.items() if key[:1] != "_"}
+    if "_target_" not in node:
+        return arguments
+    target = node["_target_"]
+    if target not in ALLOWED_TARGETS:
+        raise ModelFileError(
+            f"{origin} asks for {target!r}, which is not one of the model classes this version "
+            f"of seq2seq builds ({', '.join(sorted(ALLOWED_TARGETS))}). The file comes from "
+            "another program or a newer version; it is refused so that it cannot run its code."
+        )
+    factory = ALLOWED_TARGETS[target]
+    try:
+        return partial(factory, **arguments) if node.get("_partial_") else factory(**arguments)
+    except ConfigError:
+        raise  # a bad value (model.hidden_size=0): its message already names the key and the fix
+    except (TypeError, ValueError) as error:
+        raise ModelFileError(f"{origin} cannot build {target}: {error} {fix}") from None
+
+
+def load(
+    path: str | Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+) -> TrainedModel:
+    """Load a trained model from a checkpoint file or a bundle directory. ``kernels`` (auto or
+    off) overrides the choice the model was trained with (``model.kernels``)."""
+    path = Path(path)
+    if path.is_dir():
+        return load_bundle(path, map_location, kernels)
+    if not path.exists():
+        raise ModelFileError(
+            f"{path} does not exist: pass a checkpoint written by train.py "
+            "(RUN/checkpoints/best.ckpt) or a bundle directory written by scripts/export.py."
+        )
+    return load_checkpoint(path, map_location, kernels)
+
+
+def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` with one-paragraph errors for foreign or broken files."""
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise ModelFileError(
+            f"{path} was refused: loading it would need arbitrary unpickling, which can run code "
+            "hidden in the file. seq2seq checkpoints hold only tensors, numbers and strings; use "
+            "one written by train.py, or a bundle from scripts/export.py."
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise ModelFileError(
+            f"{path} is not a readable checkpoint ({str(error).splitlines()[0]}). It may be "
+            "truncated (an interrupted copy or a full disk) or not a checkpoint at all; use "
+            "RUN/checkpoints/last.ckpt or best.ckpt, or copy the file again."
+        ) from None
+    if not isinstance(checkpoint, dict):
+        raise ModelFileError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint.")
+    return checkpoint
+
+
+def load_checkpoint(
+    path: Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+) -> TrainedModel:
+    """Rebuild the model of a ``train.py`` checkpoint from the checkpoint alone."""
+    checkpoint = read_checkpoint(path, map_location)
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        raise ModelFileError(
+            f"{path} is not a seq2seq checkpoint of format {CHECKPOINT_FORMAT} (it has no "
+            f"'{CHECKPOINT_KEY}' entry of that format); it comes from another program or "
+            "version. Pass a checkpoint written by this version's train.py."
+        )
+    trained = TrainedModel(
+        model=build_model(meta["model_config"], f"the model config in {path}", kernels=kernels),
+        src_tokenizer=_tokenizer_from_str(meta["src_tokenizer"], f"the source tokenizer in {path}"),
+        tgt_tokenizer=_tokenizer_from_str(meta["tgt_tokenizer"], f"the target tokenizer in {path}"),
+        model_config=meta["model_config"],
+        decoding={**DEFAULT_DECODING, **meta.get("decoding", {})},
+        metrics=dict(meta.get("metrics", {})),
+    )
+    prefix = "model."  # the LightningModule holds the Seq2Seq as .model
+    state_dict = {
+        key[len(prefix) :]: value
+        for key, value in checkpoint.get("state_dict", {}).items()
+        if key.startswith(prefix)
+    }
+    _load_weights(trained, state_dict, path)
+    return trained
+
+
+def load_bundle(
+    directory: Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+) -> TrainedModel:
+    """Load an export bundle; nothing in it is unpickled."""
+    missing = [name for name in BUNDLE_FILES if not (directory / name).is_file()]
+    if missing:
+        raise ModelFileError(
+            f"{directory} is not a complete seq2seq bundle: {', '.join(missing)} missing. "
+            "Export one with: python scripts/export.py --checkpoint RUN/checkpoints/best.ckpt "
+            f"--out {directory}"
+        )
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ModelFileError(
+            f"{directory / 'config.json'} is not valid JSON ({error}); export the bundle again."
+        ) from None
+    if not isinstance(config, dict) or config.get("format") != BUNDLE_FORMAT:
+        raise ModelFileError(
+            f"{directory / 'config.json'} is not a seq2seq bundle config of format "
+            f"{BUNDLE_FORMAT}; export the bundle again with this version of seq2seq."
+        )
+    trained = TrainedModel(
+        model=build_model(
+            config["model"], f"the model config in {directory / 'config.json'}", kernels=kernels
+        ),
+        src_tokenizer=_tokenizer_from_file(directory / "src_tokenizer.json"),
+        tgt_tokenizer=_tokenizer_from_file(directory / "tgt_tokenizer.json"),
+        model_config=config["model"],
+        decoding={**DEFAULT_DECODING, **config.get("decoding", {})},
+        metrics=dict(config.get("metrics", {})),
+    )
+    try:
+        state_dict = load_file(directory / "model.safetensors", device=str(map_location))
+    except (SafetensorError, OSError) as error:
+        raise ModelFileError(
+            f"{directory / 'model.safetensors'} cannot be read ({error}); it may be truncated. "
+            "Export the bundle again."
+        ) from None
+    _load_weights(trained, state_dict, directory / "model.safetensors")
+    return trained
+
+
+def export_bundle(trained: TrainedModel, out_dir: str | Path) -> Path:
+    """Write ``trained`` as a bundle directory; each file is written atomically."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ModelFileError(
+            f"cannot create the bundle directory {out_dir} ({error.strerror}); "
+            "choose another --out."
+        ) from None
+    config = {
+        "format": BUNDLE_FORMAT,
+        "seq2seq_version": __version__,
+        "attention": trained.model_config["attention"]["_target_"].rsplit(".", 1)[-1],
+        "model": trained.model_config,
+        "special_tokens": {token: index for index, token in enumerate(SPECIAL_TOKENS)},
+        "src_vocab_size": trained.src_tokenizer.get_vocab_size(),
+        "tgt_vocab_size": trained.tgt_tokenizer.get_vocab_size(),
+        "decoding": trained.decoding,
+        "metrics": trained.metrics,
+    }
+    # safetensors wants contiguous CPU tensors that share no memory.
+    weights = {
+        name: tensor.detach().cpu().contiguous()
+        for name, tensor in trained.model.state_dict().items()
+    }
+    write_atomic(out_dir / "model.safetensors", lambda path: save_file(weights, str(path)))
+    write_atomic(
+        out_dir / "config.json",
+        lambda path: path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"),
+    )
+    write_atomic(out_dir / "src_tokenizer.json", lambda path: trained.src_tokenizer.save(str(path)))
+    write_atomic(out_dir / "tgt_tokenizer.json", lambda path: trained.tgt_tokenizer.save(str(path)))
+    return out_dir
+
+
+def _tokenizer_from_str(serialized: str, origin: str) -> Tokenizer:
+    try:
+        tokenizer = Tokenizer.from_str(serialized)
+    except Exception as error:  # tokenizers raises its own exception type for bad JSON
+        raise ModelFileError(f"{origin} cannot be read ({error}).") from None
+    try:
+        check_special_tokens(tokenizer, origin)
+    except ValueError as error:
+        raise ModelFileError(str(error)) from None
+    return tokenizer
+
+
+def _tokenizer_from_file(path: Path) -> Tokenizer:
+    return _tokenizer_from_str(path.read_text(encoding="utf-8"), str(path))
+
+
+def _load_weights(trained: TrainedModel, state_dict: dict[str, torch.Tensor], origin: Path) -> None:
+    config = trained.model_config
+    for side, tokenizer in [("src", trained.src_tokenizer), ("tgt", trained.tgt_tokenizer)]:
+        if tokenizer.get_vocab_size() != config.get(f"{side}_vocab_size"):
+            raise ModelFileError(
+                f"the {side} tokenizer of {origin} has {tokenizer.get_vocab_size()} tokens but the "
+                f"model was built for {config.get(f'{side}_vocab_size')}: the tokenizer does not "
+                "belong to this model. Export the bundle again from its checkpoint."
+            )
+    try:
+        trained.model.load_state_dict(state_dict)
+    except RuntimeError as error:
+        raise ModelFileError(
+            f"the weights in {origin} do not fit the model its config describes "
+            f"({str(error).splitlines()[0]} ...). The file is damaged, its parts come from "
+            "different models, or an older seq2seq wrote it for a model with other parts (the "
+            "Luong decoder's output layer changed); use the original checkpoint or export it "
+            "again, and retrain a model from an older version."
+        ) from None
+    trained.model.eval()

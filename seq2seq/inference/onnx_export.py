@@ -1,0 +1,175 @@
+"""ONNX export of the encoder and of one decoder step, and a greedy decoder that runs them.
+
+Shape legend: B batch, S source length, M memory size, K key size, H decoder state, V vocabulary.
+
+Two graphs, because decoding is a loop that the caller drives:
+
+- ``encoder.onnx``: ``src (B,S) int64, src_lens (B,) int64 -> memory (B,S,M), keys (B,S,K),
+  projected_keys (B,S,A), state_h (B,H)`` [, ``state_c (B,H)`` for an LSTM decoder];
+- ``decoder_step.onnx``: ``prev_tokens (B,), memory, keys, projected_keys, src_lens, state_h
+  [, state_c] -> logits (B,V), weights (B,S), next_state_h [, next_state_c]``.
+
+The packed bidirectional RNN is exported with torch's TorchScript-based ONNX exporter: the newer
+``torch.export`` one cannot trace ``pack_padded_sequence`` (torch 2.13).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from seq2seq.kernels import reference
+from seq2seq.models.decoder import EncodedSource
+from seq2seq.models.model import Seq2Seq
+
+OPSET = 17
+
+
+class EncoderGraph(nn.Module):
+    """``Seq2Seq.encode`` with tensors in and out, as ONNX wants them."""
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, ...]:
+        source, state = self.model.encode(src, src_lens)
+        return (source.memory, source.keys, source.projected_keys, *state)
+
+
+class DecoderStepGraph(nn.Module):
+    """``Seq2Seq.decode_step`` with tensors in and out."""
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        prev_tokens: Tensor,
+        memory: Tensor,
+        keys: Tensor,
+        projected_keys: Tensor,
+        src_lens: Tensor,
+        *state: Tensor,
+    ) -> tuple[Tensor, ...]:
+        source = EncodedSource(memory, keys, projected_keys, src_lens)
+        logits, next_state, weights = self.model.decode_step(prev_tokens, tuple(state), source)
+        return (logits, weights, *next_state)
+
+
+def state_names(model: Seq2Seq) -> list[str]:
+    return ["state_h", "state_c"] if model.decoder.is_lstm else ["state_h"]
+
+
+def export_onnx(model: Seq2Seq, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``encoder.onnx`` and ``decoder_step.onnx`` to ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # The reference modules, plain PyTorch, are what the exporter traces: the C kernels are
+    # ctypes calls it cannot see into (the accelerated ones would fall back to them anyway).
+    model = copy.deepcopy(model).eval()
+    reference(model)
+    states = state_names(model)
+    src = torch.tensor([[4, 5, 6, 7], [5, 6, 0, 0]])  # (B, S): any ids, padded like real input
+    src_lens = torch.tensor([4, 2])
+    batch, source_axes = {0: "batch"}, {0: "batch", 1: "src_len"}
+    encoder_path, decoder_path = out_dir / "encoder.onnx", out_dir / "decoder_step.onnx"
+    with torch.no_grad(), warnings.catch_warnings():
+        # The exporter warns about packed sequences and RNN batch sizes; the parity test in
+        # tests/test_onnx_export.py checks other batch sizes and lengths against eager PyTorch.
+        warnings.simplefilter("ignore")
+        encoder_outputs = EncoderGraph(model)(src, src_lens)
+        torch.onnx.export(
+            EncoderGraph(model),
+            (src, src_lens),
+            str(encoder_path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["src", "src_lens"],
+            output_names=["memory", "keys", "projected_keys", *states],
+            dynamic_axes={
+                "src": source_axes,
+                "src_lens": batch,
+                "memory": source_axes,
+                "keys": source_axes,
+                "projected_keys": source_axes,
+                **{name: batch for name in states},
+            },
+        )
+        prev_tokens = torch.tensor([2, 2])
+        memory, keys, projected_keys, *state = encoder_outputs
+        torch.onnx.export(
+            DecoderStepGraph(model),
+            (prev_tokens, memory, keys, projected_keys, src_lens, *state),
+            str(decoder_path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["prev_tokens", "memory", "keys", "projected_keys", "src_lens", *states],
+            output_names=["logits", "weights", *(f"next_{name}" for name in states)],
+            dynamic_axes={
+                "prev_tokens": batch,
+                "memory": source_axes,
+                "keys": source_axes,
+                "projected_keys": source_axes,
+                "src_lens": batch,
+                **{name: batch for name in states},
+                "logits": batch,
+                "weights": source_axes,
+                **{f"next_{name}": batch for name in states},
+            },
+        )
+    model.eval()  # the exporter restores the caller's mode; keep the model in eval mode
+    return encoder_path, decoder_path
+
+
+def run_session(session: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run an onnxruntime session on the ``feeds`` it declares as inputs.
+
+    The exporter drops inputs a graph does not read (additive attention reads ``projected_keys``
+    and never ``keys``), so the declared inputs differ between scoring functions.
+    """
+    declared = {node.name for node in session.get_inputs()}
+    return list(session.run(None, {name: feeds[name] for name in declared}))
+
+
+def onnx_greedy_search(
+    encoder: Any,
+    decoder_step: Any,
+    src: np.ndarray,
+    src_lens: np.ndarray,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+) -> np.ndarray:
+    """Greedy decoding with two ``onnxruntime.InferenceSession``s; returns ids (B, L), EOS-padded.
+
+    The same loop as ``seq2seq.search.greedy_search``, kept to the minimum a deployment needs.
+    """
+    memory, keys, projected_keys, *state = encoder.run(None, {"src": src, "src_lens": src_lens})
+    names = ["state_h", "state_c"][: len(state)]
+    prev_tokens = np.full(src.shape[0], bos_id, dtype=np.int64)
+    finished = np.zeros(src.shape[0], dtype=bool)
+    outputs = []
+    for _ in range(max_len):
+        feeds = {
+            "prev_tokens": prev_tokens,
+            "memory": memory,
+            "keys": keys,
+            "projected_keys": projected_keys,
+            "src_lens": src_lens,
+            **dict(zip(names, state, strict=True)),
+        }
+        logits, _, *state = run_session(decoder_step, feeds)
+        prev_tokens = np.where(finished, eos_id, logits.argmax(-1)).astype(np.int64)
+        outputs.append(prev_tokens)
+        finished |= prev_tokens == eos_id
+        if finished.all():
+            break
+    return np.stack(outputs, axis=1)

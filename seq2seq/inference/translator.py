@@ -1,0 +1,239 @@
+"""Translate raw text with a trained model (a checkpoint or an export bundle).
+
+from seq2seq import Translator
+Translator.load("bundle/").translate(["ein Hund läuft ."], beam_size=5)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from seq2seq.data.batching import pad
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode, encode_batch
+from seq2seq.inference.bundle import TrainedModel, load
+from seq2seq.search import Hypotheses, beam_search, greedy_search
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translation:
+    """One translated sentence; token lists and attention only when asked for."""
+
+    text: str
+    truncated: bool = False  # the source was longer than the model's maximum and was cut
+    src_tokens: list[str] | None = None
+    tgt_tokens: list[str] | None = None
+    attention: Tensor | None = None  # (len(tgt_tokens), len(src_tokens)), rows sum to 1
+
+
+class Translator:
+    """Batched greedy or beam-search translation of untokenized sentences."""
+
+    def __init__(self, trained: TrainedModel, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.model = trained.model.to(self.device).eval()
+        self.src_tokenizer = trained.src_tokenizer
+        self.tgt_tokenizer = trained.tgt_tokenizer
+        self.max_len_a = float(trained.decoding["max_len_a"])
+        self.max_len_b = int(trained.decoding["max_len_b"])
+        self.max_src_len = int(trained.decoding["max_src_len"])
+        self.metrics = trained.metrics
+
+    @classmethod
+    def load(
+        cls, path: str | Path, device: str | torch.device = "cpu", kernels: str | None = None
+    ) -> Translator:
+        """From a train.py checkpoint or a scripts/export.py bundle; runs no code from it.
+        ``kernels`` (auto or off) overrides the model's ``model.kernels``."""
+        return cls(load(path, map_location="cpu", kernels=kernels), device)
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+        batch_size: int = 64,
+    ) -> list[str]:
+        """One translation per sentence, in order; a blank sentence gives an empty string."""
+        translations = self.translate_detailed(sentences, beam_size, length_penalty, batch_size)
+        return [translation.text for translation in translations]
+
+    def translate_detailed(
+        self,
+        sentences: Sequence[str],
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+        batch_size: int = 64,
+        with_attention: bool = False,
+    ) -> list[Translation]:
+        """Like ``translate``, with truncation flags and, if asked, tokens and attention weights.
+
+        Sentences are sorted by length into batches (less padding) and put back in input order.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        src_ids = encode_batch(self.src_tokenizer, list(sentences))
+        results = [Translation("") for _ in sentences]
+        # Blank lines (no tokens) are answered without the model: an RNN cannot encode nothing.
+        for indices in length_batches(src_ids, batch_size):
+            batch = [src_ids[i][: self.max_src_len] for i in indices]
+            src = pad(batch).to(self.device)  # (B, S)
+            src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
+            hypotheses = self._search(src, src_lens, beam_size, length_penalty)
+            # One conversion per batch instead of one per row.
+            token_rows, lengths = hypotheses.tokens.tolist(), hypotheses.lengths.tolist()
+            for row, index in enumerate(indices):
+                length = lengths[row]
+                ids = token_rows[row][:length]
+                result = Translation(
+                    decode(self.tgt_tokenizer, ids), len(src_ids[index]) > self.max_src_len
+                )
+                if with_attention:
+                    n_out = length - (ids[-1] == EOS_ID if ids else 0)  # EOS has no word
+                    result.src_tokens = _tokens(self.src_tokenizer, batch[row])
+                    result.tgt_tokens = _tokens(self.tgt_tokenizer, ids[:n_out])
+                    src_len = len(batch[row])
+                    result.attention = hypotheses.attention[row, :n_out, :src_len].cpu()
+                results[index] = result
+        return results
+
+    @torch.no_grad()
+    def force_decode(
+        self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 64
+    ) -> list[Translation]:
+        """The attention the model pays while reading each given target (teacher forcing).
+
+        Returns, per pair, the source and target tokens and weights (len(tgt_tokens),
+        len(src_tokens)): row j is the attention of the step that predicts target token j. A pair
+        with an empty side gets an empty (0, S) or (T, 0) matrix.
+        """
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets.")
+        src_ids = encode_batch(self.src_tokenizer, list(sources))
+        tgt_ids = encode_batch(self.tgt_tokenizer, list(targets))
+        results = [
+            Translation(
+                target,
+                src_tokens=_tokens(self.src_tokenizer, source),
+                tgt_tokens=_tokens(self.tgt_tokenizer, tgt),
+                attention=torch.zeros(len(tgt), len(source)),
+            )
+            for target, source, tgt in zip(targets, src_ids, tgt_ids, strict=True)
+        ]
+        for indices in length_batches(src_ids, batch_size):
+            src = pad([src_ids[i] for i in indices]).to(self.device)  # (B, S)
+            src_lens = torch.tensor([len(src_ids[i]) for i in indices], device=self.device)
+            tgt_in = pad([[BOS_ID, *tgt_ids[i]] for i in indices]).to(self.device)  # (B, T)
+            _, weights = self.model(src, src_lens, tgt_in)  # (B, T, S)
+            assert weights is not None  # asked for by default
+            for row, index in enumerate(indices):
+                shape = len(tgt_ids[index]), len(src_ids[index])
+                results[index].attention = weights[row, : shape[0], : shape[1]].cpu()
+        return results
+
+    def _search(
+        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float
+    ) -> Hypotheses:
+        if beam_size == 1:
+            return greedy_search(
+                self.model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, self.max_len_a, self.max_len_b
+            )
+        return beam_search(
+            self.model,
+            src,
+            src_lens,
+            BOS_ID,
+            EOS_ID,
+            PAD_ID,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+        ).best
+
+
+def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
+    """Indices of the non-empty sources in batches of similar length (shortest batch first, less
+    padding), each batch longest first: the order packing puts them in (``pack_tokens``)."""
+    order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size][::-1]
+
+
+def _tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.id_to_token(token_id) or "<?>" for token_id in ids]
+
+
+@dataclass
+class StreamReport:
+    """What ``translate_stream`` did: lines read, and how many were unusable or cut."""
+
+    lines: int = 0
+    invalid: int = 0  # invalid UTF-8 or NUL bytes: answered with an empty line
+    truncated: int = 0  # longer than the model's maximum source length
+
+
+def translate_stream(
+    translator: Translator,
+    lines: Iterable[bytes],
+    write: Callable[[str], object],
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    batch_size: int = 64,
+    chunk_size: int = 2048,
+) -> StreamReport:
+    """Translate raw input lines, writing exactly one output line per input line, in order.
+
+    Lines are read ``chunk_size`` at a time, so memory does not grow with the input; inside a chunk
+    they are sorted by length into batches. A line that is not UTF-8 or holds a NUL byte is logged
+    and answered with an empty line.
+    """
+    report = StreamReport()
+    chunk: list[str | None] = []  # None: an unusable line, answered with ""
+
+    def flush() -> None:
+        texts = [text for text in chunk if text is not None]
+        translations = iter(
+            translator.translate_detailed(texts, beam_size, length_penalty, batch_size)
+        )
+        for text in chunk:
+            translation = next(translations) if text is not None else Translation("")
+            report.truncated += translation.truncated
+            write(translation.text + "\n")
+        chunk.clear()
+
+    for raw in lines:
+        report.lines += 1
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            text: str | None = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            log.warning(
+                "input line %d: invalid UTF-8 at byte %d; writing an empty line for it",
+                report.lines,
+                error.start,
+            )
+            text = None
+        if text is not None and "\0" in text:
+            log.warning("input line %d: NUL byte; writing an empty line for it", report.lines)
+            text = None
+        report.invalid += text is None
+        chunk.append(text)
+        if len(chunk) >= chunk_size:
+            flush()
+    flush()
+    if report.truncated:
+        log.warning(
+            "%d line(s) were longer than the model's maximum of %d source tokens and were cut",
+            report.truncated,
+            translator.max_src_len,
+        )
+    return report

@@ -1,0 +1,67 @@
+"""The optional CPU accelerator: C kernels behind one seam.
+
+The reference model (``seq2seq.models``, ``seq2seq.attention``) is plain PyTorch. On the CPU in
+float32, a dozen small ATen kernels per recurrent step dominate its time at the sizes this
+toolkit trains; the C kernels here compute the same functions in fewer passes (2.2-2.5x the
+reference's training speed: docs/performance.md). Nothing outside this package imports it
+except the place where a model is built (``seq2seq.inference.bundle.build_model``, for training
+and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``auto``:
+
+- ``csrc/gru.c``, and ``library``: its build (on first use, with ``$CC``), checks and loading;
+- ``gru``: the GRU recurrence (encoder layers, the Luong decoder's cell, decoding steps);
+- ``bahdanau``: the Bahdanau decoder's loop with additive attention, as one autograd node;
+- ``product_attention``: dot-product and bilinear attention over packed rows and decoding steps;
+- ``greedy``: the Luong decoder's greedy loop in one call;
+- ``packing``: a batch's real tokens as rows, so that padding is never computed;
+- ``dropout`` and ``splitmix``: the keep mask from a counter-based hash;
+- ``modules``: the accelerated subclasses of the reference modules, which call the kernels where
+  they apply and the reference (``super()``) everywhere else.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from seq2seq.kernels.library import unavailable_reason, usable
+from seq2seq.kernels.modules import ACCELERATED
+
+KERNEL_CHOICES = ("auto", "off")
+
+__all__ = [
+    "KERNEL_CHOICES",
+    "accelerate",
+    "is_accelerated",
+    "reference",
+    "unavailable_reason",
+    "usable",
+]
+
+
+def accelerate(model: nn.Module) -> nn.Module:
+    """Swap ``model``'s reference modules for their accelerated subclasses, in place; returns it.
+
+    A subclass adds no parameters, buffers or state, so swapping the class of a built module
+    (as ``torch.nn.utils.parametrize`` does) keeps every parameter, its name and its value:
+    state dicts, checkpoints and bundles do not change. Only the exact reference classes are
+    swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods.
+    """
+    for module in model.modules():
+        accelerated = ACCELERATED.get(type(module))
+        if accelerated is not None:
+            module.__class__ = accelerated
+    return model
+
+
+def reference(model: nn.Module) -> nn.Module:
+    """The inverse of ``accelerate``: ``model``'s accelerated modules back to their reference
+    classes, in place; returns it."""
+    for module in model.modules():
+        for plain, accelerated in ACCELERATED.items():
+            if type(module) is accelerated:
+                module.__class__ = plain
+    return model
+
+
+def is_accelerated(model: nn.Module) -> bool:
+    """Whether any of ``model``'s modules is an accelerated one."""
+    return any(type(module) in ACCELERATED.values() for module in model.modules())

@@ -1,0 +1,609 @@
+"""CPU-accelerated subclasses of the reference modules: the one seam between the two.
+
+Each class here subclasses a module of ``seq2seq.models`` or ``seq2seq.attention``, adds no
+parameters, buffers or state, and overrides methods where a CPU kernel computes the same
+function faster; where none applies (a GPU, float64, autocast, tracing or ONNX export, an LSTM,
+a scoring form the kernels do not compute, no C compiler), the method calls ``super()``: the
+reference. ``seq2seq.kernels.accelerate`` swaps a built model's modules to these classes, so the
+parameters and their state-dict keys are the reference's, and checkpoints do not depend on the
+choice (``model.kernels``).
+
+What runs where, on the CPU in float32 (each path is tested against the reference):
+
+- ``FastRNNEncoder``: a GRU over the packed real tokens through the C recurrence (``gru``).
+- ``FastBahdanauDecoder``: with plain additive scoring, teacher forcing as one C loop over the
+  steps (``bahdanau.Recurrence``; training over the packed real tokens only), and each decoding
+  step's attention and cell in C; otherwise the steps split the cell's input projection,
+  ``W_ih [e; c] = W_ie e + W_ic c``, so the embedding part of all T steps is one GEMM before
+  the loop.
+- ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
+  real tokens, with dot, scaled-dot and bilinear attention from the packed rows
+  (``PackedProductAttention``); decoding steps with the attention and cell in C, from tables
+  built once per batch (each token's embedding gates; W_c1 applied to the memory), and greedy
+  decoding of a whole batch in one C call (``greedy.luong_greedy``).
+- ``FastAdditiveAttention``: the context without the weights (training) through
+  ``tanh(x) = 2σ(2x) - 1``: torch's CPU tanh costs about four times its sigmoid.
+- ``Dropout``: the keep mask from a counter-based hash in C (``seq2seq.kernels.dropout``).
+
+Shape legend: B batch, S source length, T target length, E embedding size, H hidden size, M memory
+size, V vocabulary, G gates (3H for a GRU, 4H for an LSTM), N real target tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.attention import (
+    AdditiveAttention,
+    Attention,
+    DotProductAttention,
+    MultiplicativeAttention,
+    masked_softmax,
+)
+from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
+from seq2seq.kernels.bahdanau import attend as fused_attend
+from seq2seq.kernels.dropout import Dropout
+from seq2seq.kernels.greedy import luong_greedy
+from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
+from seq2seq.kernels.library import usable
+from seq2seq.kernels.packing import PackedTokens, pack_tokens
+from seq2seq.kernels.product_attention import PackedProductAttention, product_attend
+from seq2seq.models.decoder import (
+    AttentionDecoder,
+    BahdanauDecoder,
+    DecoderState,
+    EncodedSource,
+    LuongDecoder,
+)
+from seq2seq.models.encoder import RNNEncoder
+from seq2seq.models.model import Seq2Seq
+from seq2seq.search import GreedyTask
+
+# A token-gate table costs V / B steps' worth of the (B, E) @ (E, G) GEMMs it saves: built only
+# for vocabularies of at most this many tokens per sentence of the batch (the reverse task's 54
+# at B = 64; not a 16k subword vocabulary).
+TABLE_TOKENS_PER_SENTENCE = 8
+
+
+def product_scale(attention: Attention, query_size: int) -> float | None:
+    """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
+    (dot-product and bilinear scoring at a fixed temperature), else None: what
+    ``seq2seq.kernels.product_attention`` computes."""
+    if attention.log_temperature is not None:
+        return None
+    if isinstance(attention, DotProductAttention):
+        scale = 1 / query_size**0.5 if attention.scaled else 1.0
+        return scale / attention.fixed_temperature
+    if isinstance(attention, MultiplicativeAttention):
+        return 1.0 / attention.fixed_temperature
+    return None
+
+
+def plain_additive(attention: Attention) -> bool:
+    """Whether this is Bahdanau's plain form, the one ``seq2seq.kernels.bahdanau`` computes:
+    additive, no layer norm, temperature 1."""
+    return (
+        isinstance(attention, AdditiveAttention)
+        and attention.layer_norm is None
+        and attention.log_temperature is None
+        and attention.fixed_temperature == 1.0
+    )
+
+
+def weights_dropout_active(attention: Attention) -> bool:
+    return attention.training and attention.dropout.p > 0
+
+
+class FastAdditiveAttention(AdditiveAttention):
+    """``context`` (no weights: training) through the sigmoid form on the CPU."""
+
+    def context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+    ) -> Tensor:
+        """``forward``'s context from ``score + Σw_v``: tanh(x) = 2σ(2x) - 1, so
+        ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key, which the
+        softmax ignores."""
+        if queries.device.type != "cpu":
+            return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)
+        if self.layer_norm is None:
+            # 2(W_q q + W_k k) in the broadcasting add itself (alpha scales its second operand):
+            # a separate doubling would be one more pass over (B, Tq, Tk, A) forward and back.
+            # (B,Tq,1,A) + 2 * (B,1,Tk,A) -> (B,Tq,Tk,A)
+            doubled = torch.add(
+                2.0 * self.W_q(queries)[:, :, None, :], projected_keys[:, None, :, :], alpha=2.0
+            )
+        else:
+            doubled = self.preactivations(queries, projected_keys) * 2.0  # (B, Tq, Tk, A)
+        shifted = self.w_v(torch.sigmoid(doubled)).squeeze(-1) * 2.0  # (B, Tq, Tk)
+        if self.log_temperature is not None or self.fixed_temperature != 1.0:
+            shifted = shifted / self.temperature
+        weights = masked_softmax(shifted, valid_lens)  # (B, Tq, Tk)
+        return torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
+
+
+class FastRNNEncoder(RNNEncoder):
+    """A GRU through the C recurrence, over the real tokens only."""
+
+    def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.runs_fused(self.embedding.weight):
+            return super().forward(src, src_lens)
+        memory, final = self.fused_recurrence(src, src_lens.cpu())
+        return memory, self.summary(final)
+
+    def runs_fused(self, embedded: Tensor) -> bool:
+        """Whether ``forward`` runs the GRU in C for ``embedded`` (the embeddings, or their
+        weight: same device and dtype)."""
+        return isinstance(self.rnn, nn.GRU) and usable(embedded, *self.rnn.parameters())
+
+    def fused_recurrence(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S), lengths (B,) on the CPU -> memory (B, S, 2H) (dropout applied), final
+        states (L·2, B, H).
+
+        The token ids are packed (``pack_tokens``), so the embedding, its dropout, the input
+        projections and the steps see the N real tokens and no padding, whatever the batch's
+        mix of lengths; one scatter puts the memory back on the (B, S) grid for the attention.
+        """
+        assert isinstance(self.rnn, nn.GRU)
+        packed = pack_tokens(src, lengths)
+        rows = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        batch_sizes = torch.tensor(packed.batch_sizes, dtype=torch.long)
+        sequence = nn.utils.rnn.PackedSequence(
+            rows, batch_sizes, packed.sorted_indices, packed.unsorted_indices()
+        )
+        outputs, final = gru(self.rnn, sequence)  # (N, 2H) rows; final (L·2, B, H)
+        return packed.pad(self.dropout(outputs.data)), final  # (B, S, 2H)
+
+
+@dataclass
+class DecodingSource(EncodedSource):
+    """The reference's ``EncodedSource`` and the tables the C decoding steps read, built at the
+    first decoding step of a batch (``FastDecoder.build_tables``): never for teacher forcing."""
+
+    # (V, G): the embedding part of the cell's input projection, W_ie e + b_ih, of every target
+    # token, on the CPU for a small vocabulary (``TABLE_TOKENS_PER_SENTENCE``); not per row.
+    token_gates: Tensor | None = None
+    # (B, S, H): the context part of Luong's attentional layer applied to every source position,
+    # W_c1 m_s: W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s).
+    attentional_memory: Tensor | None = None
+    tables_built: bool = False
+
+    def index_select(self, indices: Tensor) -> DecodingSource:
+        selected = super().index_select(indices)
+        memory = self.attentional_memory
+        return DecodingSource(
+            **{field.name: getattr(selected, field.name) for field in fields(EncodedSource)},
+            token_gates=self.token_gates,
+            attentional_memory=None if memory is None else memory.index_select(0, indices),
+            tables_built=self.tables_built,
+        )
+
+
+class FastDecoder(AttentionDecoder):
+    """What both accelerated decoders share: the decoding tables, the cell from its input
+    projection, and the conditions of the C paths."""
+
+    def prepare_source(self, memory: Tensor, src_lens: Tensor) -> DecodingSource:
+        source = super().prepare_source(memory, src_lens)
+        return DecodingSource(
+            **{field.name: getattr(source, field.name) for field in fields(source)}
+        )
+
+    def is_decoding(self) -> bool:
+        """Stepping in eval mode without autograd: where the decoding tables pay off."""
+        return not (self.training or torch.is_grad_enabled())
+
+    def build_tables(self, source: EncodedSource) -> None:
+        """Fill ``source``'s decoding tables, once per batch, when decoding."""
+        if not isinstance(source, DecodingSource) or source.tables_built or not self.is_decoding():
+            return
+        source.tables_built = True
+        memory = source.memory
+        small_vocabulary = (
+            self.embedding.num_embeddings <= TABLE_TOKENS_PER_SENTENCE * memory.shape[0]
+        )
+        if memory.device.type == "cpu" and small_vocabulary:
+            embedding_weight = self.cell.weight_ih[:, : self.embedding_size]  # (G, E)
+            source.token_gates = self.embedding_gates(self.embedding.weight, embedding_weight)
+
+    def embedding_gates(self, embedded: Tensor, weight: Tensor) -> Tensor:
+        """W_ie e + b_ih, (..., E) -> (..., G): the part of the cell input without attention.
+        ``weight`` is the embedding part (G, E) of the cell's input weight."""
+        return F.linear(embedded, weight, self.cell.bias_ih)
+
+    def input_gates(self, prev_tokens: Tensor, embedded: Tensor, source: EncodedSource) -> Tensor:
+        """The embedding part of a decoding step's cell input (B, G): rows of the token-gate table
+        where there is one (index_select: on the CPU several times faster than advanced
+        indexing), else its GEMM."""
+        table = source.token_gates if isinstance(source, DecodingSource) else None
+        if table is None:
+            return self.embedding_gates(embedded, self.cell.weight_ih[:, : self.embedding_size])
+        return table.index_select(0, prev_tokens)
+
+    def cpu_cell(
+        self, cell_input: Tensor, input_gates: Tensor, state: DecoderState, input_weight: Tensor
+    ) -> DecoderState:
+        """The cell through ATen's own CPU kernels, with part of its input projection done by
+        the caller: ``input_gates`` (B, G) + ``input_weight`` (G, I) @ ``cell_input`` (B, I).
+
+        ``torch.gru_cell(x, h, W_ih, W_hh, b_ih, b_hh)`` is ``nn.GRUCell``'s function; on the CPU
+        it adds ``b_ih`` through ``addmm``, which broadcasts, so a per-row bias (B, G) carries
+        the precomputed part and the kernel's input GEMM covers only ``cell_input``.
+        """
+        weight_hh, bias_hh = self.cell.weight_hh, self.cell.bias_hh
+        if self.is_lstm:
+            hidden, cell = torch.lstm_cell(
+                cell_input, (state[0], state[1]), input_weight, weight_hh, input_gates, bias_hh
+            )
+            return hidden, cell
+        hidden = torch.gru_cell(cell_input, state[0], input_weight, weight_hh, input_gates, bias_hh)
+        return (hidden,)
+
+    def fused_step_applies(self, hidden: Tensor) -> bool:
+        """Whether ``cell_gates`` steps through the C GRU cell: a GRU stepped without autograd
+        (decoding) on tensors the kernels take."""
+        if self.is_lstm or torch.is_grad_enabled():
+            return False
+        return usable(hidden, self.cell.weight_hh)
+
+    def fused_attention_source(self, source: EncodedSource, rows: int) -> bool:
+        """What the C attention kernels need whatever the scoring: no active dropout on the
+        weights, one length per sentence, a whole number of the ``rows`` queries per sentence,
+        and source tensors they take. Each decoder adds its scoring's own conditions."""
+        if weights_dropout_active(self.attention):
+            return False
+        if source.src_lens.dim() != 1 or rows % source.memory.shape[0]:
+            return False  # a ragged query count: attend's error says what is wrong
+        return usable(source.memory, source.projected_keys)
+
+    def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+        """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
+        ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the
+        caller; a GRU decoding on the CPU takes the C pass (one pass where the ops below are
+        five kernels)."""
+        hidden = state[0]  # (B, H)
+        if self.fused_step_applies(hidden):
+            return (gru_cell(input_gates, hidden, self.cell.weight_hh, self.cell.bias_hh),)
+        recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
+        if self.is_lstm:
+            # Gates i, f, g, o (PyTorch's order), each (B, H).
+            i, f, g, o = (input_gates + recurrent).chunk(4, dim=-1)
+            cell = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(cell), cell
+        # GRU gates r, z, n: r and z read input and state together, n reads r ⊙ (W_hn h + b_hn).
+        size = hidden.shape[-1]
+        both = torch.sigmoid(input_gates[:, : 2 * size] + recurrent[:, : 2 * size])  # (B, 2H)
+        reset, update = both.chunk(2, dim=-1)  # (B, H) each
+        new = torch.tanh(torch.addcmul(input_gates[:, 2 * size :], reset, recurrent[:, 2 * size :]))
+        return (torch.lerp(new, hidden, update),)  # n + z (h - n) = (1 - z) n + z h
+
+    def pack_targets(self, tgt_in: Tensor, tgt_out: Tensor) -> tuple[PackedTokens, Tensor]:
+        """tgt_in's real tokens packed (``pack_tokens``; a sentence's length is its count of
+        targets), and tgt_out's tokens at the same rows (N,)."""
+        padding = self.embedding.padding_idx
+        assert padding is not None  # the constructor gives the embedding one
+        real = tgt_out.ne(padding)  # (B, T)
+        packed = pack_tokens(tgt_in, real.sum(1))
+        return packed, tgt_out.reshape(-1).index_select(0, packed.positions)
+
+
+class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
+    """The Bahdanau decoder's loops in C where the scoring is plain additive attention, and on
+    the CPU otherwise with the cell's input projection split (module docstring)."""
+
+    def split_input_weight(self) -> tuple[Tensor, Tensor]:
+        """The cell's input weight (G, E + M) as its embedding part (G, E) and context part (G, M).
+
+        Called once per batch: every step's use of the context part then adds into one gradient.
+        """
+        return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
+
+    def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
+        """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
+        attention = self.attention
+        if not plain_additive(attention):
+            return False
+        assert isinstance(attention, AdditiveAttention)
+        return self.fused_attention_source(source, rows) and usable(attention.W_q.weight)
+
+    def fused_recurrence_applies(
+        self, source: EncodedSource, hidden: Tensor, need_weights: bool
+    ) -> bool:
+        """Whether teacher forcing runs as ``bahdanau.Recurrence``'s one autograd node: a GRU,
+        plain additive attention, one length per sentence, the weights not needing a gradient
+        (they are an output without one there), and tensors the C kernels take."""
+        if self.is_lstm or (need_weights and torch.is_grad_enabled()):
+            return False
+        return self.fused_attention_applies(source, hidden.shape[0]) and usable(
+            hidden, self.cell.weight_hh
+        )
+
+    def gates_step(
+        self,
+        input_gates: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        context_weight: Tensor,
+        need_weights: bool = True,
+    ) -> tuple[DecoderState, Tensor, Tensor | None]:
+        """``step`` from the previous token's ``embedding_gates`` (B, G) -> new state, context
+        (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
+        fused_step = self.fused_step_applies(state[0])
+        attention = self.attention
+        weights: Tensor | None
+        if fused_step and self.fused_attention_applies(source, state[0].shape[0]):
+            assert isinstance(attention, AdditiveAttention)  # fused_attention_applies checked
+            # Decoding: the attention in one C pass too. (B, M), (B, S)
+            context, weights = fused_attend(
+                state[0], source.projected_keys, source.memory, source.src_lens,
+                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
+            )  # fmt: skip
+        else:
+            query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
+            context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
+            context = context[:, 0]  # (B, M)
+            weights = None if weights is None else weights[:, 0]  # (B, S)
+        if not fused_step:
+            new_state = self.cpu_cell(context, input_gates, state, context_weight)
+        else:
+            # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
+            gates = torch.addmm(input_gates, context, context_weight.t())
+            new_state = self.cell_gates(gates, state)
+        return new_state, context, weights
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        if source.memory.device.type != "cpu":
+            return super().forward(tgt_in, state, source, need_weights)
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        embedding_weight, context_weight = self.split_input_weight()
+        # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
+        input_gates = self.embedding_gates(embedded, embedding_weight)
+        if self.fused_recurrence_applies(source, state[0], need_weights):
+            attention = self.attention
+            assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
+            # (B, T, H), (B, T, M), (B, T, S)
+            states, step_contexts, attention_weights = FusedRecurrence.apply(
+                input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
+                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, context_weight,
+                self.cell.weight_hh, self.cell.bias_hh,
+            )  # fmt: skip
+            logits = self.output(states, step_contexts, embedded)  # (B, T, V)
+            return logits, attention_weights if need_weights else None
+        hiddens, contexts, weights = [], [], []
+        # unbind, not input_gates[:, t]: the backward of T selects would allocate and add a
+        # zero (B, T, G) gradient per step; unbind's backward stacks the T gradients once.
+        for step_gates in input_gates.unbind(1):  # (B, G) each
+            state, context, step_weights = self.gates_step(
+                step_gates, state, source, context_weight, need_weights
+            )
+            hiddens.append(state[0])
+            contexts.append(context)
+            if step_weights is not None:
+                weights.append(step_weights)
+        # One matmul over all steps: (B, T, H + M + E) @ (H + M + E, V).
+        logits = self.output(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)
+        return logits, torch.stack(weights, dim=1) if need_weights else None
+
+    def teacher_forced_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor]:
+        """Over the N real target tokens where the recurrence runs in C: the batch is sorted
+        longest target first, so that each step of the loop runs only the sentences that have
+        not ended; the embedding's GEMM and the output layer skip the padding too."""
+        if not self.fused_recurrence_applies(source, state[0], need_weights=False):
+            return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
+        attention = self.attention
+        assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
+        packed, targets = self.pack_targets(tgt_in, tgt_out)
+        order = packed.sorted_indices  # (B,) longest target first
+        source = source.index_select(order)
+        embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        embedding_weight, context_weight = self.split_input_weight()
+        input_gates = self.embedding_gates(embedded, embedding_weight)  # (N, G)
+        # (N, H), (N, M)
+        states, contexts, _ = FusedRecurrence.apply(
+            input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
+            source.src_lens, attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
+            context_weight, self.cell.weight_hh, self.cell.bias_hh,
+            Steps.packed(packed.batch_sizes),
+        )  # fmt: skip
+        return self.output(states, contexts, embedded), targets  # (N, V), (N,)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        if source.memory.device.type != "cpu":
+            return super().decode_step(prev_tokens, state, source)
+        self.build_tables(source)
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        _, context_weight = self.split_input_weight()
+        input_gates = self.input_gates(prev_tokens, embedded, source)  # (B, G)
+        state, context, weights = self.gates_step(input_gates, state, source, context_weight)
+        assert weights is not None  # asked for by default
+        return self.output(state[0], context, embedded), state, weights
+
+
+class FastLuongDecoder(FastDecoder, LuongDecoder):
+    """The Luong decoder's cell, attention and greedy loop in C where they apply (module
+    docstring)."""
+
+    def build_tables(self, source: EncodedSource) -> None:
+        """The base tables, and ``attentional_memory``: W_c1 m (B, S, H) over the S source
+        positions costs about S steps' worth of the per-step W_c1 c GEMM it replaces, and beam
+        search saves it for each of its K rows per sentence."""
+        if not isinstance(source, DecodingSource) or source.tables_built or not self.is_decoding():
+            return
+        super().build_tables(source)
+        context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
+        source.attentional_memory = F.linear(source.memory, context_weight)  # (B, S, H)
+
+    def cell_runs_fused(self, *tensors: Tensor) -> bool:
+        """Whether the cell over all steps runs in C for these tensors (its inputs and
+        parameters): a GRU, and tensors the kernels take."""
+        return not self.is_lstm and usable(*tensors)
+
+    def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
+        params = self.cell_parameters()
+        if self.cell_runs_fused(embedded, *params):
+            return gru_steps(embedded, state[0], params)  # (B, T, H)
+        return super().run_cell(embedded, state)
+
+    def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
+        """The reference's readout with the C pass's tanh where it applies."""
+        attentional = self.attentional(torch.cat([contexts, hidden], dim=-1))  # (..., H)
+        if usable(attentional) and attentional.is_contiguous():
+            activated = tanh_with_grad_(attentional)  # a fresh tensor: in place
+        else:
+            activated = torch.tanh(attentional)
+        return self.output_layer(self.dropout(activated))  # (..., V)
+
+    def fused_product_scale(
+        self, source: EncodedSource, query: Tensor, rows: int | None = None
+    ) -> float | None:
+        """The scale of ``product_scale`` when ``seq2seq.kernels.product_attention`` can compute
+        the attention for ``query`` (R, H), else None. ``rows`` stands in for R where the rows
+        name their sentences themselves (teacher forcing's packed rows), not R / B rows per
+        sentence (a decoding step's)."""
+        scale = product_scale(self.attention, query.shape[-1])
+        rows = query.shape[0] if rows is None else rows
+        if scale is None or not self.fused_attention_source(source, rows):
+            return None
+        return scale if usable(query) else None
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        if source.memory.device.type != "cpu" or not isinstance(source, DecodingSource):
+            return super().decode_step(prev_tokens, state, source)
+        self.build_tables(source)
+        if source.token_gates is None:
+            state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
+        else:
+            # (B, G) rows of the table, then the gates (see ``cell_gates``).
+            state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
+        query = state[0]  # (B, H)
+        # When decoding, the weights average ``attentional_memory`` instead of the memory:
+        # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
+        # which leaves no concatenation and only the W_c2 h GEMM per step.
+        values = source.memory if source.attentional_memory is None else source.attentional_memory
+        fused_step = self.fused_step_applies(query)
+        scale = self.fused_product_scale(source, query) if fused_step else None
+        if scale is not None:
+            # The scores, mask, softmax and average in one C pass: (B, M) or (B, H), and (B, S).
+            averaged, weights = product_attend(
+                query, source.projected_keys, values, source.src_lens, scale
+            )
+        else:
+            # (B, 1, M) or (B, 1, H), and (B, 1, S)
+            step_averaged, step_weights = self.attend_values(query[:, None, :], source, values)
+            averaged, weights = step_averaged[:, 0], step_weights[:, 0]
+        if source.attentional_memory is None:
+            return self.output(query, averaged), state, weights
+        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
+        attentional = torch.addmm(averaged, query, hidden_weight.t())  # (B, H)
+        # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
+        attentional = tanh_(attentional) if fused_step else torch.tanh(attentional)
+        return self.output_layer(self.dropout(attentional)), state, weights
+
+    def attend_values(
+        self, queries: Tensor, source: EncodedSource, values: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``attend`` with ``values`` (B, S, D) in place of the memory as what the weights
+        average: contexts (R, Tq, D), weights (R, Tq, S)."""
+        if values is source.memory:
+            context, weights = self.attend(queries, source)
+        else:
+            context, weights = self.attend(queries, replace_memory(source, values))
+        assert weights is not None  # asked for by default
+        return context, weights
+
+    def teacher_forced_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor]:
+        """Over the N real target tokens where the cell runs in C: the embedding, the cell's input
+        projection and steps, W_c and the output layer skip the padding, which is up to 40 % of
+        a batch of mixed lengths. Product scoring (dot, scaled dot, general) attends from the
+        rows too, each over its sentence's keys (``PackedProductAttention``); other scoring
+        reads the states back on the padded grid, one (B, T, S) product."""
+        params = self.cell_parameters()
+        if not self.cell_runs_fused(*params):
+            return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
+        packed, targets = self.pack_targets(tgt_in, tgt_out)
+        embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
+        initial = state[0].index_select(0, packed.sorted_indices)  # (B, H), longest first
+        hiddens = gru_steps(embedded, initial, params, packed.batch_sizes)  # (N, H)
+        scale = self.fused_product_scale(source, hiddens, rows=source.memory.shape[0])
+        if scale is not None:
+            # (N, H) queries, each against its sentence's (S, K) keys -> contexts (N, M)
+            contexts = PackedProductAttention.apply(
+                hiddens, source.projected_keys, source.memory, source.src_lens,
+                packed.row_sentences(), scale,
+            )  # fmt: skip
+        else:
+            # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M)
+            padded, _ = self.attend(packed.pad(hiddens), source, need_weights=False)
+            contexts = packed.select(padded)
+        return self.output(hiddens, contexts), targets  # (N, V), (N,)
+
+    def fused_greedy(
+        self, source: EncodedSource, state: DecoderState, task: GreedyTask
+    ) -> tuple[Tensor, Tensor, int] | None:
+        """``seq2seq.kernels.greedy`` where ``decode_step`` would take the C paths at every step:
+        a GRU decoding on the CPU, product scoring, the decoding tables, and no active dropout
+        before the output layer. The same steps, without the Python between their GEMMs."""
+        query = state[0]
+        self.build_tables(source)
+        if not isinstance(source, DecodingSource) or not self.fused_step_applies(query):
+            return None
+        table, values = source.token_gates, source.attentional_memory
+        if table is None or values is None or (self.dropout.training and self.dropout.p > 0):
+            return None
+        scale = self.fused_product_scale(source, query)
+        if scale is None:
+            return None
+        return luong_greedy(
+            table, self.cell.weight_hh, self.cell.bias_hh, source.projected_keys, values,
+            source.src_lens, scale, self.attentional.weight[:, self.memory_size :],
+            self.output_layer.weight, self.output_layer.bias, query, task,
+        )  # fmt: skip
+
+
+def replace_memory(source: EncodedSource, memory: Tensor) -> EncodedSource:
+    """``source`` with other values to average (same keys and lengths)."""
+    return EncodedSource(memory, source.keys, source.projected_keys, source.src_lens)
+
+
+class FastSeq2Seq(Seq2Seq):
+    """The model, with its decoder's whole greedy loop in C where it has one that applies."""
+
+    def fused_greedy(
+        self, source: EncodedSource, state: DecoderState, task: GreedyTask
+    ) -> tuple[Tensor, Tensor, int] | None:
+        if isinstance(self.decoder, FastLuongDecoder):
+            return self.decoder.fused_greedy(source, state, task)
+        return None
+
+
+# The reference class -> its accelerated subclass. Only these exact classes are swapped: a
+# user's own subclass of a reference module keeps its own methods.
+ACCELERATED: dict[type[nn.Module], type[nn.Module]] = {
+    Seq2Seq: FastSeq2Seq,
+    RNNEncoder: FastRNNEncoder,
+    BahdanauDecoder: FastBahdanauDecoder,
+    LuongDecoder: FastLuongDecoder,
+    AdditiveAttention: FastAdditiveAttention,
+    nn.Dropout: Dropout,
+}

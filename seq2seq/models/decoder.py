@@ -1,0 +1,405 @@
+"""Attention decoders: Bahdanau style (sequential) and Luong style (parallel over target steps).
+
+Shape legend: B batch, S source length, T target length, E embedding size, H decoder hidden size,
+M memory size (encoder output), K key size, V target vocabulary.
+
+Both read the same ``EncodedSource`` and have the same parts (embeddings, a GRU or LSTM cell, the
+attention, an initial state from the encoder's summary, an output layer run once over all steps);
+they differ in where the attention sits, and each follows its paper in how it starts and reads
+out:
+
+- ``BahdanauDecoder`` (Bahdanau et al., 2015): the query is the previous state s_{t-1}, and the
+  context c_t it reads is fed into the cell, s_t = cell([e_{t-1}; c_t], s_{t-1}). Each step needs
+  the previous step's attention, so teacher forcing is a loop over T. It starts from a bridge,
+  s_0 = tanh(W_b summary), and its output layer reads ``[s_t; c_t; e_{t-1}]`` (the paper's deep
+  output without the maxout).
+- ``LuongDecoder`` (Luong et al., 2015, without input feeding): h_t = cell(e_{t-1}, h_{t-1}) does
+  not depend on the attention, so teacher forcing runs the cell over all T steps in one call, and
+  the T states then attend as T queries in one batched operation. It starts from the encoder's
+  summary itself when that has the state's size, and reads out the attentional state
+  ``tanh(W_c [c_t; h_t])`` (eq. 5–6).
+
+This is the reference implementation, plain PyTorch: what the tests define as correct and what
+runs on a GPU. ``seq2seq.kernels`` has CPU-accelerated subclasses of both decoders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.backends.cudnn import rnn as cudnn_rnn
+
+from seq2seq.attention import Attention
+from seq2seq.models.embedding import Embedding
+
+AttentionFactory = Callable[..., Attention]
+CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
+
+# A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both.
+DecoderState = tuple[Tensor, ...]
+
+
+@dataclass
+class EncodedSource:
+    """What the decoder reads at every step, computed once per source batch."""
+
+    memory: Tensor  # (B, S, M) encoder outputs: the attention values
+    keys: Tensor  # (B, S, K) memory, projected to the query size when the scoring needs it
+    projected_keys: Tensor  # attention.project_keys(keys), the query-independent part of scores
+    src_lens: Tensor  # (B,) number of real source tokens
+
+    def index_select(self, indices: Tensor) -> EncodedSource:
+        """Rows of the batch in the order of ``indices`` (B',), e.g. to drop finished sentences.
+
+        Fields that are one tensor (dot-product scoring of a memory of the query's size uses the
+        memory as keys and as projected keys) are selected once and stay one tensor.
+        """
+        selected: dict[int, Tensor] = {}
+        for tensor in (self.memory, self.keys, self.projected_keys, self.src_lens):
+            if id(tensor) not in selected:
+                selected[id(tensor)] = tensor.index_select(0, indices)
+        return EncodedSource(
+            selected[id(self.memory)],
+            selected[id(self.keys)],
+            selected[id(self.projected_keys)],
+            selected[id(self.src_lens)],
+        )
+
+
+class AttentionDecoder(nn.Module):
+    """What both decoders share; subclasses define how the cell and the attention interleave.
+
+    The constructor is the same for both, so that ``model.decoder=bahdanau|luong`` swaps one for
+    the other with every other setting unchanged.
+    """
+
+    # True: the context is part of the cell's input (Bahdanau); False: only the embedding (Luong).
+    feeds_context: ClassVar[bool]
+    # True: the initial state is the encoder's summary itself when it has the state's size
+    # (Luong); False: always a bridge s_0 = tanh(W_b summary) (Bahdanau).
+    starts_from_summary: ClassVar[bool]
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_size: int,
+        hidden_size: int,
+        memory_size: int,
+        attention: AttentionFactory,
+        dropout: float = 0.0,
+        padding_idx: int = 0,
+        cell: CellFactory = nn.GRUCell,
+    ) -> None:
+        super().__init__()
+        self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.attention = attention(query_size=hidden_size, key_size=memory_size)
+        # Dot products need keys of the query's size: project the memory once per batch.
+        self.key_projection: nn.Module = (
+            nn.Linear(memory_size, hidden_size, bias=False)
+            if self.attention.needs_equal_sizes and memory_size != hidden_size
+            else nn.Identity()
+        )
+        self.embedding_size = embedding_size
+        self.memory_size = memory_size
+        cell_input_size = embedding_size + (memory_size if self.feeds_context else 0)
+        self.cell = cell(cell_input_size, hidden_size)
+        self.is_lstm = isinstance(self.cell, nn.LSTMCell)
+        # The bridge turns the encoder's sentence summary into the initial state (and LSTM cell).
+        self.bridge: nn.Linear | None = None
+        if not (self.starts_from_summary and memory_size == hidden_size):
+            self.bridge = nn.Linear(memory_size, hidden_size * (2 if self.is_lstm else 1))
+        self.build_output(vocab_size, embedding_size, hidden_size, memory_size)
+
+    def build_output(
+        self, vocab_size: int, embedding_size: int, hidden_size: int, memory_size: int
+    ) -> None:
+        """Create the layers that ``output`` maps each step's features to logits with."""
+        raise NotImplementedError
+
+    def prepare_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource:
+        """Keys and their query-independent projection, once per batch. memory (B, S, M)."""
+        keys = self.key_projection(memory)  # (B, S, K)
+        return EncodedSource(memory, keys, self.attention.project_keys(keys), src_lens)
+
+    def init_state(self, summary: Tensor) -> DecoderState:
+        """summary (B, M) -> initial state, tensors of (B, H)."""
+        if self.bridge is None:
+            # Luong with M = H: the summary is the state itself; an LSTM's cell starts at 0.
+            return (summary, torch.zeros_like(summary)) if self.is_lstm else (summary,)
+        bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
+        return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
+
+    def attend(
+        self, queries: Tensor, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None.
+
+        R is the source's batch B, or B · K when K hypotheses of each sentence share its source
+        (beam search: row b · K + k is hypothesis k of sentence b). Those are scored as K · Tq
+        queries of one sentence, so each sentence's keys and memory are read once per step
+        instead of once per hypothesis, and the source is never copied per hypothesis.
+
+        With ``need_weights=False`` only the context is computed (``Attention.context``).
+        """
+        rows, num_queries = queries.shape[:2]
+        sentences = source.memory.shape[0]
+        if rows != sentences:
+            if rows % sentences:
+                raise ValueError(
+                    f"{rows} query rows for {sentences} source sentences: the rows must be a "
+                    "whole number of hypotheses per sentence, in the order b · K + k."
+                )
+            # (B·K, Tq, H) -> (B, K·Tq, H): the queries of sentence b are contiguous rows.
+            queries = queries.reshape(sentences, -1, queries.shape[2])
+        arguments = (queries, source.keys, source.memory, source.src_lens)
+        weights: Tensor | None = None
+        if need_weights:
+            context, weights = self.attention(*arguments, projected_keys=source.projected_keys)
+        else:
+            context = self.attention.context(*arguments, projected_keys=source.projected_keys)
+        if rows != sentences:  # (B, K·Tq, ...) -> (B·K, Tq, ...)
+            context = context.reshape(rows, num_queries, context.shape[2])
+            if weights is not None:
+                weights = weights.reshape(rows, num_queries, weights.shape[2])
+        return context, weights
+
+    def step_cell(self, cell_input: Tensor, state: DecoderState) -> DecoderState:
+        """One step of the cell: cell_input (B, E [+ M]), state -> new state."""
+        if self.is_lstm:
+            return tuple(self.cell(cell_input, (state[0], state[1])))
+        return (self.cell(cell_input, state[0]),)
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
+        raise NotImplementedError
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        raise NotImplementedError
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """The attention's queries (B, T, H) under teacher forcing (for diagnostics)."""
+        raise NotImplementedError
+
+    def teacher_forced_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor]:
+        """What the loss reads: logits (N, V) and their targets (N,) under teacher forcing.
+
+        Here every position of the (B, T) grid, the padded ones with target PAD (the loss ignores
+        them): shapes that depend only on the batch's, which CUDA graphs need. Subclasses may
+        return the real tokens' rows only (``seq2seq.kernels``): the loss is the same.
+        """
+        logits, _ = self(tgt_in, state, source, need_weights=False)  # (B, T, V)
+        return logits.flatten(0, 1), tgt_out.flatten()  # (B·T, V), (B·T,)
+
+
+class BahdanauDecoder(AttentionDecoder):
+    """A GRU (or LSTM) cell stepped over the target, attending once per step before the cell.
+
+    Step t: the previous state asks where to look, c_t = attention(s_{t-1}, memory); the cell
+    reads the previous word and that context, s_t = cell([e_{t-1}; c_t], s_{t-1}); the logits
+    read all three, W_o [s_t; c_t; e_{t-1}] + b_o.
+    """
+
+    feeds_context = True
+    starts_from_summary = False
+
+    def build_output(
+        self, vocab_size: int, embedding_size: int, hidden_size: int, memory_size: int
+    ) -> None:
+        self.output_layer = nn.Linear(hidden_size + memory_size + embedding_size, vocab_size)
+
+    def output(self, hidden: Tensor, contexts: Tensor, embedded: Tensor) -> Tensor:
+        """Logits (..., V) from states (..., H), contexts (..., M) and input embeddings (..., E)."""
+        features = torch.cat([hidden, contexts, embedded], dim=-1)  # (..., H + M + E)
+        return self.output_layer(self.dropout(features))  # (..., V)
+
+    def step(
+        self,
+        embedded: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        need_weights: bool = True,
+    ) -> tuple[DecoderState, Tensor, Tensor | None]:
+        """One step from the previous word's embedding e_{t-1} (B, E) -> new state s_t, context
+        c_t (B, M), weights (B, S) or None."""
+        query = state[0][:, None, :]  # (B, 1, H): s_{t-1} asks where to look
+        context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
+        context = context[:, 0]  # (B, M)
+        # s_t = cell([e_{t-1}; c_t], s_{t-1}): (B, E + M) in.
+        new_state = self.step_cell(torch.cat([embedded, context], dim=-1), state)
+        return new_state, context, None if weights is None else weights[:, 0]
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        hiddens, contexts, weights = [], [], []
+        for step_embedded in embedded.unbind(1):  # (B, E) each
+            state, context, step_weights = self.step(step_embedded, state, source, need_weights)
+            hiddens.append(state[0])
+            contexts.append(context)
+            if step_weights is not None:
+                weights.append(step_weights)
+        # One matmul over all steps: (B, T, H + M + E) @ (H + M + E, V).
+        logits = self.output(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)
+        return logits, torch.stack(weights, dim=1) if need_weights else None
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        state, context, weights = self.step(embedded, state, source)
+        assert weights is not None  # asked for by default
+        return self.output(state[0], context, embedded), state, weights
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """Query t is the state before reading tgt_in[:, t], (B, T, H)."""
+        queries = []
+        for t in range(tgt_in.shape[1]):
+            queries.append(state[0])  # (B, H): the state that asks where to look at step t
+            _, state, _ = self.decode_step(tgt_in[:, t], state, source)
+        return torch.stack(queries, dim=1)  # (B, T, H)
+
+
+class LuongDecoder(AttentionDecoder):
+    """The cell runs over all target steps at once; then every step attends in one batched op.
+
+    Luong et al. (2015), section 3, without input feeding: h_t = cell(e_{t-1}, h_{t-1}), the
+    query is h_t itself, and the logits are W_s tanh(W_c [c_t; h_t]) + b_s (eq. 5–6). The first
+    state is the encoder's summary (the final forward and backward states) when it has the
+    decoder's size, as in the paper and OpenNMT-py; otherwise a bridge maps it. On the reverse
+    task (docs/performance.md) these two choices took the updates to dev BLEU 95 from 625 to
+    312 (median of 3 seeds), where OpenNMT-py's dot model reaches it. ``decode_step`` steps the
+    same cell, so decoding and teacher forcing compute the same function.
+    """
+
+    feeds_context = False
+    starts_from_summary = True
+
+    def build_output(
+        self, vocab_size: int, embedding_size: int, hidden_size: int, memory_size: int
+    ) -> None:
+        # W_c of eq. 5 has no bias in the paper (nor in OpenNMT-py); W_s of eq. 6 has one.
+        self.attentional = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
+        self.output_layer = nn.Linear(hidden_size, vocab_size)
+
+    def cell_parameters(self) -> list[Tensor]:
+        """The cell's parameters in ``torch.gru`` / ``torch.lstm``'s order for one layer."""
+        cell = self.cell
+        params = [cell.weight_ih, cell.weight_hh]
+        if cell.bias_ih is not None:
+            params += [cell.bias_ih, cell.bias_hh]
+        return params
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> LuongDecoder:
+        """Every device or dtype move (``.to``, ``.cuda``, ``.half``) re-lays the cell out for
+        cuDNN afterwards, as ``nn.GRU`` does (``flatten_cell``)."""
+        moved = super()._apply(fn, recurse)
+        self.flatten_cell()
+        return moved
+
+    def flatten_cell(self) -> None:
+        """On a GPU, make the cell's parameters views of one buffer in cuDNN's layout (what
+        ``nn.GRU.flatten_parameters`` does for its own). ``run_cell``'s ``torch.gru`` then reads
+        them in place; otherwise cuDNN copies them into such a buffer at every call and warns
+        ("RNN module weights are not part of single contiguous chunk of memory"). The parameters
+        keep their names and shapes, so checkpoints and the decoding step are unaffected.
+        """
+        params = self.cell_parameters()
+        first = params[0]
+        if not (first.is_cuda and torch.backends.cudnn.is_acceptable(first)):
+            return
+        if any(p.dtype != first.dtype for p in params):
+            return
+        with torch.cuda.device_of(first), torch.no_grad():
+            # Arguments: weight stride (parameters per layer), input size, mode, hidden size,
+            # projection size, layers, batch_first, bidirectional.
+            torch._cudnn_rnn_flatten_weight(
+                params,
+                len(params),
+                self.cell.input_size,
+                cudnn_rnn.get_cudnn_mode("LSTM" if self.is_lstm else "GRU"),
+                self.cell.hidden_size,
+                0,
+                1,
+                True,
+                False,
+            )
+
+    def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
+        """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
+
+        ``torch.gru`` / ``torch.lstm`` are the kernels behind ``nn.GRU`` / ``nn.LSTM``; a one-layer
+        unidirectional RNN has exactly the parameters of its cell, so this is
+        ``for t: h_t = cell(e_t, h_{t-1})``, looped in C++ (cuDNN on a GPU) instead of Python.
+        """
+        params = self.cell_parameters()
+        has_biases = len(params) == 4
+        # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
+        # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).
+        if self.is_lstm:
+            outputs, _, _ = torch.lstm(
+                embedded,
+                (state[0][None], state[1][None]),
+                params,
+                has_biases,
+                1,
+                0.0,
+                self.training,
+                False,
+                True,
+            )
+        else:
+            outputs, _ = torch.gru(
+                embedded, state[0][None], params, has_biases, 1, 0.0, self.training, False, True
+            )
+        return outputs  # (B, T, H)
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        hiddens = self.run_cell(embedded, state)  # (B, T, H)
+        # All T queries at once: (B, T, H) against (B, S, K) -> contexts (B, T, M).
+        contexts, weights = self.attend(hiddens, source, need_weights)
+        return self.output(hiddens, contexts), weights  # (B, T, V)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
+        query = state[0][:, None, :]  # (B, 1, H): h_t asks where to look
+        context, weights = self.attend(query, source)  # (B, 1, M), (B, 1, S)
+        assert weights is not None  # asked for by default
+        return self.output(state[0], context[:, 0]), state, weights[:, 0]
+
+    def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
+        """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional
+        state tanh(W_c [c_t; h_t]) (..., H), eq. 5, and W_s, eq. 6."""
+        attentional = torch.tanh(self.attentional(torch.cat([contexts, hidden], dim=-1)))
+        return self.output_layer(self.dropout(attentional))  # (..., V)
+
+    def teacher_forced_queries(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
+    ) -> Tensor:
+        """Query t is the state after reading tgt_in[:, t], (B, T, H)."""
+        return self.run_cell(self.dropout(self.embedding(tgt_in)), state)

@@ -1,0 +1,95 @@
+"""Seq2Seq = bidirectional RNN encoder + attention decoder + output layer.
+
+Shape legend: B batch, S source length, T target length, V target vocabulary, M memory size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from seq2seq.errors import ConfigError
+from seq2seq.models.decoder import (
+    AttentionDecoder,
+    AttentionFactory,
+    BahdanauDecoder,
+    CellFactory,
+    DecoderState,
+    EncodedSource,
+)
+from seq2seq.models.encoder import RNNEncoder, RNNFactory
+
+DecoderFactory = Callable[..., AttentionDecoder]
+
+
+class Seq2Seq(nn.Module):
+    """An encoder–decoder with a pluggable attention scoring function.
+
+    ``attention`` builds the scoring function from ``query_size`` and ``key_size`` (Hydra passes a
+    ``_partial_`` of one of the classes in ``seq2seq.attention``); ``decoder`` is the decoder class
+    (``BahdanauDecoder``, sequential, or ``LuongDecoder``, parallel over target steps), built with
+    the sizes below and the recurrent ``cell``. ``hidden_size`` is the decoder's state size; each
+    encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so the encoder's
+    output has the decoder's size).
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        attention: AttentionFactory,
+        embedding_size: int = 128,
+        hidden_size: int = 256,
+        encoder_hidden_size: int | None = None,
+        encoder_layers: int = 1,
+        dropout: float = 0.1,
+        padding_idx: int = 0,
+        rnn: RNNFactory = nn.GRU,
+        cell: CellFactory = nn.GRUCell,
+        decoder: DecoderFactory = BahdanauDecoder,
+    ) -> None:
+        super().__init__()
+        for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
+            if size < 1:
+                raise ConfigError(f"model.{name} must be a positive integer, got {size}.")
+        if encoder_hidden_size is None:
+            encoder_hidden_size = max(1, hidden_size // 2)
+        self.encoder = RNNEncoder(
+            vocab_size=src_vocab_size,
+            embedding_size=embedding_size,
+            hidden_size=encoder_hidden_size,
+            num_layers=encoder_layers,
+            dropout=dropout,
+            padding_idx=padding_idx,
+            rnn=rnn,
+        )
+        self.decoder = decoder(
+            vocab_size=tgt_vocab_size,
+            embedding_size=embedding_size,
+            hidden_size=hidden_size,
+            memory_size=self.encoder.output_size,
+            attention=attention,
+            dropout=dropout,
+            padding_idx=padding_idx,
+            cell=cell,
+        )
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncodedSource, DecoderState]:
+        """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state."""
+        memory, summary = self.encoder(src, src_lens)  # (B, S, M), (B, M)
+        source = self.decoder.prepare_source(memory, src_lens)
+        return source, self.decoder.init_state(summary)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), next state, attention weights (B, S)."""
+        return self.decoder.decode_step(prev_tokens, state, source)
+
+    def forward(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S) or None."""
+        source, state = self.encode(src, src_lens)
+        return self.decoder(tgt_in, state, source, need_weights)

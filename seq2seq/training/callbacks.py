@@ -1,0 +1,141 @@
+"""Callbacks that show what the model does at each validation: sample translations and attention
+maps of a fixed set of validation sentences, in the run directory and in the active loggers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pytorch_lightning as pl
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+from seq2seq.analysis.plotting import plot_attention
+from seq2seq.atomic import write_atomic
+from seq2seq.inference.bundle import TrainedModel
+from seq2seq.inference.translator import Translation, Translator
+from seq2seq.training.lit_module import LitSeq2Seq
+
+log = logging.getLogger(__name__)
+
+ATTENTION_DIR = "attention"  # RUN/attention/step-000313.json and step-000313-<index>.png
+
+
+def attention_record_path(run_dir: Path, step: int) -> Path:
+    return run_dir / ATTENTION_DIR / f"step-{step:06d}.json"
+
+
+class ValidationExamples(pl.Callback):
+    """After each validation, translate ``num_samples`` fixed validation sentences (spread evenly
+    over the split) and record them: a table of source, reference and hypothesis, and the
+    attention heatmaps of the first ``num_maps``.
+
+    Written to ``RUN/attention/step-NNNNNN.json`` (tokens and weights, for ``compare_runs.py``)
+    and ``step-NNNNNN-<index>.png``; logged as a W&B table and images, or TensorBoard text and
+    images. Rank zero only.
+    """
+
+    def __init__(self, run_dir: str | Path, num_samples: int = 8, num_maps: int = 4) -> None:
+        self.run_dir = Path(run_dir)
+        self.num_samples = num_samples
+        self.num_maps = num_maps
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or self.num_samples < 1:
+            return
+        assert isinstance(pl_module, LitSeq2Seq)
+        dataset = trainer.datamodule.datasets["val"]  # type: ignore[attr-defined]
+        stride = max(1, len(dataset) // self.num_samples)
+        indices = list(range(0, len(dataset), stride))[: self.num_samples]
+        examples = [dataset.examples[index] for index in indices]
+        translator = Translator(
+            TrainedModel(
+                pl_module.model,
+                pl_module.src_tokenizer,
+                pl_module.tgt_tokenizer,
+                pl_module.model_config,
+                decoding={
+                    "max_len_a": pl_module.max_len_a,
+                    "max_len_b": pl_module.max_len_b,
+                    "max_src_len": pl_module.max_src_len,
+                },
+            ),
+            device=pl_module.device,
+        )
+        translations = translator.translate_detailed(
+            [example.src_text for example in examples], with_attention=True
+        )
+        step = trainer.global_step
+        out_dir = self.run_dir / ATTENTION_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        records = [
+            _record(index, example.src_text, example.tgt_text, translation)
+            for index, example, translation in zip(indices, examples, translations, strict=True)
+        ]
+        record_path = attention_record_path(self.run_dir, step)
+        text = json.dumps({"step": step, "epoch": trainer.current_epoch, "sentences": records})
+        write_atomic(record_path, lambda path: path.write_text(text, encoding="utf-8"))
+        images = []
+        for record, translation in list(zip(records, translations, strict=True))[: self.num_maps]:
+            if translation.attention is None or not translation.tgt_tokens:
+                continue  # an empty translation has no attention to draw
+            assert translation.src_tokens is not None
+            image = out_dir / f"step-{step:06d}-{record['index']}.png"
+            plot_attention(
+                translation.src_tokens,
+                translation.tgt_tokens,
+                translation.attention,
+                image,
+                title=f"val sentence {record['index']}, step {step}",
+            )
+            images.append((record, image))
+        self._log(trainer, step, records, images)
+
+    def _log(
+        self,
+        trainer: pl.Trainer,
+        step: int,
+        records: list[dict[str, Any]],
+        images: list[tuple[dict[str, Any], Path]],
+    ) -> None:
+        columns = ["index", "source", "reference", "hypothesis"]
+        rows = [[record[column] for column in columns] for record in records]
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table(key="val/samples", columns=columns, data=rows, step=step)
+                # One key per sentence, as in TensorBoard: W&B lays a list of images out as one
+                # grid of equal cells, and maps of sentences of other lengths have other sizes.
+                for record, path in images:
+                    logger.log_image(
+                        key=f"val/attention/{record['index']}",
+                        images=[str(path)],
+                        step=step,
+                        caption=[record["hypothesis"]],
+                    )
+            elif isinstance(logger, TensorBoardLogger):
+                header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+                table = "".join("| " + " | ".join(map(str, row)) + " |\n" for row in rows)
+                logger.experiment.add_text("val/samples", header + table, step)
+                for record, path in images:
+                    pixels = matplotlib.image.imread(str(path))[..., :3]  # (H, W, 3) RGB
+                    logger.experiment.add_image(
+                        f"val/attention/{record['index']}", pixels, step, dataformats="HWC"
+                    )
+
+
+def _record(index: int, source: str, reference: str, translation: Translation) -> dict[str, Any]:
+    attention = translation.attention
+    return {
+        "index": index,
+        "source": source,
+        "reference": reference,
+        "hypothesis": translation.text,
+        "src_tokens": translation.src_tokens,
+        "tgt_tokens": translation.tgt_tokens,
+        # (len(tgt_tokens), len(src_tokens)) rows of weights, rounded: files stay small.
+        "attention": [[round(w, 5) for w in row] for row in attention.tolist()]
+        if attention is not None
+        else None,
+    }

@@ -1,0 +1,369 @@
+"""LightningModule: loss, optimizer and schedule, greedy validation with corpus metrics.
+
+Shape legend: B batch, S source length, T target length, V target vocabulary.
+
+Validation (and testing) scores every sentence on its own (``score_batch``) and computes corpus
+BLEU, chrF, loss, attention entropy and AER once from the scores of all DDP ranks
+(``seq2seq.analysis.metrics``), so they equal what one process gets on the same split.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
+from seq2seq.analysis.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
+from seq2seq.atomic import write_atomic
+from seq2seq.data.batching import Batch
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
+from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
+from seq2seq.models.model import Seq2Seq
+from seq2seq.search import greedy_search
+from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
+from seq2seq.training.distributed import gather_objects
+from seq2seq.training.loss import decoder_loss, teacher_forced_loss
+
+log = logging.getLogger(__name__)
+
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+
+
+def attention_entropy(weights: Tensor, tgt_lens: Tensor) -> Tensor:
+    """Summed entropy (nats) of the attention rows of each sentence's real target steps.
+
+    weights (B, T, S), tgt_lens (B,) -> (B,). Padded keys have weight 0 and add 0·log 0 = 0.
+    """
+    weights = weights.float()
+    entropy = -torch.special.xlogy(weights, weights).sum(dim=-1)  # (B, T)
+    steps = torch.arange(weights.shape[1], device=weights.device)  # (T,)
+    return (entropy * (steps[None, :] < tgt_lens[:, None])).sum(dim=-1)  # (B,)
+
+
+def logs_training_loss(trainer: pl.Trainer) -> bool:
+    """Whether this training step logs train/loss: where Lightning writes the step's logged values
+    to the loggers (every ``trainer.log_every_n_steps`` optimizer steps, when training stops, and
+    in a fast_dev_run), and at the last batch of an epoch or of max_steps, so that the progress bar
+    and the run's final metrics have the latest loss. The loggers get what logging at every step
+    gave them; the progress bar's loss changes at those steps only."""
+    # Lightning's own test, a property of its (private) logger connector; where a version lacks
+    # it, every step logs, as before this test.
+    connector = getattr(trainer, "_logger_connector", None)
+    # fast_dev_run too is set on the trainer at init without being declared on the class.
+    if getattr(connector, "should_update_logs", True) or getattr(trainer, "fast_dev_run", False):
+        return True
+    return trainer.is_last_batch or 0 < trainer.max_steps <= trainer.global_step + 1
+
+
+def clip_grad_norm_on_cpu(grads: list[Tensor], max_norm: float) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` of CPU gradients (their joint 2-norm, and each scaled
+    by max_norm / (norm + 1e-6) where that is below 1), in place; returns the norm.
+
+    Torch multiplies every gradient by the clamped factor on every step, so that a GPU never
+    waits for the norm; on the CPU the norm is at hand, and the multiply is skipped on the many
+    steps where it is 1: about 1 % of a Luong training step at the benchmark's size, with the
+    norms taken in one ``_foreach_norm`` instead of one call per parameter.
+    """
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    factor = max_norm / (float(norm) + 1e-6)
+    if factor < 1.0:  # false for a NaN norm, which torch's multiply would spread to every grad
+        torch._foreach_mul_(grads, factor)
+    return norm
+
+
+class LitSeq2Seq(pl.LightningModule):
+    """Trains a ``Seq2Seq`` with teacher forcing and validates it by greedy decoding.
+
+    ``model_config`` is the resolved constructor config of ``model``; it travels in every checkpoint
+    together with both tokenizers, so a checkpoint alone rebuilds the model
+    (``seq2seq.inference.bundle.load``, ``seq2seq.pipeline.load_checkpoint``).
+    """
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        model_config: dict[str, Any],
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
+        grad_clip: float | None = 1.0,
+        max_len_a: float = 2.0,
+        max_len_b: int = 10,
+        max_src_len: int = 256,
+        bleu_tokenize: str = "13a",
+        cuda_graphs: bool = False,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.model_config = model_config
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.grad_clip = grad_clip
+        self.max_len_a = max_len_a
+        self.max_len_b = max_len_b
+        self.max_src_len = max_src_len
+        self.bleu_tokenize = bleu_tokenize
+        self.label_smoothing = label_smoothing
+        # Training replays the decoder from CUDA graphs (seq2seq.training.cuda_graphs); a cache of
+        # recordings, not a submodule: the parameters stay the model's.
+        self.decoder_graphs = (
+            DecoderGraphs(model.decoder, label_smoothing=label_smoothing) if cuda_graphs else None
+        )
+        # Sentence scores of the running evaluation, reset when each one starts.
+        self._eval_scores: list[SentenceScore] = []
+        # Training throughput since the last validation: target tokens, and seconds spent
+        # training (the clock stops while validating).
+        self._train_tokens = torch.zeros((), dtype=torch.long)
+        self._train_seconds = 0.0
+        self._train_clock: float | None = None
+        # The whole fit's totals over all ranks, for the run summary.
+        self.total_train_tokens = 0
+        self.total_train_seconds = 0.0
+
+    def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Summed token cross-entropy (in float32) and the number of target tokens."""
+        decode: Callable[..., Tensor] = functools.partial(
+            decoder_loss, self.model.decoder, label_smoothing=self.label_smoothing
+        )
+        if self.decoder_graphs is not None and self.training:
+            decode = self.decoder_graphs
+        loss_sum = teacher_forced_loss(
+            self.model, decode, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out
+        )
+        return loss_sum, batch.tgt_lens.sum()
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        if self._train_clock is None:  # training starts, resumes, or goes on after validation
+            self._train_clock = time.perf_counter()
+        loss_sum, num_tokens = self.loss(batch)
+        self._train_tokens += num_tokens.detach()
+        if logs_training_loss(self.trainer):
+            # Over all ranks and weighted by tokens (each rank's gradient still uses its own batch
+            # mean; DDP averages those). Not at every step: each self.log deep-copies Lightning's
+            # metadata for the value (with the data module's batch transfer, 1.7 % of a benchmark
+            # step: docs/performance.md), and the reduce is a collective under DDP.
+            totals = torch.stack([loss_sum.detach(), num_tokens.to(loss_sum.dtype)])  # (2,)
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+            batch_size = len(batch.src_lens)
+            self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=batch_size)
+        return loss_sum / num_tokens
+
+    def on_fit_start(self) -> None:
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        if self.decoder_graphs is not None:
+            trainer = self.trainer
+            check_cuda_graphs(self.device, trainer.world_size, str(trainer.precision))
+            materialize_grads(self)
+
+    def on_fit_end(self) -> None:
+        if self.decoder_graphs is not None:
+            log.info("training: %s", self.decoder_graphs.summary())
+
+    def optimizer_zero_grad(
+        self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # With CUDA graphs the gradients keep their own buffers (DecoderGraphs), zeroed in place.
+        optimizer.zero_grad(set_to_none=self.decoder_graphs is None)
+
+    def on_validation_epoch_start(self) -> None:
+        self._stop_train_clock()
+        self._eval_scores = []
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_scores = []
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_scores.extend(self.score_batch(batch, "val"))
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_scores.extend(self.score_batch(batch, "test"))
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = self._corpus_metrics("val")
+        if not self.trainer.sanity_checking:
+            metrics.update(self._training_rates())
+        self._log_pooled(metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_pooled(self._corpus_metrics("test"))
+
+    def _log_pooled(self, metrics: dict[str, float]) -> None:
+        """Log metrics that every rank computed from the same pooled scores. They are equal on
+        all ranks already; the max over ranks keeps them exactly so (a mean of equal float32
+        values need not be) and tells Lightning they are synchronized."""
+        for name, value in metrics.items():
+            prog_bar = name in ("val/loss", "val/bleu")
+            self.log(name, value, prog_bar=prog_bar, sync_dist=True, reduce_fx="max")
+
+    def score_batch(self, batch: Batch, split: str) -> list[SentenceScore]:
+        """Teacher-forced loss, attention entropy and alignment, and the greedy translation, of
+        every sentence in ``batch`` (of the dataset ``split``)."""
+        logits, weights = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B,T,V), (B,T,S)
+        assert weights is not None  # asked for by default
+        token_losses = F.cross_entropy(
+            logits.float().flatten(0, 1),  # (B*T, V)
+            batch.tgt_out.flatten(),  # (B*T,)
+            ignore_index=PAD_ID,
+            reduction="none",
+        ).view_as(batch.tgt_out)  # (B, T)
+        loss_sums = token_losses.sum(dim=1).tolist()
+        entropy_sums = attention_entropy(weights, batch.tgt_lens).tolist()
+        hypotheses = self.translate_batch(batch)
+        gold = self._gold_alignments(split)
+        src_lens, tgt_lens = batch.src_lens.tolist(), batch.tgt_lens.tolist()
+        scores = []
+        for row, index in enumerate(batch.indices.tolist()):
+            counts = None
+            links = gold[index] if gold is not None else None
+            if links is not None:
+                # The attention of the step that predicts target word j is row j (EOS excluded).
+                predicted = argmax_links(weights[row], src_lens[row], tgt_lens[row] - 1)
+                counts = count_links(predicted, GoldAlignment.from_links(links))
+            scores.append(
+                SentenceScore(
+                    index=index,
+                    hypothesis=hypotheses[row],
+                    reference=batch.tgt_text[row],
+                    loss_sum=loss_sums[row],
+                    tokens=tgt_lens[row],
+                    entropy_sum=entropy_sums[row],
+                    alignment=counts,
+                )
+            )
+        return scores
+
+    def _gold_alignments(self, split: str) -> Sequence[Sequence[tuple[int, int]] | None] | None:
+        """Gold word alignments of ``split`` (the toy tasks have them) when tokens are words."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        if not isinstance(datamodule, Seq2SeqDataModule):
+            return None
+        # Alignments link words; with a subword tokenizer token positions are not word positions.
+        if datamodule.tokenizer_spec.level != "whitespace":
+            return None
+        return datamodule.alignments.get(split)
+
+    def _corpus_metrics(self, split: str) -> dict[str, float]:
+        """Every rank's sentence scores pooled, deduplicated and put in dataset order; the corpus
+        metrics computed once from them (the same on every rank)."""
+        scores = merge_sentence_scores(gather_objects(self._eval_scores))
+        self._eval_scores = []
+        if split == "val" and not self.trainer.sanity_checking and self.trainer.is_global_zero:
+            self._write_hypotheses(
+                [score.hypothesis for score in scores],
+                Path(self.trainer.default_root_dir) / "val_hypotheses.txt",
+            )
+        metrics = corpus_metrics(scores, self.bleu_tokenize)
+        return {f"{split}/{name}": value for name, value in metrics.items()}
+
+    def _stop_train_clock(self) -> None:
+        if self._train_clock is not None:
+            self._train_seconds += time.perf_counter() - self._train_clock
+            self._train_clock = None
+
+    def _training_rates(self) -> dict[str, float]:
+        """Learning rate, and training throughput (target tokens/s of all ranks together) since
+        the previous validation."""
+        gathered = gather_objects((int(self._train_tokens), self._train_seconds))
+        tokens, seconds = [count for count, _ in gathered], [spent for _, spent in gathered]
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        self._train_seconds = 0.0
+        self.total_train_tokens += sum(tokens)
+        self.total_train_seconds += max(seconds)
+        rates = {"train/lr": float(self.trainer.optimizers[0].param_groups[0]["lr"])}
+        if max(seconds) > 0:
+            rates["train/tokens_per_s"] = sum(tokens) / max(seconds)
+        return rates
+
+    @staticmethod
+    def _write_hypotheses(hypotheses: list[str], path: Path) -> None:
+        """This validation's translations in dataset order, one per line (atomically replaced),
+        so that ``sacrebleu REF -i val_hypotheses.txt`` can check ``val/bleu``."""
+        text = "".join(f"{hypothesis}\n" for hypothesis in hypotheses)
+        write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+    def translate_batch(self, batch: Batch) -> list[str]:
+        """Greedy translations of a batch, detokenized."""
+        hypotheses = greedy_search(
+            self.model,
+            batch.src,
+            batch.src_lens,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_id=PAD_ID,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+        )
+        return [decode(self.tgt_tokenizer, ids) for ids in hypotheses.tokens.tolist()]
+
+    def configure_optimizers(self) -> Any:
+        if self.optimizer_factory is None:
+            raise RuntimeError("LitSeq2Seq was built without an optimizer: it can only evaluate.")
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/bleu", "interval": "epoch"},
+        }
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | int | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        # The module owns clipping so that it travels with the model config, not the trainer's.
+        clip = self.grad_clip if gradient_clip_val is None else gradient_clip_val
+        if not clip:
+            return
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads and all(grad.device.type == "cpu" for grad in grads):
+            clip_grad_norm_on_cpu(grads, float(clip))
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val=clip, gradient_clip_algorithm="norm")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Plain strings and dicts only, so the checkpoint loads with torch.load(weights_only=True).
+        checkpoint[CHECKPOINT_KEY] = {
+            "format": CHECKPOINT_FORMAT,
+            "model_config": self.model_config,
+            "src_tokenizer": self.src_tokenizer.to_str(),
+            "tgt_tokenizer": self.tgt_tokenizer.to_str(),
+            "decoding": {
+                "max_len_a": self.max_len_a,
+                "max_len_b": self.max_len_b,
+                "max_src_len": self.max_src_len,
+            },
+            "metrics": self._metrics_for_checkpoint(),
+        }
+
+    def _metrics_for_checkpoint(self) -> dict[str, float]:
+        """The latest logged metrics, and the best val BLEU so far, as plain floats."""
+        if self._trainer is None:
+            return {}
+        metrics = {
+            name: float(value)
+            for name, value in self.trainer.callback_metrics.items()
+            if value.numel() == 1
+        }
+        best = self.trainer.checkpoint_callback
+        if best is not None and getattr(best, "best_model_score", None) is not None:
+            metrics["best/val_bleu"] = float(best.best_model_score)  # type: ignore[attr-defined]
+        return metrics

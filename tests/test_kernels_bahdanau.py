@@ -1,0 +1,278 @@
+"""seq2seq.kernels.bahdanau: the Bahdanau recurrence as one node computes the decoder's function
+and its gradients.
+
+References: the recurrence written out in float64 from the formulas (Bahdanau et al.'s
+``w_vᵀ tanh(W_q s + W_k k)``, ``masked_softmax``, ``torch.gru_cell``), and the decoder's own
+step loop through autograd (the reference), also in float64, so that the comparisons
+measure the fused float32 path's error.
+
+Shape legend: B batch, S source length, T target length, H hidden size, M memory size, A
+attention hidden size, G gates (3H).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.attention import AdditiveAttention, masked_softmax
+from seq2seq.kernels import accelerate, library
+from seq2seq.kernels import reference as to_reference
+from seq2seq.kernels.bahdanau import Recurrence, attend
+from seq2seq.kernels.modules import FastBahdanauDecoder
+from seq2seq.models.decoder import BahdanauDecoder
+from seq2seq.models.model import Seq2Seq
+from seq2seq.search import beam_search, greedy_search
+from tests.test_model import BOS, EOS, PAD, make_batch
+
+pytestmark = pytest.mark.skipif(
+    library.library() is None, reason=f"no fused kernels here: {library.unavailable_reason()}"
+)
+
+
+def reference(
+    input_gates: Tensor,
+    initial: Tensor,
+    keys: Tensor,
+    memory: Tensor,
+    src_lens: Tensor,
+    query_weight: Tensor,
+    query_bias: Tensor | None,
+    score_weight: Tensor,
+    context_weight: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The T steps from the formulas: states (B, T, H), contexts (B, T, M), weights (B, T, S)."""
+    state, states, contexts, weights = initial, [], [], []
+    for t in range(input_gates.shape[1]):
+        query = F.linear(state, query_weight, query_bias)  # (B, A)
+        scores = torch.tanh(query[:, None, :] + keys) @ score_weight[0]  # (B, S)
+        step_weights = masked_softmax(scores[:, None, :], src_lens)[:, 0]  # (B, S)
+        context = torch.bmm(step_weights[:, None, :], memory)[:, 0]  # (B, M)
+        # W_ie e + b_ih comes in input_gates, so the cell's own input bias is that row.
+        state = torch.gru_cell(
+            context, state, context_weight, weight_hh, input_gates[:, t], bias_hh
+        )
+        states.append(state)
+        contexts.append(context)
+        weights.append(step_weights)
+    return torch.stack(states, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
+
+
+def random_inputs(
+    batch: int, keys: int, steps: int, size: int, memory_size: int, attention_size: int,
+    biases: bool, seed: int = 0,
+) -> list[Tensor | None]:  # fmt: skip
+    generator = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 1.0) -> Tensor:
+        return torch.randn(*shape, generator=generator) * scale
+
+    gates = 3 * size
+    # Lengths from 0 (an empty source: zero weights and context) to S; longer is clamped to S.
+    src_lens = torch.tensor([0, keys, 1, keys + 3, *range(2, batch - 2)])[:batch] % (keys + 4)
+    return [
+        rand(batch, steps, gates),
+        rand(batch, size, scale=0.5),
+        rand(batch, keys, attention_size),
+        rand(batch, keys, memory_size),
+        src_lens,
+        rand(attention_size, size, scale=0.5),
+        rand(attention_size) if biases else None,
+        rand(1, attention_size),
+        rand(gates, memory_size, scale=0.3),
+        rand(gates, size, scale=0.3),
+        rand(gates) if biases else None,
+    ]
+
+
+def outputs_and_grads(
+    function: object, inputs: list[Tensor | None], use_contexts: bool = True
+) -> list[Tensor]:
+    """The outputs and the gradient of a loss of them with respect to every float input."""
+    leaves = [x.requires_grad_() for x in inputs if x is not None and x.is_floating_point()]
+    states, contexts, weights = function(*inputs)  # type: ignore[operator]
+    ramp = torch.linspace(-1, 1, states.numel(), dtype=states.dtype).view(states.shape)
+    loss = (states.sin() * ramp).sum()
+    if use_contexts:
+        loss = loss + (contexts * contexts.cos()).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    return [states.detach(), contexts.detach(), weights.detach(), *grads]
+
+
+def as_float64(inputs: list[Tensor | None]) -> list[Tensor | None]:
+    return [x.detach().double() if x is not None and x.is_floating_point() else x for x in inputs]
+
+
+@pytest.mark.parametrize("biases", [True, False])
+@pytest.mark.parametrize("use_contexts", [True, False])  # contexts unused: no gradient for them
+def test_recurrence_matches_the_formulas_and_their_gradients(
+    biases: bool, use_contexts: bool
+) -> None:
+    inputs = random_inputs(
+        6, keys=5, steps=4, size=7, memory_size=6, attention_size=9, biases=biases
+    )
+    got = outputs_and_grads(Recurrence.apply, inputs, use_contexts)
+    want = outputs_and_grads(reference, as_float64(inputs), use_contexts)
+    for fused, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
+    contexts, weights = got[1:3]
+    # Row 0 has no valid key: zero weights and contexts, finite everything.
+    assert (weights[0] == 0).all() and (contexts[0] == 0).all()
+    assert all(torch.isfinite(tensor).all() for tensor in got)
+    # Padding keys get weight exactly 0, and the other weights of a step sum to 1.
+    assert (weights[2, :, 1:] == 0).all()
+    torch.testing.assert_close(weights[1:].sum(-1), torch.ones(5, 4))
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_rows_split_over_threads_compute_the_same() -> None:
+    """B·S·A large enough for the C passes to split the sentences over two threads."""
+    inputs = random_inputs(
+        64, keys=16, steps=3, size=8, memory_size=8, attention_size=32, biases=True
+    )
+    got = outputs_and_grads(Recurrence.apply, inputs)
+    want = outputs_and_grads(reference, as_float64(inputs))
+    for fused, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+def make_bahdanau(bias: bool = False, cell_bias: bool = True, **attention: object) -> Seq2Seq:
+    """An accelerated Bahdanau model with additive attention, in training mode."""
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        attention=partial(AdditiveAttention, num_hiddens=12, bias=bias, **attention),
+        embedding_size=8,
+        hidden_size=16,
+        dropout=0.0,
+        cell=partial(nn.GRUCell, bias=cell_bias),
+        decoder=BahdanauDecoder,
+    ).train()
+    accelerate(model)
+    return model
+
+
+@pytest.mark.parametrize(("bias", "cell_bias"), [(False, True), (True, False)])
+def test_the_decoder_trains_as_its_step_loop_does(bias: bool, cell_bias: bool) -> None:
+    """Seq2Seq's teacher-forced loss and every parameter's gradient: the fused recurrence in
+    float32 against the decoder's own step loop through autograd in float64."""
+    src, src_lens, tgt_in = make_batch()
+    model = make_bahdanau(bias, cell_bias)
+    reference_model = to_reference(copy.deepcopy(model).double())
+    results = []
+    source, state = model.encode(src, src_lens)
+    assert isinstance(model.decoder, FastBahdanauDecoder)
+    assert model.decoder.fused_recurrence_applies(source, state[0], False)
+    for candidate in (model, reference_model):
+        logits, weights = candidate(src, src_lens, tgt_in, need_weights=False)
+        assert weights is None
+        loss = logits.log_softmax(-1).sum()
+        grads = torch.autograd.grad(loss, list(candidate.parameters()))
+        results.append([loss.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
+    """Validation (no_grad, weights wanted) takes the fused path; weights and logits agree."""
+    src, src_lens, tgt_in = make_batch()
+    model = make_bahdanau().eval()
+    results = []
+    with torch.no_grad():
+        for fused in (True, False):
+            if not fused:
+                to_reference(model)
+            source, state = model.encode(src, src_lens)
+            if fused:
+                assert isinstance(model.decoder, FastBahdanauDecoder)
+                assert model.decoder.fused_recurrence_applies(source, state[0], True)
+            results.append(model(src, src_lens, tgt_in))
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "applies"),
+    [
+        ({}, True),
+        ({"layer_norm": True}, False),
+        ({"temperature": "learnable"}, False),
+        ({"temperature": 2.0}, False),
+        ({"dropout": 0.2}, False),  # in training; evaluation has no dropout to apply
+    ],
+)
+def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bool) -> None:
+    src, src_lens, _ = make_batch()
+    model = make_bahdanau(**change)
+    assert isinstance(model.decoder, FastBahdanauDecoder)
+    source, state = model.encode(src, src_lens)
+    assert model.decoder.fused_recurrence_applies(source, state[0], False) is applies
+    # The weights would need a gradient the fused pass does not give them.
+    assert not model.decoder.fused_recurrence_applies(source, state[0], True)
+    model.eval()
+    assert model.decoder.fused_recurrence_applies(source, state[0], False) is (
+        "temperature" not in change and "layer_norm" not in change
+    )
+    double = make_bahdanau(**change).double()
+    assert isinstance(double.decoder, FastBahdanauDecoder)
+    source, state = double.encode(src, src_lens)
+    assert not double.decoder.fused_recurrence_applies(source, state[0], False)
+
+
+@pytest.mark.parametrize("group", [1, 3])  # one query per sentence (greedy), three (beam search)
+@pytest.mark.parametrize("bias", [True, False])
+def test_decoding_attention_matches_the_formulas(group: int, bias: bool) -> None:
+    """``attend``: each of the R = B·group queries against its own sentence's keys."""
+    inputs = random_inputs(6, keys=5, steps=1, size=7, memory_size=6, attention_size=9, biases=bias)
+    _, _, keys, memory, src_lens, query_weight, query_bias, score_weight = inputs[:8]
+    assert keys is not None and memory is not None and src_lens is not None
+    assert query_weight is not None and score_weight is not None
+    queries = torch.randn(6 * group, 7)
+    contexts, weights = attend(
+        queries, keys, memory, src_lens, query_weight, query_bias, score_weight
+    )
+    rows = torch.arange(6 * group) // group  # each query's sentence
+    scores = torch.tanh(F.linear(queries, query_weight, query_bias)[:, None] + keys[rows])
+    want = masked_softmax((scores @ score_weight[0])[:, None], src_lens[rows])[:, 0]
+    torch.testing.assert_close(weights, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(contexts, torch.bmm(want[:, None], memory[rows])[:, 0])
+
+
+def test_searches_decode_the_same_with_and_without_the_kernels() -> None:
+    """Greedy and beam search on one model, with the fused attention step and the module's own."""
+    model = make_bahdanau(bias=True).eval()
+    decoder = model.decoder
+    assert isinstance(decoder, FastBahdanauDecoder)
+    assert_searches_agree(model, lambda source, state: decoder.fused_attention_applies(source, 12))
+
+
+def assert_searches_agree(model: Seq2Seq, uses_kernels: Callable[[Any, Tensor], bool]) -> None:
+    """Greedy and beam 4 with the accelerated ``model`` and its reference: the same tokens and
+    lengths, attention within float rounding. ``uses_kernels(source, state)`` must hold for the
+    accelerated one."""
+    src, src_lens, _ = make_batch()
+    results = []
+    with torch.no_grad():
+        for fused in (True, False):
+            if fused:
+                source, state = model.encode(src, src_lens)
+                assert uses_kernels(source, state[0])
+            else:
+                to_reference(model)
+            greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
+            beam = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=4, n_best=2)
+            results.append((greedy, beam))
+    (greedy, beam), (greedy_aten, beam_aten) = results
+    for got, want in ((greedy, greedy_aten), (beam, beam_aten)):
+        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.lengths, want.lengths)
+        torch.testing.assert_close(got.attention, want.attention, rtol=1e-5, atol=1e-6)
