@@ -1,6 +1,6 @@
 """Decoding speed of an OpenNMT-py model, run by OpenNMT-py's own Python (not ours).
 
-    OPENNMT_PYTHON seq2seq/opennmt_decode.py SPEC_JSON
+    OPENNMT_PYTHON benchmarks/opennmt_decode.py SPEC_JSON
 
 The benchmark (``benchmarks.benchmark._opennmt_job``) runs this file as a script with the Python of
 the environment OpenNMT-py is installed in, so it imports nothing from seq2seq. SPEC_JSON holds

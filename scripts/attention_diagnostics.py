@@ -24,7 +24,7 @@ import torch
 # installed with the package: put the checkout first on the path (hence the imports below it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.attention_experiments import render_sections, run_all, update_docs
+from benchmarks.attention_report import render_sections, run_all, update_docs
 from seq2seq.cli import UsageError, run
 
 log = logging.getLogger("seq2seq")

@@ -23,14 +23,9 @@ from pathlib import Path
 # installed with the package: put the checkout first on the path (hence the imports below it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.benchmark import (
-    OPENNMT_PYTHON_ENV,
-    PEER_CHOICES,
-    QUICK,
-    BenchmarkOptions,
-    run_benchmark,
-    write_report,
-)
+from benchmarks.benchmark import PEER_CHOICES, QUICK, BenchmarkOptions, run_benchmark
+from benchmarks.opennmt import OPENNMT_PYTHON_ENV
+from benchmarks.report import write_report
 from seq2seq.cli import check_report_paths, int_at_least, report_parser, run, split_overrides
 
 log = logging.getLogger("seq2seq")

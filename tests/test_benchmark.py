@@ -13,24 +13,21 @@ import torch
 
 from benchmarks.benchmark import (
     BenchmarkOptions,
-    Spread,
-    _joey_job,
-    _quiet_joey,
     attention_costs,
     benchmark_device,
     chosen_peers,
     compose_config,
-    in_fresh_process,
-    joey_config,
-    joeynmt_available,
-    markdown_table,
+    repeat_config,
+)
+from benchmarks.common import Spread, in_fresh_process, time_to_bleu
+from benchmarks.joey import _joey_job, _quiet_joey, joey_config, joeynmt_available
+from benchmarks.opennmt import (
     opennmt_available,
     opennmt_config,
     opennmt_python,
     parse_opennmt_log,
-    repeat_config,
-    time_to_bleu,
 )
+from benchmarks.report import markdown_table
 from seq2seq.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

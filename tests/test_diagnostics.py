@@ -22,10 +22,10 @@ from benchmarks.attention_experiments import (
     bilinear_accuracy_bound,
     measure_dimension,
     measure_saturation,
-    update_docs,
     xor_accuracy,
     xor_batch,
 )
+from benchmarks.attention_report import update_docs
 from seq2seq.analysis.diagnostics import (
     attention_statistics,
     entropy,
