@@ -6,8 +6,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli import exit_on_user_error
-from seq2seq.distributed import hydra_overrides_for_rank
 from seq2seq.pipeline import hydra_run_dir, train
+from seq2seq.training.distributed import hydra_overrides_for_rank
 
 # hydra.run.dir uses it: a resumed run (ckpt_path=RUN/checkpoints/last.ckpt) goes on in RUN.
 OmegaConf.register_new_resolver("seq2seq_run_dir", hydra_run_dir, replace=True)
