@@ -70,6 +70,7 @@ from benchmarks.report import (
 )
 from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError
+from seq2seq.pipeline import scoring_config
 from seq2seq.training.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
@@ -316,7 +317,7 @@ def attention_costs(
         config = OmegaConf.merge(
             {"model": {"hidden_size": hidden_size}}, {"attention": OmegaConf.load(path)}
         )
-        factory = instantiate(config.attention)
+        factory = instantiate(scoring_config(config.attention))
         torch.manual_seed(0)
         attention = factory(query_size=hidden_size, key_size=hidden_size).to(device)
         for mode in costs:

@@ -16,7 +16,7 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from seq2seq import Translator
-from seq2seq.analysis.plotting import plot_attention
+from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
 from seq2seq.inference.translator import translate_stream
 
@@ -34,6 +34,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument(
         "--attention-plot", type=Path, help="save the attention heatmap of the first sentence"
+    )
+    parser.add_argument(
+        "--attention-heads",
+        default="average",
+        help="for a Transformer's --attention-plot: 'average' (the last layer's heads, the "
+        "default), 'grid' (every layer and head) or 'L,H' (layer L, head H, from 1)",
     )
     return parser.parse_args()
 
@@ -77,6 +83,20 @@ def main() -> int:
     return 0
 
 
+def parse_layer_head(text: str, layers: int, heads: int) -> tuple[int, int]:
+    """'L,H' (from 1) -> zero-based (layer, head), or a UsageError that says what exists."""
+    try:
+        layer, head = (int(part) for part in text.split(","))
+    except ValueError:
+        layer = head = 0
+    if not (1 <= layer <= layers and 1 <= head <= heads):
+        raise UsageError(
+            f"--attention-heads {text!r}: give 'average', 'grid' or 'L,H' with a layer from 1 to "
+            f"{layers} and a head from 1 to {heads}."
+        )
+    return layer - 1, head - 1
+
+
 def plot_sentence(translator: Translator, sentence: list[str], args: argparse.Namespace) -> None:
     """Plot the attention of ``sentence`` (a list of at most one line) as it was translated."""
     if not sentence:
@@ -86,9 +106,28 @@ def plot_sentence(translator: Translator, sentence: list[str], args: argparse.Na
     )
     assert translation.src_tokens is not None and translation.tgt_tokens is not None
     assert translation.attention is not None
-    plot_attention(
-        translation.src_tokens, translation.tgt_tokens, translation.attention, args.attention_plot
+    heads = (
+        None
+        if args.attention_heads == "average"
+        else translator.attention_heads(sentence[0], translation.tgt_tokens)
     )
+    if heads is None:
+        if args.attention_heads != "average":
+            log.warning("--attention-heads: this model has one attention map; plotting it")
+        plot_attention(
+            translation.src_tokens, translation.tgt_tokens, translation.attention,
+            args.attention_plot,
+        )  # fmt: skip
+    elif args.attention_heads == "grid":
+        plot_attention_grid(
+            translation.src_tokens, translation.tgt_tokens, heads, args.attention_plot
+        )
+    else:
+        layer, head = parse_layer_head(args.attention_heads, heads.shape[0], heads.shape[1])
+        plot_attention(
+            translation.src_tokens, translation.tgt_tokens, heads[layer, head],
+            args.attention_plot, title=f"layer {layer + 1}, head {head + 1}",
+        )  # fmt: skip
     log.info(
         "wrote the attention of %r -> %r to %s", sentence[0], translation.text, args.attention_plot
     )

@@ -13,8 +13,12 @@ sequence) or ``(B, Tq)`` (one length per query); key positions ``>= valid_len`` 
 
 The part of a score that does not depend on the query (``W_k k`` for additive attention) is
 worth computing once per source batch rather than at every decoder step. ``project_keys(keys)``
-returns it; the caller passes it back through ``projected_keys``. Modules keep no state between
+returns it; the caller passes it back through ``projected_keys`` (and ``project_values``, the
+identity for a scoring function, through ``projected_values``). Modules keep no state between
 calls.
+
+``MultiHeadAttention`` wraps any scoring function into multi-head attention (Vaswani et al., 2017)
+with the same interface, its weights (B, h, Tq, Tk) one map per head.
 
 Every scoring function divides its scores by a softmax temperature T before the softmax
 (``temperature``: a positive number, 1.0 by default, or ``"learnable"``), so
@@ -106,6 +110,11 @@ class Attention(nn.Module):
         """The query-independent part of the score, computed once per source batch."""
         return keys
 
+    def project_values(self, values: Tensor) -> Tensor:
+        """What the weights average, from the values: the values themselves (multi-head
+        attention projects them)."""
+        return values
+
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         """Raw scores (B, Tq, Tk) from queries (B, Tq, Dq) and ``project_keys(keys)``."""
         raise NotImplementedError
@@ -122,10 +131,13 @@ class Attention(nn.Module):
         valid_lens: Tensor | None = None,
         *,
         projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk)."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
+        if projected_values is not None:
+            values = projected_values
         logits = self.logits(queries, projected_keys)  # (B, Tq, Tk)
         weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
         # Dropout regularises which keys are read; the weights returned are the undropped ones.
@@ -140,10 +152,14 @@ class Attention(nn.Module):
         valid_lens: Tensor | None = None,
         *,
         projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
     ) -> Tensor:
         """Only the context (B, Tq, Dv), for callers that do not need the weights (training's
         loss): ``forward``'s context. Scoring functions may compute it another way."""
-        context, _ = self(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        context, _ = self(
+            queries, keys, values, valid_lens,
+            projected_keys=projected_keys, projected_values=projected_values,
+        )  # fmt: skip
         return context
 
 
@@ -229,10 +245,13 @@ class DotProductAttention(Attention):
         valid_lens: Tensor | None = None,
         *,
         projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
     ) -> Tensor:
         """The same context through PyTorch's fused ``F.scaled_dot_product_attention`` (flash or
         memory-efficient kernels on a GPU; equal to the path above in time on the CPU, measured),
         where no dropout is active on the weights."""
+        if projected_values is not None:
+            values = projected_values
         if self.training and self.dropout.p > 0:
             return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
         keys = keys if projected_keys is None else projected_keys
@@ -260,6 +279,139 @@ class MultiplicativeAttention(Attention):
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         return torch.bmm(queries, projected_keys.transpose(1, 2))  # (B,Tq,Dq)@(B,Dq,Tk)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al., 2017, section 3.2.2) around any scoring function:
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``, the heads concatenated and projected by
+    ``W_o``.
+
+    ``W_q``, ``W_k`` and ``W_v`` map queries, keys and values to ``num_hiddens``, which splits into
+    ``num_heads`` slices of ``num_hiddens / num_heads``; every head is one slice of each (the
+    chapter's single matrix per role, cut into heads, rather than separate per-head matrices:
+    the same function, one GEMM). ``scoring`` scores each head's slices and is **shared across
+    heads**, as in the d2l design: for dot-product scoring that changes nothing (it has no
+    parameters); bilinear scoring learns one ``W`` and additive scoring one ``W_q``, ``W_k`` and
+    ``w_v`` of the head's size that every head uses on its own slices (the heads still differ,
+    through their slices of ``W_q``, ``W_k``, ``W_v``). Build ``scoring`` with
+    ``query_size = key_size = num_hiddens / num_heads``.
+
+    The block owns the masked softmax, the dropout on the weights (``dropout``, as
+    ``nn.MultiheadAttention``'s) and the weighted sum, once for all heads: the scoring function
+    only scores (``Attention.logits``: its temperature applies, its own dropout does not).
+
+    Shape legend: B batch, Tq queries, Tk keys, h heads, d = num_hiddens / h, D = num_hiddens.
+    """
+
+    def __init__(
+        self,
+        scoring: Attention,
+        num_heads: int,
+        query_size: int,
+        key_size: int,
+        value_size: int,
+        num_hiddens: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if num_heads < 1 or num_hiddens % num_heads:
+            raise ConfigError(
+                f"attention.num_heads must be a positive divisor of the attention's size "
+                f"{num_hiddens} (each head gets an equal slice), got {num_heads}."
+            )
+        self.scoring = scoring
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B·h, T, d): head i of sentence b is row b·h + i."""
+        batch, steps, size = x.shape
+        x = x.reshape(batch, steps, self.num_heads, size // self.num_heads)  # (B, T, h, d)
+        return x.transpose(1, 2).reshape(batch * self.num_heads, steps, -1)  # (B·h, T, d)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B·h, T, d) -> (B, T, D): the heads concatenated."""
+        rows, steps, size = x.shape
+        x = x.reshape(rows // self.num_heads, self.num_heads, steps, size)  # (B, h, T, d)
+        return x.transpose(1, 2).reshape(rows // self.num_heads, steps, -1)  # (B, T, D)
+
+    def head_lens(self, valid_lens: Tensor | None) -> Tensor | None:
+        """(B,) or (B, Tq) lengths -> the same for every head: (B·h,) or (B·h, Tq)."""
+        return None if valid_lens is None else valid_lens.repeat_interleave(self.num_heads, 0)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """The heads' keys, scored part included: ``scoring.project_keys`` of each head's slice of
+        ``W_k k``, (B·h, Tk, ·). Computed once per source batch when the keys do not change."""
+        return self.scoring.project_keys(self.split_heads(self.W_k(keys)))
+
+    def project_values(self, values: Tensor) -> Tensor:
+        """The heads' values, ``W_v v`` split, (B·h, Tk, d): once per source batch, too."""
+        return self.split_heads(self.W_v(values))
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """queries (B, Tq, Dq), keys (B, Tk, Dk), values (B, Tk, Dv), valid_lens (B,) or (B, Tq)
+        -> context (B, Tq, D), weights (B, h, Tq, Tk) (None without ``need_weights``).
+
+        ``projected_keys`` / ``projected_values`` (``project_keys`` / ``project_values``) stand
+        in for the keys' and values' projections where they were computed once before."""
+        if projected_keys is None:
+            projected_keys = self.project_keys(keys)
+        if projected_values is None:
+            projected_values = self.project_values(values)
+        head_queries = self.split_heads(self.W_q(queries))  # (B·h, Tq, d)
+        lens = self.head_lens(valid_lens)
+        if not need_weights and self.sdpa_applies():
+            assert isinstance(self.scoring, DotProductAttention)
+            context = sdpa_context(
+                head_queries, projected_keys, projected_values, lens,
+                scaled=self.scoring.scaled, temperature=self.scoring.temperature,
+            )  # fmt: skip
+            return self.W_o(self.merge_heads(context)), None
+        logits = self.scoring.logits(head_queries, projected_keys)  # (B·h, Tq, Tk)
+        weights = masked_softmax(logits, lens)  # (B·h, Tq, Tk)
+        # (B·h, Tq, Tk) @ (B·h, Tk, d) -> (B·h, Tq, d): every head's context
+        context = torch.bmm(self.dropout(weights), projected_values)
+        output = self.W_o(self.merge_heads(context))  # (B, Tq, D)
+        batch = queries.shape[0]
+        return output, weights.view(batch, self.num_heads, *weights.shape[1:])
+
+    def context(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
+    ) -> Tensor:
+        """Only the context (B, Tq, D): ``forward`` without the weights."""
+        context, _ = self(
+            queries, keys, values, valid_lens, projected_keys=projected_keys,
+            projected_values=projected_values, need_weights=False,
+        )  # fmt: skip
+        return context
+
+    def sdpa_applies(self) -> bool:
+        """Whether ``F.scaled_dot_product_attention`` computes the context (no weights wanted):
+        dot-product scoring without active dropout on the weights."""
+        dropping = self.training and self.dropout.p > 0
+        return isinstance(self.scoring, DotProductAttention) and not dropping
 
 
 def sdpa_context(

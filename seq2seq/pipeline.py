@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from seq2seq.analysis.compare import SUMMARY_FILE
 from seq2seq.analysis.diagnostics import AttentionDiagnostics
@@ -127,6 +127,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         callbacks=[
             checkpoint,
             last,
+            *kept_checkpoints(cfg, run_dir / "checkpoints"),
+            *early_stopping(cfg),
             *reliability_callbacks(cfg, run_dir, stop_flag),
             ValidationExamples(run_dir, **cfg.examples),
             AttentionDiagnostics(),
@@ -218,6 +220,7 @@ def build_module(
         max_src_len=cfg.decoding.max_src_len,
         bleu_tokenize=cfg.data.bleu_tokenize,
         cuda_graphs=cfg.cuda_graphs,
+        label_smoothing=check_label_smoothing(cfg.optim.get("label_smoothing", 0.0)),
     )
 
 
@@ -251,11 +254,16 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
             group = str(hydra.sweep.dir)
     # Outside a Hydra app (the compose API in tests and notebooks): the classes' names.
     attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
-    model = choices.get("model") or cfg.model.rnn._target_.rsplit(".", 1)[-1].lower()
+    model = choices.get("model") or model_kind(cfg)
     data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()
     # BahdanauDecoder -> bahdanau; named only when it is not the default, so names stay short.
-    decoder = cfg.model.decoder._target_.rsplit(".", 1)[-1].removesuffix("Decoder").lower()
-    model_name = model if decoder == "bahdanau" else f"{model}-{decoder}"
+    decoder_node = OmegaConf.select(cfg, "model.decoder._target_", default=None)
+    decoder = (
+        str(decoder_node).rsplit(".", 1)[-1].removesuffix("Decoder").lower()
+        if decoder_node
+        else "transformer"
+    )
+    model_name = model if decoder in ("bahdanau", "transformer") else f"{model}-{decoder}"
     if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
         cfg = cfg.copy()
         with open_dict(cfg):
@@ -268,6 +276,12 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
         tags=(str(attention), str(model), str(data), decoder),
         config={str(key): value for key, value in config.items()},
     )
+
+
+def model_kind(cfg: DictConfig) -> str:
+    """gru, lstm or transformer: the model's recurrent layer, or the Transformer."""
+    rnn = OmegaConf.select(cfg, "model.rnn._target_", default=None)
+    return str(rnn).rsplit(".", 1)[-1].lower() if rnn else "transformer"
 
 
 def log_effective_batch(cfg: DictConfig, trainer: pl.Trainer) -> None:
@@ -320,6 +334,70 @@ def trainer_config(cfg: DictConfig) -> DictConfig:
     """``cfg.trainer`` without the keys that are not ``pl.Trainer`` arguments."""
     keys = [str(key) for key in cfg.trainer if key not in NON_TRAINER_KEYS]
     return OmegaConf.masked_copy(cfg.trainer, keys)
+
+
+def check_label_smoothing(value: Any) -> float:
+    if type(value) not in (int, float) or not 0 <= value < 1:
+        raise ConfigError(
+            f"optim.label_smoothing must be at least 0 and below 1 (the probability mass spread "
+            f"over the vocabulary), got {value!r}; e.g. optim.label_smoothing=0.1."
+        )
+    return float(value)
+
+
+class KeptCheckpoints(ModelCheckpoint):
+    """A ``ModelCheckpoint`` told apart from the best-checkpoint one by its file names too:
+    Lightning keys a checkpoint callback's saved state by its monitor and cadence alone, which
+    ``keep_best`` shares with ``best.ckpt``'s."""
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, filename=self.filename)
+
+
+def kept_checkpoints(cfg: DictConfig, directory: Path) -> list[pl.Callback]:
+    """``checkpoint.keep_last`` / ``keep_best``: the checkpoints of the last N validations and of
+    the N best by val/bleu, which ``scripts/average_checkpoints.py`` averages."""
+    callbacks: list[pl.Callback] = []
+    for key, prefix, monitor in (("keep_last", "val", "step"), ("keep_best", "top", "val/bleu")):
+        count = cfg.checkpoint.get(key, 0) or 0
+        if type(count) is not int or count < 0:
+            raise ConfigError(
+                f"checkpoint.{key} must be a whole number of checkpoints (0: none), got {count!r}."
+            )
+        if count:
+            callbacks.append(
+                KeptCheckpoints(
+                    dirpath=directory,
+                    filename=prefix + "-step={step}",
+                    monitor=monitor,  # "step": the latest N (Lightning logs the global step)
+                    mode="max",
+                    save_top_k=count,
+                    auto_insert_metric_name=False,
+                    enable_version_counter=False,
+                )
+            )
+    return callbacks
+
+
+def early_stopping(cfg: DictConfig) -> list[pl.Callback]:
+    """``early_stopping.patience``: stop when val/bleu has not improved for that many
+    validations."""
+    settings = cfg.get("early_stopping") or {}
+    patience = settings.get("patience")
+    if patience is None:
+        return []
+    if type(patience) is not int or patience < 1:
+        raise ConfigError(
+            f"early_stopping.patience must be a positive number of validations (or null: never "
+            f"stop early), got {patience!r}."
+        )
+    return [
+        EarlyStopping(
+            monitor="val/bleu", mode="max", patience=patience,
+            min_delta=float(settings.get("min_delta", 0.0)), check_finite=True,
+        )
+    ]  # fmt: skip
 
 
 def reliability_callbacks(
@@ -484,12 +562,17 @@ def check_model_sizes(cfg: DictConfig) -> None:
         "model.hidden_size",
         "model.encoder_hidden_size",
         "model.encoder_layers",
+        "model.decoder_layers",
+        "model.d_model",
+        "model.num_heads",
+        "model.d_ff",
         "attention.num_hiddens",
+        "attention.num_heads",
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and (type(value) is not int or value < 1):
             problems.append(f"{key}={value} (it must be a positive integer)")
-    for key in ("model.dropout", "attention.dropout"):
+    for key in ("model.dropout", "model.attention_dropout", "attention.dropout"):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
             problems.append(f"{key}={value} (a probability: at least 0, below 1)")
@@ -511,12 +594,30 @@ def check_model_sizes(cfg: DictConfig) -> None:
         )
 
 
+def scoring_config(attention: DictConfig) -> dict[str, Any]:
+    """The ``attention`` group's node as the scoring function's ``_partial_`` config, resolved:
+    without ``num_heads``, which the model reads (multi-head attention is built around it)."""
+    config = OmegaConf.to_container(attention, resolve=True)
+    assert isinstance(config, dict)
+    return {str(key): value for key, value in config.items() if key != "num_heads"}
+
+
 def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:
     """The resolved ``Seq2Seq`` config: ``cfg.model`` plus vocabulary sizes and the attention."""
     model_config = OmegaConf.to_container(cfg.model, resolve=True)
-    attention_config = OmegaConf.to_container(cfg.attention, resolve=True)
-    assert isinstance(model_config, dict) and isinstance(attention_config, dict)
+    attention_config = scoring_config(cfg.attention)
+    assert isinstance(model_config, dict)
     model_config.pop("fused_rnn", None)  # null unless set, and then check_model_sizes refused it
+    # attention.num_heads is the RNN models' (a constructor argument of theirs, not of the
+    # scoring function); absent from files of single-head models, as before it existed.
+    num_heads = OmegaConf.select(cfg, "attention.num_heads", default=1)
+    if num_heads != 1:
+        if model_kind(cfg) == "transformer":
+            raise ConfigError(
+                f"attention.num_heads={num_heads} is for the RNN models; a Transformer's heads "
+                f"are model.num_heads (now {cfg.model.num_heads}), e.g. model.num_heads=8."
+            )
+        model_config["num_heads"] = num_heads
     model_config.update(
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,

@@ -102,7 +102,7 @@ def train_in_process(overrides: list[str], capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("model=transformer", "Could not find 'model/transformer'"),
+        ("model=mamba", "Could not find 'model/mamba'"),
         ("model.hiden_size=3", "Key 'hiden_size' is not in struct"),
         ("trainer.max_epoch=3", "Key 'max_epoch' is not in struct"),
         ("model.encoder_layers=0", "model.encoder_layers=0 (it must be a positive integer)"),

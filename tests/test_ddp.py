@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from seq2seq.analysis.metrics import corpus_metrics
 from seq2seq.data.datamodule import Seq2SeqDataModule
-from seq2seq.pipeline import load_checkpoint
+from seq2seq.pipeline import load_checkpoint, scoring_config
 from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
 from tests.test_pipeline import compose_config, run_training
 
@@ -153,7 +152,7 @@ def test_half_precision_autocast_gives_finite_loss_and_gradients(
     torch.manual_seed(0)
     config = dict(load_checkpoint(tiny_checkpoint).model_config)
     chosen = compose_config(Path("."), [f"attention={attention}"]).attention
-    config["attention"] = OmegaConf.to_container(chosen, resolve=True)
+    config["attention"] = scoring_config(chosen)
     model = build_model(config).train()
     src = torch.randint(4, config["src_vocab_size"], (3, 7))
     src_lens = torch.tensor([7, 4, 1])  # padding, and a one-token sentence

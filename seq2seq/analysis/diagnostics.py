@@ -22,8 +22,15 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from seq2seq.attention import AdditiveAttention, Attention, masked_softmax, valid_key_mask
-from seq2seq.models.model import Seq2Seq
+from seq2seq.attention import (
+    AdditiveAttention,
+    Attention,
+    MultiHeadAttention,
+    masked_softmax,
+    valid_key_mask,
+)
+from seq2seq.models.model import EncoderDecoder, Seq2Seq
+from seq2seq.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +137,7 @@ def attention_statistics(
 
 
 def teacher_forced_queries(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, tgt_in: Tensor
+    model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The decoder's queries under teacher forcing and the projected keys they meet.
 
@@ -145,7 +152,7 @@ def teacher_forced_queries(
 
 @torch.no_grad()
 def model_attention_statistics(
-    model: Seq2Seq, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_lens: Tensor
+    model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_lens: Tensor
 ) -> AttentionStatistics:
     """``attention_statistics`` of a model's decoder on one teacher-forced batch, in eval mode.
 
@@ -158,11 +165,72 @@ def model_attention_statistics(
         queries, projected_keys = teacher_forced_queries(model, src, src_lens, tgt_in)
         positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
         query_mask = positions[None, :] < tgt_lens[:, None]  # (B, T)
-        return attention_statistics(
-            model.decoder.attention, queries, projected_keys, src_lens, query_mask
-        )
+        attention = model.decoder.attention
+        if isinstance(attention, MultiHeadAttention):
+            # Every head's scores, as B·h rows of queries against their sentence's keys.
+            heads = attention.num_heads
+            queries = attention.split_heads(attention.W_q(queries))  # (B·h, T, d)
+            src_lens = src_lens.repeat_interleave(heads)  # (B·h,)
+            query_mask = query_mask.repeat_interleave(heads, 0)  # (B·h, T)
+            attention = attention.scoring
+        return attention_statistics(attention, queries, projected_keys, src_lens, query_mask)
     finally:
         model.train(was_training)
+
+
+def kl(p: Tensor, q: Tensor) -> Tensor:
+    """KL(p || q) of each row (..., Tk) in nats, with 0 log 0 = 0 (where p > 0, q > 0 too)."""
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+
+
+def head_divergence(weights: Tensor, query_mask: Tensor) -> Tensor:
+    """How differently the heads attend: the mean pairwise Jensen–Shannon divergence (nats,
+    0 = identical maps, at most log 2) between the heads' attention rows, over the real queries.
+
+    weights (B, h, Tq, Tk) rows of each head, query_mask (B, Tq) -> () for h >= 2.
+    """
+    weights = weights.double()
+    heads = weights.shape[1]
+    pairs = [(i, j) for i in range(heads) for j in range(i + 1, heads)]
+    if not pairs:
+        return torch.zeros((), dtype=torch.float64)
+    first = weights[:, [i for i, _ in pairs]]  # (B, P, Tq, Tk)
+    second = weights[:, [j for _, j in pairs]]
+    middle = (first + second) / 2
+    # KL(p || m) with 0 log 0 = 0; p > 0 implies m > 0.
+    kl_first = torch.special.xlogy(first, first).sum(-1) - torch.special.xlogy(first, middle).sum(
+        -1
+    )
+    kl_second = torch.special.xlogy(second, second).sum(-1) - (
+        torch.special.xlogy(second, middle).sum(-1)
+    )
+    divergence = (kl_first + kl_second) / 2  # (B, P, Tq)
+    mask = query_mask[:, None, :].expand_as(divergence)
+    return divergence[mask].mean()
+
+
+@torch.no_grad()
+def transformer_head_metrics(
+    model: Transformer, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_lens: Tensor
+) -> dict[str, float]:
+    """``attn/head_js/L<l>``: ``head_divergence`` of every decoder layer's cross-attention, and
+    ``attn/entropy`` of the last layer's average, on one teacher-forced batch, in eval mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        source, _ = model.encode(src, src_lens)
+        weights = model.decoder.cross_attention_weights(tgt_in, source)  # (B, L, h, T, S)
+    finally:
+        model.train(was_training)
+    positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)
+    query_mask = positions[None, :] < tgt_lens[:, None]  # (B, T)
+    metrics = {
+        f"attn/head_js/L{layer + 1}": float(head_divergence(weights[:, layer], query_mask))
+        for layer in range(weights.shape[1])
+    }
+    average = weights[:, -1].mean(1)  # (B, T, S)
+    metrics["attn/entropy"] = float(entropy(average)[query_mask].mean())
+    return metrics
 
 
 def gradient_norm(parameters: Iterable[Tensor]) -> float | None:
@@ -223,11 +291,16 @@ class AttentionDiagnostics(pl.Callback):
     def _log_statistics(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, on_step: bool
     ) -> None:
-        model = _seq2seq(pl_module)
-        batch = self._fixed_batch(trainer, pl_module.device)
-        if model is None or batch is None:
+        model = getattr(pl_module, "model", None)
+        if not isinstance(model, Seq2Seq | Transformer):
             return
-        metrics = model_attention_statistics(model, *batch).as_metrics()
+        batch = self._fixed_batch(trainer, pl_module.device)
+        if batch is None:
+            return
+        if isinstance(model, Transformer):
+            metrics = transformer_head_metrics(model, *batch)
+        else:
+            metrics = model_attention_statistics(model, *batch).as_metrics()
         # Every rank measures the same sentences with the same weights: no syncing needed.
         pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
 

@@ -28,6 +28,8 @@ class SentenceScore:
     tokens: int  # target tokens scored, EOS included
     entropy_sum: float  # summed entropy (nats) of the attention rows of those tokens
     alignment: AlignmentCounts | None = None  # None: no gold alignment for this sentence
+    # A Transformer's alignments head by head ("L1H2": layer 1, head 2), for AER per head.
+    head_alignments: tuple[tuple[str, AlignmentCounts], ...] = ()
 
 
 def merge_sentence_scores(per_rank: Iterable[Sequence[SentenceScore]]) -> list[SentenceScore]:
@@ -41,7 +43,8 @@ def merge_sentence_scores(per_rank: Iterable[Sequence[SentenceScore]]) -> list[S
 
 def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") -> dict[str, float]:
     """``bleu``, ``chrf``, ``loss`` (per token), ``entropy`` (per token) and, when any sentence
-    has a gold alignment, ``aer``: each computed once over all ``scores``."""
+    has a gold alignment, ``aer`` (and ``aer/L<l>H<h>`` for each Transformer head): each computed
+    once over all ``scores``."""
     hypotheses = [score.hypothesis for score in scores]
     references = [[score.reference for score in scores]]
     tokens = max(1, sum(score.tokens for score in scores))
@@ -59,4 +62,10 @@ def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") 
     aligned = [score.alignment for score in scores if score.alignment is not None]
     if aligned:
         metrics["aer"] = sum(aligned, AlignmentCounts()).aer
+    per_head: dict[str, AlignmentCounts] = {}
+    for score in scores:
+        for name, counts in score.head_alignments:
+            per_head[name] = per_head.get(name, AlignmentCounts()) + counts
+    for name, counts in per_head.items():
+        metrics[f"aer/{name}"] = counts.aer
     return metrics

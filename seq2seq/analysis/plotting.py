@@ -59,3 +59,38 @@ def plot_attention(
     finally:
         plt.close(figure)
     return path
+
+
+def plot_attention_grid(
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    weights: Tensor,
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Save every layer's and head's map, weights (L, h, len(tgt_tokens), len(src_tokens)), as a
+    grid: one row per layer, one column per head."""
+    layers, heads = weights.shape[:2]
+    cell = (0.6 + 0.3 * len(src_tokens), 0.6 + 0.27 * len(tgt_tokens))
+    figure, grid = plt.subplots(
+        layers, heads, figsize=(cell[0] * heads, cell[1] * layers), squeeze=False
+    )
+    try:
+        for layer in range(layers):
+            for head in range(heads):
+                axes = grid[layer][head]
+                draw_attention(
+                    axes, src_tokens, tgt_tokens, weights[layer, head],
+                    f"layer {layer + 1}, head {head + 1}",
+                )  # fmt: skip
+                if head:
+                    axes.set_ylabel("")
+                if layer < layers - 1:
+                    axes.set_xlabel("")
+        if title:
+            figure.suptitle(title)
+        path = Path(path)
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(figure)
+    return path

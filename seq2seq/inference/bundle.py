@@ -27,7 +27,7 @@ from seq2seq.attention import AdditiveAttention, DotProductAttention, Multiplica
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.kernels import KERNEL_CHOICES, accelerate
-from seq2seq.models import BahdanauDecoder, LuongDecoder, Seq2Seq
+from seq2seq.models import BahdanauDecoder, EncoderDecoder, LuongDecoder, Seq2Seq, Transformer
 from seq2seq.version import __version__
 
 CHECKPOINT_KEY = "seq2seq"  # our entry in a Lightning checkpoint
@@ -44,6 +44,7 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
     "seq2seq.attention.MultiplicativeAttention": MultiplicativeAttention,
     "seq2seq.models.BahdanauDecoder": BahdanauDecoder,
     "seq2seq.models.LuongDecoder": LuongDecoder,
+    "seq2seq.models.Transformer": Transformer,
     "torch.nn.GRU": nn.GRU,
     "torch.nn.LSTM": nn.LSTM,
     "torch.nn.GRUCell": nn.GRUCell,
@@ -67,7 +68,7 @@ class ModelFileError(Seq2SeqError, ValueError):
 class TrainedModel:
     """Everything inference needs: the model (in eval mode), its vocabularies and settings."""
 
-    model: Seq2Seq
+    model: EncoderDecoder
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     model_config: dict[str, Any]
@@ -91,18 +92,21 @@ def build_model(
     origin: str = "the model config",
     fix: str = REEXPORT,
     kernels: str | None = None,
-) -> Seq2Seq:
-    """Instantiate a ``Seq2Seq`` from its Hydra-style config, allowing only ``ALLOWED_TARGETS``,
-    and accelerate it with ``seq2seq.kernels`` unless ``kernels`` is ``off``: the one place
-    where the choice between the reference and the accelerated modules is made.
+) -> EncoderDecoder:
+    """Instantiate a model (``Seq2Seq`` or ``Transformer``) from its Hydra-style config,
+    allowing only ``ALLOWED_TARGETS``, and accelerate it with ``seq2seq.kernels`` unless
+    ``kernels`` is ``off``: the one place where the choice between the reference and the
+    accelerated modules is made.
 
     ``fix`` ends the message when the config cannot build its model; ``kernels`` overrides the
     config's choice.
     """
     kernels = kernels_choice(model_config if kernels is None else {"kernels": kernels})
     model = _build({k: v for k, v in model_config.items() if k not in RUNTIME_KEYS}, origin, fix)
-    if not isinstance(model, Seq2Seq):
-        raise ModelFileError(f"{origin} does not describe a seq2seq.models.Seq2Seq.")
+    if not isinstance(model, EncoderDecoder):
+        raise ModelFileError(
+            f"{origin} does not describe a model (seq2seq.models.Seq2Seq or Transformer)."
+        )
     if kernels == "auto":
         accelerate(model)
     return model
@@ -204,7 +208,7 @@ def load_checkpoint(
         decoding={**DEFAULT_DECODING, **meta.get("decoding", {})},
         metrics=dict(meta.get("metrics", {})),
     )
-    prefix = "model."  # the LightningModule holds the Seq2Seq as .model
+    prefix = "model."  # the LightningModule holds the model as .model
     state_dict = {
         key[len(prefix) :]: value
         for key, value in checkpoint.get("state_dict", {}).items()

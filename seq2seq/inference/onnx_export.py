@@ -24,9 +24,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from seq2seq.errors import ConfigError
 from seq2seq.kernels import reference
 from seq2seq.models.decoder import EncodedSource
-from seq2seq.models.model import Seq2Seq
+from seq2seq.models.model import EncoderDecoder, Seq2Seq
 
 OPSET = 17
 
@@ -34,7 +35,7 @@ OPSET = 17
 class EncoderGraph(nn.Module):
     """``Seq2Seq.encode`` with tensors in and out, as ONNX wants them."""
 
-    def __init__(self, model: Seq2Seq) -> None:
+    def __init__(self, model: EncoderDecoder) -> None:
         super().__init__()
         self.model = model
 
@@ -46,7 +47,7 @@ class EncoderGraph(nn.Module):
 class DecoderStepGraph(nn.Module):
     """``Seq2Seq.decode_step`` with tensors in and out."""
 
-    def __init__(self, model: Seq2Seq) -> None:
+    def __init__(self, model: EncoderDecoder) -> None:
         super().__init__()
         self.model = model
 
@@ -64,12 +65,18 @@ class DecoderStepGraph(nn.Module):
         return (logits, weights, *next_state)
 
 
-def state_names(model: Seq2Seq) -> list[str]:
+def state_names(model: EncoderDecoder) -> list[str]:
     return ["state_h", "state_c"] if model.decoder.is_lstm else ["state_h"]
 
 
-def export_onnx(model: Seq2Seq, out_dir: str | Path) -> tuple[Path, Path]:
+def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``encoder.onnx`` and ``decoder_step.onnx`` to ``out_dir``; returns their paths."""
+    if not isinstance(model, Seq2Seq):
+        raise ConfigError(
+            f"ONNX export covers the RNN models (Seq2Seq); this is a {type(model).__name__}, "
+            "whose decoding state grows with every step (its key/value caches). Export the "
+            "bundle without --onnx: translate.py and evaluate.py run it."
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # The reference modules, plain PyTorch, are what the exporter traces: the C kernels are

@@ -16,8 +16,9 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from seq2seq.data.batching import pad
-from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode, encode_batch
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode_batch
 from seq2seq.inference.bundle import TrainedModel, load
+from seq2seq.models import Transformer
 from seq2seq.search import Hypotheses, beam_search, greedy_search
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,24 @@ class Translator:
                 shape = len(tgt_ids[index]), len(src_ids[index])
                 results[index].attention = weights[row, : shape[0], : shape[1]].cpu()
         return results
+
+    @torch.no_grad()
+    def attention_heads(self, source: str, target_tokens: Sequence[str]) -> Tensor | None:
+        """Every layer's and head's cross-attention while reading ``target_tokens`` (a
+        ``Translation``'s ``tgt_tokens``) after ``source`` (teacher forcing), (L, h,
+        len(target_tokens), len(src_tokens)): a Transformer's; None for a model with one
+        attention (its map is ``force_decode``'s)."""
+        if not isinstance(self.model, Transformer):
+            return None
+        [src_ids] = encode_batch(self.src_tokenizer, [source])
+        tgt_ids = [self.tgt_tokenizer.token_to_id(token) for token in target_tokens]
+        tgt_ids = [UNK_ID if token_id is None else token_id for token_id in tgt_ids]
+        src = torch.tensor([src_ids], device=self.device)  # (1, S)
+        src_lens = torch.tensor([len(src_ids)], device=self.device)
+        tgt_in = torch.tensor([[BOS_ID, *tgt_ids]], device=self.device)  # (1, T + 1)
+        encoded, _ = self.model.encode(src, src_lens)
+        weights = self.model.decoder.cross_attention_weights(tgt_in, encoded)  # (1, L, h, T+1, S)
+        return weights[0, :, :, : len(tgt_ids)].cpu()
 
     def _search(
         self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float

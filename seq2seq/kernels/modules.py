@@ -41,6 +41,7 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
+    MultiHeadAttention,
     MultiplicativeAttention,
     masked_softmax,
 )
@@ -69,21 +70,21 @@ from seq2seq.search import GreedyTask
 TABLE_TOKENS_PER_SENTENCE = 8
 
 
-def product_scale(attention: Attention, query_size: int) -> float | None:
+def product_scale(attention: Attention | MultiHeadAttention, query_size: int) -> float | None:
     """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
     (dot-product and bilinear scoring at a fixed temperature), else None: what
     ``seq2seq.kernels.product_attention`` computes."""
+    if not isinstance(attention, DotProductAttention | MultiplicativeAttention):
+        return None
     if attention.log_temperature is not None:
         return None
     if isinstance(attention, DotProductAttention):
         scale = 1 / query_size**0.5 if attention.scaled else 1.0
         return scale / attention.fixed_temperature
-    if isinstance(attention, MultiplicativeAttention):
-        return 1.0 / attention.fixed_temperature
-    return None
+    return 1.0 / attention.fixed_temperature
 
 
-def plain_additive(attention: Attention) -> bool:
+def plain_additive(attention: Attention | MultiHeadAttention) -> bool:
     """Whether this is Bahdanau's plain form, the one ``seq2seq.kernels.bahdanau`` computes:
     additive, no layer norm, temperature 1."""
     return (
@@ -94,7 +95,7 @@ def plain_additive(attention: Attention) -> bool:
     )
 
 
-def weights_dropout_active(attention: Attention) -> bool:
+def weights_dropout_active(attention: Attention | MultiHeadAttention) -> bool:
     return attention.training and attention.dropout.p > 0
 
 
@@ -109,10 +110,13 @@ class FastAdditiveAttention(AdditiveAttention):
         valid_lens: Tensor | None = None,
         *,
         projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
     ) -> Tensor:
         """``forward``'s context from ``score + Σw_v``: tanh(x) = 2σ(2x) - 1, so
         ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key, which the
         softmax ignores."""
+        if projected_values is not None:
+            values = projected_values
         if queries.device.type != "cpu":
             return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
         if projected_keys is None:
@@ -447,6 +451,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         if not isinstance(source, DecodingSource) or source.tables_built or not self.is_decoding():
             return
         super().build_tables(source)
+        if isinstance(self.attention, MultiHeadAttention):
+            return  # its context is W_o of the heads' averages, not an average of the memory
         context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
         source.attentional_memory = F.linear(source.memory, context_weight)  # (B, S, H)
 
@@ -582,7 +588,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
 
 
 def replace_memory(source: EncodedSource, memory: Tensor) -> EncodedSource:
-    """``source`` with other values to average (same keys and lengths)."""
+    """``source`` with other values to average (same keys and lengths; a single scoring
+    function's source: ``build_tables`` makes no ``attentional_memory`` for multi-head)."""
     return EncodedSource(memory, source.keys, source.projected_keys, source.src_lens)
 
 

@@ -33,7 +33,8 @@ import torch
 from torch import Tensor, nn
 from torch.backends.cudnn import rnn as cudnn_rnn
 
-from seq2seq.attention import Attention
+from seq2seq.attention import Attention, MultiHeadAttention
+from seq2seq.errors import ConfigError
 from seq2seq.models.embedding import Embedding
 
 AttentionFactory = Callable[..., Attention]
@@ -51,23 +52,60 @@ class EncodedSource:
     keys: Tensor  # (B, S, K) memory, projected to the query size when the scoring needs it
     projected_keys: Tensor  # attention.project_keys(keys), the query-independent part of scores
     src_lens: Tensor  # (B,) number of real source tokens
+    # attention.project_values(memory) where that is not the memory itself (multi-head
+    # attention's W_v m, split into heads); None: the weights average the memory.
+    projected_values: Tensor | None = None
 
     def index_select(self, indices: Tensor) -> EncodedSource:
         """Rows of the batch in the order of ``indices`` (B',), e.g. to drop finished sentences.
 
         Fields that are one tensor (dot-product scoring of a memory of the query's size uses the
-        memory as keys and as projected keys) are selected once and stay one tensor.
+        memory as keys and as projected keys) are selected once and stay one tensor. Multi-head
+        attention's fields hold h rows per sentence (b·h + i), selected as such.
         """
         selected: dict[int, Tensor] = {}
         for tensor in (self.memory, self.keys, self.projected_keys, self.src_lens):
             if id(tensor) not in selected:
-                selected[id(tensor)] = tensor.index_select(0, indices)
+                selected[id(tensor)] = select_sentences(tensor, indices, len(self.src_lens))
+        values = self.projected_values
         return EncodedSource(
             selected[id(self.memory)],
             selected[id(self.keys)],
             selected[id(self.projected_keys)],
             selected[id(self.src_lens)],
+            None if values is None else select_sentences(values, indices, len(self.src_lens)),
         )
+
+
+def select_sentences(tensor: Tensor, indices: Tensor, sentences: int) -> Tensor:
+    """The rows of sentences ``indices`` (B',) from a tensor of B sentences' rows, one each or
+    h each (rows b·h .. b·h + h - 1, multi-head attention's layout): (B'·h, ...)."""
+    per_sentence = tensor.shape[0] // sentences
+    if per_sentence == 1:
+        return tensor.index_select(0, indices)
+    rows = indices[:, None] * per_sentence + torch.arange(per_sentence, device=indices.device)
+    return tensor.index_select(0, rows.reshape(-1))
+
+
+def attention_module(
+    attention: AttentionFactory, num_heads: int, query_size: int, memory_size: int
+) -> Attention | MultiHeadAttention:
+    """The scoring function built for the decoder's sizes, or with ``num_heads`` > 1, a
+    multi-head attention of the memory's size around it (``attention.num_heads``)."""
+    if num_heads == 1:
+        return attention(query_size=query_size, key_size=memory_size)
+    if type(num_heads) is not int or num_heads < 1 or memory_size % num_heads:
+        raise ConfigError(
+            f"attention.num_heads={num_heads!r} must be a positive divisor of the encoder's "
+            f"output size {memory_size} (each head reads an equal slice), e.g. "
+            "attention.num_heads=4."
+        )
+    head_size = memory_size // num_heads
+    scoring = attention(query_size=head_size, key_size=head_size)
+    return MultiHeadAttention(
+        scoring, num_heads, query_size, memory_size, memory_size, memory_size,
+        dropout=scoring.dropout.p,
+    )  # fmt: skip
 
 
 class AttentionDecoder(nn.Module):
@@ -93,15 +131,20 @@ class AttentionDecoder(nn.Module):
         dropout: float = 0.0,
         padding_idx: int = 0,
         cell: CellFactory = nn.GRUCell,
+        num_heads: int = 1,
     ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
-        self.attention = attention(query_size=hidden_size, key_size=memory_size)
+        self.attention: Attention | MultiHeadAttention = attention_module(
+            attention, num_heads, hidden_size, memory_size
+        )
         # Dot products need keys of the query's size: project the memory once per batch.
+        # (Multi-head attention projects keys and queries itself.)
+        needs_equal_sizes = getattr(self.attention, "needs_equal_sizes", False)
         self.key_projection: nn.Module = (
             nn.Linear(memory_size, hidden_size, bias=False)
-            if self.attention.needs_equal_sizes and memory_size != hidden_size
+            if needs_equal_sizes and memory_size != hidden_size
             else nn.Identity()
         )
         self.embedding_size = embedding_size
@@ -124,7 +167,11 @@ class AttentionDecoder(nn.Module):
     def prepare_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource:
         """Keys and their query-independent projection, once per batch. memory (B, S, M)."""
         keys = self.key_projection(memory)  # (B, S, K)
-        return EncodedSource(memory, keys, self.attention.project_keys(keys), src_lens)
+        values = self.attention.project_values(memory)  # the memory itself but for multi-head
+        return EncodedSource(
+            memory, keys, self.attention.project_keys(keys), src_lens,
+            None if values is memory else values,
+        )  # fmt: skip
 
     def init_state(self, summary: Tensor) -> DecoderState:
         """summary (B, M) -> initial state, tensors of (B, H)."""
@@ -157,11 +204,18 @@ class AttentionDecoder(nn.Module):
             # (B·K, Tq, H) -> (B, K·Tq, H): the queries of sentence b are contiguous rows.
             queries = queries.reshape(sentences, -1, queries.shape[2])
         arguments = (queries, source.keys, source.memory, source.src_lens)
+        keys, values = source.projected_keys, source.projected_values
         weights: Tensor | None = None
         if need_weights:
-            context, weights = self.attention(*arguments, projected_keys=source.projected_keys)
+            context, weights = self.attention(
+                *arguments, projected_keys=keys, projected_values=values
+            )
+            if weights is not None and weights.dim() == 4:  # multi-head: (B, h, Tq, S)
+                weights = weights.mean(dim=1)  # what a step reads on average, (B, Tq, S)
         else:
-            context = self.attention.context(*arguments, projected_keys=source.projected_keys)
+            context = self.attention.context(
+                *arguments, projected_keys=keys, projected_values=values
+            )
         if rows != sentences:  # (B, K·Tq, ...) -> (B·K, Tq, ...)
             context = context.reshape(rows, num_queries, context.shape[2])
             if weights is not None:

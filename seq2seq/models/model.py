@@ -1,4 +1,5 @@
-"""Seq2Seq = bidirectional RNN encoder + attention decoder + output layer.
+"""Encoder–decoder models: what every model offers search, training and export
+(``EncoderDecoder``), and ``Seq2Seq``, a bidirectional RNN encoder and an attention decoder.
 
 Shape legend: B batch, S source length, T target length, V target vocabulary, M memory size.
 """
@@ -6,6 +7,7 @@ Shape legend: B batch, S source length, T target length, V target vocabulary, M 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -16,14 +18,42 @@ from seq2seq.models.decoder import (
     BahdanauDecoder,
     CellFactory,
     DecoderState,
-    EncodedSource,
 )
 from seq2seq.models.encoder import RNNEncoder, RNNFactory
 
 DecoderFactory = Callable[..., AttentionDecoder]
 
 
-class Seq2Seq(nn.Module):
+class EncoderDecoder(nn.Module):
+    """An ``encoder`` (src (B, S), src_lens (B,) -> memory, summary) and a ``decoder`` with
+    ``prepare_source``, ``init_state``, ``forward`` (teacher forcing), ``decode_step`` and
+    ``teacher_forced_logits``: what greedy and beam search, the loss, the translator and the
+    export read. ``Seq2Seq`` (RNNs) and ``seq2seq.models.transformer.Transformer`` are two."""
+
+    encoder: nn.Module
+    decoder: Any  # an AttentionDecoder or a TransformerDecoder: the methods above
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[Any, DecoderState]:
+        """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state."""
+        memory, summary = self.encoder(src, src_lens)  # (B, S, M), (B, M) or None
+        source = self.decoder.prepare_source(memory, src_lens)
+        return source, self.decoder.init_state(summary)
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: Any
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens (B,) -> logits (B, V), next state, attention weights (B, S)."""
+        return self.decoder.decode_step(prev_tokens, state, source)
+
+    def forward(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S) or None."""
+        source, state = self.encode(src, src_lens)
+        return self.decoder(tgt_in, state, source, need_weights)
+
+
+class Seq2Seq(EncoderDecoder):
     """An encoder–decoder with a pluggable attention scoring function.
 
     ``attention`` builds the scoring function from ``query_size`` and ``key_size`` (Hydra passes a
@@ -31,7 +61,8 @@ class Seq2Seq(nn.Module):
     (``BahdanauDecoder``, sequential, or ``LuongDecoder``, parallel over target steps), built with
     the sizes below and the recurrent ``cell``. ``hidden_size`` is the decoder's state size; each
     encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so the encoder's
-    output has the decoder's size).
+    output has the decoder's size). ``num_heads`` > 1 makes the attention a multi-head attention
+    around the scoring function (``attention.num_heads``; 1 is the single scoring function).
     """
 
     def __init__(
@@ -48,6 +79,7 @@ class Seq2Seq(nn.Module):
         rnn: RNNFactory = nn.GRU,
         cell: CellFactory = nn.GRUCell,
         decoder: DecoderFactory = BahdanauDecoder,
+        num_heads: int = 1,
     ) -> None:
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
@@ -73,23 +105,5 @@ class Seq2Seq(nn.Module):
             dropout=dropout,
             padding_idx=padding_idx,
             cell=cell,
+            num_heads=num_heads,
         )
-
-    def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncodedSource, DecoderState]:
-        """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state."""
-        memory, summary = self.encoder(src, src_lens)  # (B, S, M), (B, M)
-        source = self.decoder.prepare_source(memory, src_lens)
-        return source, self.decoder.init_state(summary)
-
-    def decode_step(
-        self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """prev_tokens (B,) -> logits (B, V), next state, attention weights (B, S)."""
-        return self.decoder.decode_step(prev_tokens, state, source)
-
-    def forward(
-        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, need_weights: bool = True
-    ) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: -> logits (B, T, V), attention weights (B, T, S) or None."""
-        source, state = self.encode(src, src_lens)
-        return self.decoder(tgt_in, state, source, need_weights)

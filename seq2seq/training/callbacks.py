@@ -12,7 +12,7 @@ import matplotlib.image
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
-from seq2seq.analysis.plotting import plot_attention
+from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.atomic import write_atomic
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.inference.translator import Translation, Translator
@@ -91,6 +91,17 @@ class ValidationExamples(pl.Callback):
                 title=f"val sentence {record['index']}, step {step}",
             )
             images.append((record, image))
+            # A Transformer's cross-attention, every layer and head, for its first sentence.
+            heads = None if len(images) > 1 else translator.attention_heads(
+                record["source"], translation.tgt_tokens
+            )  # fmt: skip
+            if heads is not None:
+                grid = out_dir / f"step-{step:06d}-{record['index']}-heads.png"
+                plot_attention_grid(
+                    translation.src_tokens, translation.tgt_tokens, heads, grid,
+                    title=f"val sentence {record['index']}, step {step}: layers x heads",
+                )  # fmt: skip
+                images.append(({**record, "index": f"{record['index']}-heads"}, grid))
         self._log(trainer, step, records, images)
 
     def _log(

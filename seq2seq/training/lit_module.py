@@ -22,14 +22,20 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
+from seq2seq.analysis.alignment import (
+    AlignmentCounts,
+    GoldAlignment,
+    argmax_links,
+    count_links,
+)
 from seq2seq.analysis.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
 from seq2seq.atomic import write_atomic
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
 from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
-from seq2seq.models.model import Seq2Seq
+from seq2seq.models.model import EncoderDecoder
+from seq2seq.models.transformer import Transformer
 from seq2seq.search import greedy_search
 from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
 from seq2seq.training.distributed import gather_objects
@@ -84,7 +90,8 @@ def clip_grad_norm_on_cpu(grads: list[Tensor], max_norm: float) -> Tensor:
 
 
 class LitSeq2Seq(pl.LightningModule):
-    """Trains a ``Seq2Seq`` with teacher forcing and validates it by greedy decoding.
+    """Trains an encoder–decoder (``Seq2Seq``, ``Transformer``) with teacher forcing and
+    validates it by greedy decoding.
 
     ``model_config`` is the resolved constructor config of ``model``; it travels in every checkpoint
     together with both tokenizers, so a checkpoint alone rebuilds the model
@@ -93,7 +100,7 @@ class LitSeq2Seq(pl.LightningModule):
 
     def __init__(
         self,
-        model: Seq2Seq,
+        model: EncoderDecoder,
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer,
         model_config: dict[str, Any],
@@ -226,15 +233,26 @@ class LitSeq2Seq(pl.LightningModule):
         entropy_sums = attention_entropy(weights, batch.tgt_lens).tolist()
         hypotheses = self.translate_batch(batch)
         gold = self._gold_alignments(split)
+        heads = self._head_weights(batch) if gold is not None else None  # (B, L, h, T, S)
         src_lens, tgt_lens = batch.src_lens.tolist(), batch.tgt_lens.tolist()
         scores = []
         for row, index in enumerate(batch.indices.tolist()):
             counts = None
+            head_counts: tuple[tuple[str, AlignmentCounts], ...] = ()
             links = gold[index] if gold is not None else None
             if links is not None:
                 # The attention of the step that predicts target word j is row j (EOS excluded).
+                reference = GoldAlignment.from_links(links)
                 predicted = argmax_links(weights[row], src_lens[row], tgt_lens[row] - 1)
-                counts = count_links(predicted, GoldAlignment.from_links(links))
+                counts = count_links(predicted, reference)
+                if heads is not None:
+                    head_counts = tuple(
+                        (f"L{layer + 1}H{head + 1}", count_links(argmax_links(
+                            heads[row, layer, head], src_lens[row], tgt_lens[row] - 1
+                        ), reference))
+                        for layer in range(heads.shape[1])
+                        for head in range(heads.shape[2])
+                    )  # fmt: skip
             scores.append(
                 SentenceScore(
                     index=index,
@@ -244,9 +262,18 @@ class LitSeq2Seq(pl.LightningModule):
                     tokens=tgt_lens[row],
                     entropy_sum=entropy_sums[row],
                     alignment=counts,
+                    head_alignments=head_counts,
                 )
             )
         return scores
+
+    def _head_weights(self, batch: Batch) -> Tensor | None:
+        """A Transformer's cross-attention of every layer and head, (B, L, h, T, S), for AER per
+        head; None for other models (their one map is ``forward``'s)."""
+        if not isinstance(self.model, Transformer):
+            return None
+        source, _ = self.model.encode(batch.src, batch.src_lens)
+        return self.model.decoder.cross_attention_weights(batch.tgt_in, source)
 
     def _gold_alignments(self, split: str) -> Sequence[Sequence[tuple[int, int]] | None] | None:
         """Gold word alignments of ``split`` (the toy tasks have them) when tokens are words."""
@@ -318,10 +345,12 @@ class LitSeq2Seq(pl.LightningModule):
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/bleu", "interval": "epoch"},
-        }
+        # Epoch-wise (torch's, ReduceLROnPlateau on val/bleu), or as the schedule says
+        # (InverseSquareRootSchedule: every update).
+        config = {"scheduler": scheduler, "interval": getattr(scheduler, "interval", "epoch")}
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            config["monitor"] = "val/bleu"
+        return {"optimizer": optimizer, "lr_scheduler": config}
 
     def configure_gradient_clipping(
         self,

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.models.decoder import AttentionDecoder
-from seq2seq.models.model import Seq2Seq
+from seq2seq.models.model import EncoderDecoder
 
 
 def decoder_loss(
@@ -60,7 +60,7 @@ class DecoderLoss(nn.Module):
 
 
 def teacher_forced_loss(
-    model: Seq2Seq,
+    model: EncoderDecoder,
     decode: Callable[..., Tensor],
     src: Tensor,
     src_lens: Tensor,

@@ -1,0 +1,442 @@
+"""The Transformer (Vaswani et al., 2017), with the scoring function of every attention pluggable.
+
+Shape legend: B batch, S source length, T target length, D model size (``d_model``), F the
+feed-forward size (``d_ff``), h heads, d = D / h, V target vocabulary, L layers.
+
+- Encoder layer: self-attention (queries, keys and values are the layer's input; padded source
+  positions masked), then the position-wise feed-forward network
+  ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``; each sublayer wrapped in a residual connection and
+  LayerNorm: ``LayerNorm(x + Dropout(Sublayer(x)))`` (post-norm, the paper's) or
+  ``x + Dropout(Sublayer(LayerNorm(x)))`` (pre-norm, ``norm_first``: steadier for deep stacks;
+  the stack then ends with one more LayerNorm).
+- Decoder layer: causal self-attention (position t attends to positions 1..t: ``valid_lens`` of
+  shape (B, T) holding 1..T, the masking chapter's own trick, so one masked softmax serves all),
+  cross-attention (the decoder's queries against the encoder's outputs), the FFN.
+- Embeddings scaled by √D, plus sinusoidal positions (section 3.5); the target embedding is the
+  output layer's weight when ``tie_embeddings`` (Press and Wolf, 2017).
+
+Every attention is a ``MultiHeadAttention`` around the ``attention=`` group's scoring function
+(scaled dot-product by default; additive, dot and bilinear too). Decoding caches each layer's
+self-attention keys and values (``decode_step``: one new position per step, the prefix never
+recomputed) and projects the encoder's outputs into every layer's cross-attention keys and values
+once per batch (``prepare_source``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.attention import Attention, MultiHeadAttention
+from seq2seq.errors import ConfigError
+from seq2seq.models.embedding import Embedding
+from seq2seq.models.model import EncoderDecoder
+
+AttentionFactory = Callable[..., Attention]
+
+
+def sinusoidal_positions(positions: Tensor, size: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...): positions (T,) -> (T, D)."""
+    frequencies = torch.exp(
+        torch.arange(0, size, 2, device=positions.device, dtype=torch.float32)
+        * (-math.log(10000.0) / size)
+    )  # (ceil(D/2),)
+    angles = positions.float()[:, None] * frequencies[None, :]  # (T, ceil(D/2))
+    table = torch.zeros(len(positions), size, device=positions.device)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : size // 2])
+    return table  # (T, D)
+
+
+class PositionWiseFFN(nn.Module):
+    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``, applied to each position on its own (eq. 2)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.W_1 = nn.Linear(d_model, d_ff)
+        self.W_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., D) -> (..., D)."""
+        return self.W_2(self.dropout(torch.relu(self.W_1(x))))  # (..., F) inside
+
+
+class Residual(nn.Module):
+    """A sublayer's residual connection and LayerNorm, post-norm or pre-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def multi_head(
+    attention: AttentionFactory, num_heads: int, d_model: int, dropout: float
+) -> MultiHeadAttention:
+    """A multi-head attention of the model's size around a scoring function of the head's size."""
+    head_size = d_model // num_heads
+    scoring = attention(query_size=head_size, key_size=head_size)
+    return MultiHeadAttention(
+        scoring, num_heads, d_model, d_model, d_model, d_model, bias=True, dropout=dropout
+    )
+
+
+class TransformerEncoderLayer(nn.Module):
+    def __init__(
+        self,
+        attention: AttentionFactory,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        norm_first: bool,
+    ) -> None:
+        super().__init__()
+        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout)
+        self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
+        self.attention_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(self, x: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+        """x (B, S, D), src_lens (B,) -> (B, S, D), self-attention weights (B, h, S, S)."""
+        weights: list[Tensor] = []
+
+        def attend(y: Tensor) -> Tensor:
+            context, layer_weights = self.self_attention(y, y, y, src_lens)  # Q = K = V
+            assert layer_weights is not None
+            weights.append(layer_weights)
+            return context
+
+        x = self.attention_residual(x, attend)
+        return self.ffn_residual(x, self.ffn), weights[0]
+
+
+class TransformerEncoder(nn.Module):
+    """Embeddings (× √D) plus positions, then ``num_layers`` encoder layers."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        attention: AttentionFactory,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        dropout: float,
+        attention_dropout: float,
+        norm_first: bool,
+        padding_idx: int,
+    ) -> None:
+        super().__init__()
+        self.embedding = Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            TransformerEncoderLayer(
+                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first
+            )
+            for _ in range(num_layers)
+        )
+        # Pre-norm leaves the last layer's output unnormalised: one more LayerNorm.
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.output_size = d_model
+
+    def forward(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, None]:
+        """src (B, S), src_lens (B,) -> memory (B, S, D), and no summary (the decoder starts
+        from nothing but its BOS)."""
+        x = embed(self.embedding, src, 0, self.dropout)  # (B, S, D)
+        for layer in self.layers:
+            x, _ = layer(x, src_lens)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, None
+
+
+def embed(embedding: Embedding, tokens: Tensor, start: int, dropout: nn.Module) -> Tensor:
+    """tokens (B, T) at positions start.. -> dropout(√D · embedding + PE), (B, T, D)."""
+    size = embedding.embedding_dim
+    positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
+    scaled = embedding(tokens) * math.sqrt(size)  # (B, T, D)
+    return dropout(scaled + sinusoidal_positions(positions, size).to(scaled.dtype))
+
+
+@dataclass
+class TransformerSource:
+    """What every decoding step reads, computed once per source batch: the encoder's outputs and
+    every decoder layer's cross-attention keys and values, head by head."""
+
+    memory: Tensor  # (B, S, D)
+    src_lens: Tensor  # (B,)
+    cross_keys: list[Tensor]  # per layer: MultiHeadAttention.project_keys(memory), (B·h, S, ·)
+    cross_values: list[Tensor]  # per layer: project_values(memory), (B·h, S, d)
+
+    def index_select(self, indices: Tensor) -> TransformerSource:
+        """Sentences in the order of ``indices`` (B',)."""
+        heads = self.cross_keys[0].shape[0] // self.memory.shape[0] if self.cross_keys else 1
+        rows = (indices[:, None] * heads + torch.arange(heads, device=indices.device)).reshape(-1)
+        return TransformerSource(
+            self.memory.index_select(0, indices),
+            self.src_lens.index_select(0, indices),
+            [keys.index_select(0, rows) for keys in self.cross_keys],
+            [values.index_select(0, rows) for values in self.cross_values],
+        )
+
+
+# The decoding state: per layer, the self-attention's cached keys (B, h, t, ·) and values
+# (B, h, t, d) of the t positions decoded so far. Sentence-major, so search can reorder rows.
+TransformerState = tuple[Tensor, ...]
+
+
+class TransformerDecoderLayer(nn.Module):
+    def __init__(
+        self,
+        attention: AttentionFactory,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        norm_first: bool,
+    ) -> None:
+        super().__init__()
+        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout)
+        self.cross_attention = multi_head(attention, num_heads, d_model, attention_dropout)
+        self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
+        self.self_residual = Residual(d_model, dropout, norm_first)
+        self.cross_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_lens: Tensor,
+        source: TransformerSource,
+        layer: int,
+        cache: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """x (R, Tq, D): the layer's input at the Tq positions computed now; ``self_lens``
+        (R, Tq): how many positions each may read (causality); ``cache``: the self-attention's
+        keys (R, h, t, ·) and values (R, h, t, d) of the t positions before them (decoding), or
+        None (teacher forcing, t = 0). -> (R, Tq, D), the cross-attention weights (R, h, Tq, S)
+        or None, and the keys and values of all t + Tq positions (the next step's cache)."""
+        attention = self.self_attention
+        heads = attention.num_heads
+        caches: list[tuple[Tensor, Tensor]] = []
+
+        def self_attend(y: Tensor) -> Tensor:
+            # The new positions' keys and values (R·h, Tq, ·), after the cached ones.
+            keys, values = attention.project_keys(y), attention.project_values(y)
+            if cache is not None:
+                keys = torch.cat([cache[0].flatten(0, 1), keys], dim=1)  # (R·h, t + Tq, ·)
+                values = torch.cat([cache[1].flatten(0, 1), values], dim=1)
+            rows = y.shape[0]
+            caches.append((keys.unflatten(0, (rows, heads)), values.unflatten(0, (rows, heads))))
+            context, _ = attention(
+                y, y, y, self_lens, projected_keys=keys, projected_values=values,
+                need_weights=False,
+            )  # fmt: skip
+            return context
+
+        weights: list[Tensor | None] = []
+
+        def cross_attend(y: Tensor) -> Tensor:
+            # R may be K hypotheses per sentence (beam search, rows b·K + k): each sentence's K·Tq
+            # queries read its one copy of the source, as K·Tq queries of it.
+            rows, steps = y.shape[:2]
+            sentences = source.src_lens.shape[0]
+            queries = y.reshape(sentences, -1, y.shape[2])  # (B, K·Tq, D)
+            context, layer_weights = self.cross_attention(
+                queries, queries, queries, source.src_lens,
+                projected_keys=source.cross_keys[layer],
+                projected_values=source.cross_values[layer],
+                need_weights=need_weights,
+            )  # fmt: skip
+            if layer_weights is not None:  # (B, h, K·Tq, S) -> (R, h, Tq, S)
+                layer_weights = layer_weights.unflatten(2, (rows // sentences, steps))
+                layer_weights = layer_weights.transpose(1, 2).flatten(0, 1)
+            weights.append(layer_weights)
+            return context.reshape(rows, steps, -1)  # (R, Tq, D)
+
+        x = self.self_residual(x, self_attend)
+        x = self.cross_residual(x, cross_attend)
+        return self.ffn_residual(x, self.ffn), weights[0], caches[0]
+
+
+class TransformerDecoder(nn.Module):
+    """Target embeddings (× √D) plus positions, ``num_layers`` decoder layers, the output layer
+    (the target embedding's weight when ``tie_embeddings``, with a bias of its own)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        attention: AttentionFactory,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        dropout: float,
+        attention_dropout: float,
+        norm_first: bool,
+        tie_embeddings: bool,
+        padding_idx: int,
+    ) -> None:
+        super().__init__()
+        self.embedding = Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(
+                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first
+            )
+            for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else None
+        # Tied: the logits are x Eᵀ + b with E the embedding's own weight (not a second parameter
+        # sharing its storage, which safetensors will not save).
+        self.output_layer: nn.Linear | None = None
+        self.output_bias: nn.Parameter | None = None
+        if tie_embeddings:
+            self.output_bias = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.output_layer = nn.Linear(d_model, vocab_size)
+
+    def prepare_source(self, memory: Tensor, src_lens: Tensor) -> TransformerSource:
+        """Every layer's cross-attention keys and values, once per batch. memory (B, S, D)."""
+        layers = [layer.cross_attention for layer in self.decoder_layers()]
+        keys = [attention.project_keys(memory) for attention in layers]
+        values = [attention.project_values(memory) for attention in layers]
+        return TransformerSource(memory, src_lens, keys, values)
+
+    def decoder_layers(self) -> list[TransformerDecoderLayer]:
+        return [layer for layer in self.layers if isinstance(layer, TransformerDecoderLayer)]
+
+    def init_state(self, summary: Tensor | None) -> TransformerState:
+        """Nothing before the first step: the caches start empty (``decode_step``)."""
+        return ()
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The last layer's output (..., D) -> logits (..., V)."""
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.output_layer is not None:
+            return self.output_layer(x)
+        return F.linear(x, self.embedding.weight, self.output_bias)
+
+    def run(
+        self, tgt_in: Tensor, source: TransformerSource, need_weights: bool
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """Teacher forcing, all T positions at once: tgt_in (B, T) -> the last layer's output
+        (B, T, D) and each layer's cross-attention weights (B, h, T, S) (None without
+        ``need_weights``)."""
+        batch, steps = tgt_in.shape
+        x = embed(self.embedding, tgt_in, 0, self.dropout)  # (B, T, D)
+        # Position t reads positions 1..t: valid_lens (B, T) holding 1..T.
+        causal = torch.arange(1, steps + 1, device=tgt_in.device).expand(batch, steps)
+        weights = []
+        for index, layer in enumerate(self.layers):
+            x, layer_weights, _ = layer(x, causal, source, index, need_weights=need_weights)
+            weights.append(layer_weights)
+        return x, weights
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        state: TransformerState,
+        source: TransformerSource,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), and the last layer's
+        cross-attention weights averaged over its heads (B, T, S) or None."""
+        x, weights = self.run(tgt_in, source, need_weights)
+        last = weights[-1]
+        return self.logits(x), None if last is None else last.mean(dim=1)
+
+    def teacher_forced_logits(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: TransformerState, source: TransformerSource
+    ) -> tuple[Tensor, Tensor]:
+        """What the loss reads: logits (B·T, V) and targets (B·T,) (PAD where padded)."""
+        logits, _ = self(tgt_in, state, source, need_weights=False)  # (B, T, V)
+        return logits.flatten(0, 1), tgt_out.flatten()
+
+    def decode_step(
+        self, prev_tokens: Tensor, state: TransformerState, source: TransformerSource
+    ) -> tuple[Tensor, TransformerState, Tensor]:
+        """One new position for each of the R rows: prev_tokens (R,) -> logits (R, V), the caches
+        with it appended, and the last layer's cross-attention weights averaged over its heads
+        (R, S). The prefix is read from the caches, never recomputed."""
+        start = state[0].shape[2] if state else 0  # the positions decoded so far
+        rows = prev_tokens.shape[0]
+        x = embed(self.embedding, prev_tokens[:, None], start, self.dropout)  # (R, 1, D)
+        self_lens = torch.full((rows, 1), start + 1, device=prev_tokens.device)  # all of them
+        new_state: list[Tensor] = []
+        weights: Tensor | None = None
+        for index, layer in enumerate(self.layers):
+            cache = (state[2 * index], state[2 * index + 1]) if state else None
+            x, weights, (keys, values) = layer(x, self_lens, source, index, cache)
+            new_state += [keys, values]
+        assert weights is not None  # asked for by default
+        return self.logits(x[:, 0]), tuple(new_state), weights[:, :, 0].mean(dim=1)
+
+    def cross_attention_weights(self, tgt_in: Tensor, source: TransformerSource) -> Tensor:
+        """Every layer's and head's cross-attention under teacher forcing: (B, L, h, T, S)."""
+        _, weights = self.run(tgt_in, source, need_weights=True)
+        return torch.stack([w for w in weights if w is not None], dim=1)
+
+
+class Transformer(EncoderDecoder):
+    """The encoder–decoder Transformer, every attention a ``MultiHeadAttention`` around the
+    ``attention`` group's scoring function (built for the head size ``d_model / num_heads``).
+
+    ``dropout`` acts on the embeddings, every residual branch and inside the FFN;
+    ``attention_dropout`` on the attention weights (default: ``dropout``)."""
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        attention: AttentionFactory,
+        d_model: int = 256,
+        num_heads: int = 4,
+        d_ff: int = 1024,
+        encoder_layers: int = 3,
+        decoder_layers: int = 3,
+        dropout: float = 0.1,
+        attention_dropout: float | None = None,
+        norm_first: bool = False,
+        tie_embeddings: bool = True,
+        padding_idx: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, size in [
+            ("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff),
+            ("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers),
+        ]:  # fmt: skip
+            if type(size) is not int or size < 1:
+                raise ConfigError(f"model.{name} must be a positive integer, got {size!r}.")
+        if d_model % num_heads:
+            raise ConfigError(
+                f"model.num_heads={num_heads} must divide model.d_model={d_model}: each head "
+                f"attends with d_model / num_heads features. E.g. model.num_heads=4."
+            )
+        weights_dropout = dropout if attention_dropout is None else attention_dropout
+        common = (attention, d_model, num_heads, d_ff)
+        self.encoder = TransformerEncoder(
+            src_vocab_size, *common, encoder_layers, dropout, weights_dropout, norm_first,
+            padding_idx,
+        )  # fmt: skip
+        self.decoder = TransformerDecoder(
+            tgt_vocab_size, *common, decoder_layers, dropout, weights_dropout, norm_first,
+            tie_embeddings, padding_idx,
+        )  # fmt: skip
