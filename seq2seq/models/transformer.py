@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHeadAttention
 from seq2seq.errors import ConfigError
+from seq2seq.models.decoder import select_sentences
 from seq2seq.models.embedding import Embedding
 from seq2seq.models.model import EncoderDecoder
 
@@ -183,14 +184,13 @@ class TransformerSource:
     cross_values: list[Tensor]  # per layer: project_values(memory), (B·h, S, d)
 
     def index_select(self, indices: Tensor) -> TransformerSource:
-        """Sentences in the order of ``indices`` (B',)."""
-        heads = self.cross_keys[0].shape[0] // self.memory.shape[0] if self.cross_keys else 1
-        rows = (indices[:, None] * heads + torch.arange(heads, device=indices.device)).reshape(-1)
+        """Sentences in the order of ``indices`` (B',); the keys and values hold h rows each."""
+        sentences = len(self.src_lens)
         return TransformerSource(
             self.memory.index_select(0, indices),
             self.src_lens.index_select(0, indices),
-            [keys.index_select(0, rows) for keys in self.cross_keys],
-            [values.index_select(0, rows) for values in self.cross_values],
+            [select_sentences(keys, indices, sentences) for keys in self.cross_keys],
+            [select_sentences(values, indices, sentences) for values in self.cross_values],
         )
 
 
@@ -320,6 +320,7 @@ class TransformerDecoder(nn.Module):
         return TransformerSource(memory, src_lens, keys, values)
 
     def decoder_layers(self) -> list[TransformerDecoderLayer]:
+        """``self.layers``, typed (a ``ModuleList`` yields plain modules)."""
         return [layer for layer in self.layers if isinstance(layer, TransformerDecoderLayer)]
 
     def init_state(self, summary: Tensor | None) -> TransformerState:
