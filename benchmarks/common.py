@@ -35,8 +35,6 @@ HEADLINE = (
 
 PEERS = {"joeynmt": "Joey NMT", "opennmt": "OpenNMT-py"}  # name: title
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class Spread:

@@ -24,8 +24,6 @@ from benchmarks.common import (
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 
 # --- Joey NMT ------------------------------------------------------------------------------------
 

@@ -27,8 +27,6 @@ from benchmarks.common import (
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 
 # --- OpenNMT-py ----------------------------------------------------------------------------------
 

@@ -11,8 +11,6 @@ from benchmarks.common import HEADLINE, PEERS, Spread
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 
 def _peer_attention(name: str, config: dict[str, Any]) -> str:
     """The peer's name for the scoring function it runs."""
