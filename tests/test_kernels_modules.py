@@ -267,3 +267,25 @@ def test_additive_context_through_the_sigmoid_is_the_references(
         grads = torch.autograd.grad(context.sin().sum(), [queries, *attention.parameters()])
         results.append([context, *grads])
     assert_close_lists(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
+@pytest.mark.parametrize("decoder", list(DECODERS))
+def test_multi_head_models_train_and_decode_as_the_reference(decoder: str, attention: str) -> None:
+    """``attention.num_heads=4``: the accelerated modules (the encoder's GRU, Luong's cell, the
+    split input projection) around multi-head attention compute what the reference does."""
+    torch.manual_seed(0)
+    plain = Seq2Seq(
+        13, 11, ATTENTIONS[attention], embedding_size=8, hidden_size=16, dropout=0.0,
+        decoder=DECODERS[decoder], num_heads=4,
+    ).eval()  # fmt: skip
+    fast = accelerate(copy.deepcopy(plain))
+    assert isinstance(fast, Seq2Seq)
+    assert_close_lists(training_results(fast), training_results(plain), rtol=1e-4, atol=1e-5)
+    src, src_lens, _, _ = training_batch()
+    for beam_size in (1, 4):
+        results = [
+            beam_search(m.eval(), src, src_lens, BOS, EOS, PAD, beam_size=beam_size)
+            for m in (fast, plain)
+        ]
+        assert torch.equal(results[0].tokens, results[1].tokens)
