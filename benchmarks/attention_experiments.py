@@ -24,15 +24,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.analysis.diagnostics import attention_statistics, gradient_norm, valid_pairs
+from seq2seq.analysis.diagnostics import (
+    attention_statistics,
+    gradient_norm,
+    head_divergence,
+    valid_pairs,
+)
 from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
+    MultiHeadAttention,
     MultiplicativeAttention,
     masked_softmax,
 )
 from seq2seq.errors import Seq2SeqError
+from seq2seq.models.transformer import PositionWiseFFN, TransformerEncoderLayer
 
 
 class ExperimentError(Seq2SeqError, ValueError):
@@ -57,6 +64,15 @@ class Settings:
     xor_eval_every: int = 5
     xor_seeds: tuple[int, ...] = (0, 1, 2)
     xor_learning_rate: float = 0.03
+    heads_keys: int = 8  # Tk of the two-position retrieval task (claim 6)
+    heads_value_size: int = 8  # each retrieved value's size; the block's size is twice that
+    heads_steps: int = 600
+    heads_batch_size: int = 256
+    heads_eval_every: int = 20
+    heads_seeds: tuple[int, ...] = (0, 1, 2)
+    heads_learning_rate: float = 0.01
+    ffn_size: int = 64  # d_model of the position-wise experiment (claim 7); d_ff is 4 times it
+    ffn_positions: int = 12
 
     @classmethod
     def quick(cls, seed: int = 0) -> Settings:
@@ -69,6 +85,9 @@ class Settings:
             xor_steps=40,
             xor_eval_every=10,
             xor_seeds=(0,),
+            heads_steps=150,
+            heads_eval_every=50,
+            heads_seeds=(0,),
         )
 
 
@@ -368,6 +387,153 @@ def measure_xor(settings: Settings) -> list[XorCurve]:
     ]
 
 
+# ---- claim 6: heads learn different patterns ----------------------------------------------------
+
+
+def retrieval_batch(
+    batch_size: int, num_keys: int, value_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One batch of the two-position retrieval task: queries (B, 1, 2 Tk), keys (B, Tk, Tk),
+    values (B, Tk, Dv), targets (B, 1, 2 Dv).
+
+    The keys are the positions, one-hot; the values are random. A query names two different
+    positions p and p' (two one-hots, concatenated) and asks for both values, [v_p ; v_p']. Two
+    heads can answer, each attending to one of the two positions. One head cannot: its row
+    returns one mixture a v_p + b v_p' (+ other keys' values, independent noise), and the best
+    linear read-out of v_p from it leaves error b²/(a² + b²) per coordinate, of v_p' a²/(a² + b²):
+    a mean squared error of at least 1/2 whatever a and b are (`ONE_HEAD_ERROR_BOUND`).
+    """
+    first = torch.randint(0, num_keys, (batch_size,), generator=generator)  # (B,)
+    offset = torch.randint(1, num_keys, (batch_size,), generator=generator)
+    second = (first + offset) % num_keys  # (B,), never equal to first
+    queries = torch.cat([F.one_hot(first, num_keys), F.one_hot(second, num_keys)], -1).float()
+    keys = torch.eye(num_keys).expand(batch_size, -1, -1)  # (B, Tk, Tk)
+    values = torch.randn(batch_size, num_keys, value_size, generator=generator)  # (B, Tk, Dv)
+    rows = torch.arange(batch_size)
+    targets = torch.cat([values[rows, first], values[rows, second]], -1)  # (B, 2 Dv)
+    return queries[:, None, :], keys, values, targets[:, None, :]
+
+
+ONE_HEAD_ERROR_BOUND = 0.5  # the retrieval task's least mean squared error with one head
+
+
+@dataclass
+class HeadsCurve:
+    scoring: str
+    num_heads: int
+    seed: int
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)  # held-out mean squared error
+    divergence: list[float] = field(default_factory=list)  # mean pairwise JS between heads, nats
+
+
+def heads_block(scoring: str, num_heads: int, settings: Settings) -> MultiHeadAttention:
+    size = 2 * settings.heads_value_size
+    head_size = size // num_heads
+    scorer: Attention = (
+        AdditiveAttention(head_size, head_size, num_hiddens=head_size)
+        if scoring == "additive"
+        else DotProductAttention(scaled=True)
+    )
+    return MultiHeadAttention(
+        scorer, num_heads, 2 * settings.heads_keys, settings.heads_keys,
+        settings.heads_value_size, size,
+    )  # fmt: skip
+
+
+def train_heads(scoring: str, num_heads: int, seed: int, settings: Settings) -> HeadsCurve:
+    """Train one multi-head block on fresh retrieval batches; held-out error and head divergence."""
+    torch.manual_seed(seed)
+    block = heads_block(scoring, num_heads, settings)
+    optimizer = torch.optim.Adam(block.parameters(), lr=settings.heads_learning_rate)
+    generator = torch.Generator().manual_seed(seed)
+    held_out = retrieval_batch(
+        2048, settings.heads_keys, settings.heads_value_size,
+        torch.Generator().manual_seed(10_000 + seed),
+    )  # fmt: skip
+    curve = HeadsCurve(scoring, num_heads, seed)
+
+    def evaluate(step: int) -> None:
+        queries, keys, values, targets = held_out
+        with torch.no_grad():
+            context, weights = block(queries, keys, values)  # (B, 1, D), (B, h, 1, Tk)
+        query_mask = torch.ones(queries.shape[:2], dtype=torch.bool)  # (B, 1)
+        curve.steps.append(step)
+        curve.loss.append(float(F.mse_loss(context, targets)))
+        curve.divergence.append(float(head_divergence(weights, query_mask)))
+
+    evaluate(0)
+    for step in range(1, settings.heads_steps + 1):
+        queries, keys, values, targets = retrieval_batch(
+            settings.heads_batch_size, settings.heads_keys, settings.heads_value_size, generator
+        )
+        loss = F.mse_loss(block(queries, keys, values)[0], targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % settings.heads_eval_every == 0 or step == settings.heads_steps:
+            evaluate(step)
+    return curve
+
+
+def measure_heads(settings: Settings) -> list[HeadsCurve]:
+    return [
+        train_heads(scoring, num_heads, seed, settings)
+        for scoring in ("scaled_dot", "additive")
+        for num_heads in (1, 2)
+        for seed in settings.heads_seeds
+    ]
+
+
+# ---- claim 7: the FFN acts on each position on its own ------------------------------------------
+
+
+@dataclass(frozen=True)
+class PositionwiseRow:
+    block: str
+    permutation_max_change: float  # max |f(x[π]) − f(x)[π]|
+    cross_position_fraction: float  # ‖off-diagonal blocks of ∂f/∂x‖_F / ‖∂f/∂x‖_F
+
+
+def measure_positionwise(settings: Settings) -> list[PositionwiseRow]:
+    """Permute the positions of one sentence, and differentiate every output position by every
+    input position, for the FFN, multi-head self-attention and a whole encoder layer (eval mode,
+    no positional encodings inside any of them)."""
+    torch.manual_seed(settings.seed)
+    size, positions = settings.ffn_size, settings.ffn_positions
+    ffn = PositionWiseFFN(size, 4 * size).eval()
+    layer = TransformerEncoderLayer(
+        lambda query_size, key_size: DotProductAttention(scaled=True),
+        size, 4, 4 * size, dropout=0.0, attention_dropout=0.0, norm_first=False,
+    ).eval()  # fmt: skip
+    attention = layer.self_attention
+    lengths = torch.tensor([positions])
+    blocks = {
+        "position-wise FFN, max(0, xW₁ + b₁)W₂ + b₂": ffn,
+        "multi-head self-attention (4 heads)": lambda x: attention(x, x, x, lengths)[0],
+        "encoder layer (self-attention + FFN, residuals, LayerNorm)": lambda x: layer(x, lengths)[
+            0
+        ],
+    }
+    x = torch.randn(1, positions, size)  # (1, T, D)
+    permutation = torch.randperm(positions)
+    rows = []
+    for name, block in blocks.items():
+        with torch.no_grad():
+            change = (block(x[:, permutation]) - block(x)[:, permutation]).abs().max()
+        # ∂ output (T, D) / ∂ input (T, D) -> (T, D, T, D); block (i, j) is ∂y_i/∂x_j.
+        jacobian = torch.autograd.functional.jacobian(lambda y, f=block: f(y[None])[0], x[0])
+        same = torch.eye(positions, dtype=torch.bool)[:, None, :, None].expand_as(jacobian)
+        rows.append(
+            PositionwiseRow(
+                block=name,
+                permutation_max_change=float(change),
+                cross_position_fraction=float(jacobian[~same].norm() / jacobian.norm()),
+            )
+        )
+    return rows
+
+
 # ---- the toy task: logged diagnostics of training runs ------------------------------------------
 
 
@@ -375,10 +541,16 @@ def measure_xor(settings: Settings) -> list[XorCurve]:
 class RunSummary:
     run: str
     attention: str
-    hidden_size: int
+    model: str  # "hidden 16" (RNN) or "Transformer, d_model 128"
     first_step: int
     first: dict[str, float]  # attn/* at the first logged training step
     validation: dict[str, float]  # attn/* and val/* at the last validation
+
+    @property
+    def head_layers(self) -> list[str]:
+        """The ``attn/head_js/L<l>`` keys this run logged (Transformers only), in layer order."""
+        keys = [key for key in self.validation if key.startswith("attn/head_js/L")]
+        return sorted(keys, key=lambda key: int(key.rsplit("L", 1)[1]))
 
 
 def summarize_run(run_dir: Path) -> RunSummary:
@@ -408,10 +580,15 @@ def summarize_run(run_dir: Path) -> RunSummary:
     attention = str(config.attention._target_).rsplit(".", 1)[-1]
     if attention == "DotProductAttention":  # the names of the config options
         attention = "scaled_dot, q·k/√d" if config.attention.get("scaled", True) else "dot, q·k"
+    model = (
+        f"Transformer, d_model {config.model.d_model}"
+        if "d_model" in config.model
+        else f"hidden {config.model.hidden_size}"
+    )
     return RunSummary(
         run=str(run_dir),
         attention=attention,
-        hidden_size=int(config.model.hidden_size),
+        model=model,
         first_step=int(train_rows[0]["step"]) + 1,  # Lightning's step column counts from 0
         first=numbers(train_rows[0], ("attn/",)),
         validation=numbers(val_rows[-1], ("attn/", "val/")),

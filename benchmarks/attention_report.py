@@ -23,7 +23,9 @@ from benchmarks.attention_experiments import (
     BiasResult,
     DimensionRow,
     ExperimentError,
+    HeadsCurve,
     IdentifiabilityRow,
+    PositionwiseRow,
     RunSummary,
     SaturationRow,
     Settings,
@@ -31,7 +33,9 @@ from benchmarks.attention_experiments import (
     bilinear_accuracy_bound,
     measure_bias,
     measure_dimension,
+    measure_heads,
     measure_identifiability,
+    measure_positionwise,
     measure_saturation,
     measure_xor,
     summarize_run,
@@ -106,6 +110,29 @@ def plot_xor(curves: list[XorCurve], num_keys: int, path: Path) -> None:
     _save(figure, path)
 
 
+def plot_heads(curves: list[HeadsCurve], path: Path) -> None:
+    figure, (loss_axes, divergence_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    colours = {("scaled_dot", 1): "tab:orange", ("scaled_dot", 2): "tab:blue",
+               ("additive", 1): "tab:red", ("additive", 2): "tab:green"}  # fmt: skip
+    for curve in curves:
+        key = (curve.scoring, curve.num_heads)
+        first_of_kind = curve.seed == min(c.seed for c in curves if (c.scoring, c.num_heads) == key)
+        label = f"{curve.scoring}, {curve.num_heads} head{'s' * (curve.num_heads > 1)}"
+        style = {"color": colours[key], "alpha": 0.8, "label": label if first_of_kind else None}
+        loss_axes.plot(curve.steps, curve.loss, **style)
+        if curve.num_heads > 1:
+            divergence_axes.plot(curve.steps, curve.divergence, **style)
+    loss_axes.set(xlabel="training step", ylabel="held-out mean squared error", yscale="log")
+    loss_axes.set_title("retrieve two values: error (one line per seed)")
+    divergence_axes.axhline(math.log(2), color="k", ls="--", label="log 2: disjoint one-hot heads")
+    divergence_axes.set(xlabel="training step", ylabel="JS divergence between heads (nats)")
+    divergence_axes.set_title("how differently the two heads attend")
+    for axes in (loss_axes, divergence_axes):
+        axes.legend(fontsize="small")
+        axes.grid(alpha=0.3)
+    _save(figure, path)
+
+
 def _save(figure: Any, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -123,6 +150,8 @@ class Results:
     bias: BiasResult
     identifiability: list[IdentifiabilityRow]
     xor: list[XorCurve]
+    heads: list[HeadsCurve]
+    positionwise: list[PositionwiseRow]
     runs: list[RunSummary]
     environment: dict[str, Any]
 
@@ -148,12 +177,15 @@ def run_all(
         bias=measure_bias(settings),
         identifiability=measure_identifiability(settings),
         xor=measure_xor(settings),
+        heads=measure_heads(settings),
+        positionwise=measure_positionwise(settings),
         runs=runs,
         environment={},
     )
     plot_dimension(results.dimension, settings.num_keys, out_dir / "dimension.png")
     plot_saturation(results.saturation, out_dir / "saturation.png")
     plot_xor(results.xor, settings.xor_keys, out_dir / "xor.png")
+    plot_heads(results.heads, out_dir / "heads.png")
     results.environment = _environment(time.perf_counter() - started)
     (out_dir / "results.json").write_text(
         json.dumps(asdict(results), indent=1) + "\n", encoding="utf-8"
@@ -186,16 +218,23 @@ def _environment(seconds: float) -> dict[str, Any]:
 
 def render_sections(results: Results) -> dict[str, str]:
     """The report's markdown blocks by name (``dimension``, ``saturation``, ``bias``,
-    ``identifiability``, ``xor``, and ``runs`` when run directories were given)."""
+    ``identifiability``, ``xor``, ``heads``, ``positionwise``; ``runs`` for the RNN runs given
+    and ``head_runs`` for the Transformer runs given)."""
     sections = {
         "dimension": _dimension_table(results),
         "saturation": _saturation_table(results),
         "bias": _bias_table(results),
         "identifiability": _identifiability_table(results),
         "xor": _xor_table(results),
+        "heads": _heads_table(results),
+        "positionwise": _positionwise_table(results),
     }
-    if results.runs:
-        sections["runs"] = _runs_table(results.runs)
+    # RNN runs and Transformer runs fill separate blocks, so refreshing one keeps the other.
+    rnn_runs = [run for run in results.runs if not run.head_layers]
+    if rnn_runs:
+        sections["runs"] = _runs_table(rnn_runs)
+    if len(rnn_runs) < len(results.runs):
+        sections["head_runs"] = _head_runs_table(results.runs)
     return sections
 
 
@@ -239,9 +278,21 @@ def render_report(results: Results) -> str:
         "",
         "![XOR task learning curves](xor.png)",
         "",
+        "## 6. Heads learn different patterns",
+        "",
+        sections["heads"],
+        "",
+        "![retrieval task: error and head divergence](heads.png)",
+        "",
+        "## 7. The FFN acts on each position on its own; self-attention does not",
+        "",
+        sections["positionwise"],
+        "",
     ]
     if "runs" in sections:
         lines += ["## The toy task: logged diagnostics of training runs", "", sections["runs"], ""]
+    if "head_runs" in sections:
+        lines += ["## Transformer runs: how the heads diverge", "", sections["head_runs"], ""]
     return "\n".join(lines)
 
 
@@ -398,8 +449,92 @@ def _runs_table(runs: list[RunSummary]) -> str:
                 f"{values[name]:.3f}" if name in values else "–" for name, _ in metrics
             )
             bleu = f"{values['val/bleu']:.1f}" if "val/bleu" in values else ""
+            lines.append(f"| {run.attention}, {run.model} | {when} | {cells} | {bleu} |")
+    return "\n".join(lines)
+
+
+def _heads_table(results: Results) -> str:
+    settings = results.settings
+    size = 2 * settings.heads_value_size
+    lines = [
+        f"Keys are {settings.heads_keys} one-hot positions, values random N(0, 1) of size "
+        f"{settings.heads_value_size}; a query names two positions and the block (size {size}, "
+        "W_q, W_k, W_v, W_o as in `seq2seq.attention.MultiHeadAttention`) must return both "
+        f"values. Adam (lr {settings.heads_learning_rate}) for {settings.heads_steps} steps of "
+        f"{settings.heads_batch_size} fresh examples; error on 2,048 held-out examples (predicting "
+        "zeros: 1.0; the least error one head can reach: 1/2, see the docstring of "
+        "`retrieval_batch`); heads' divergence = mean pairwise Jensen–Shannon divergence of their weight "
+        "rows (0 = the same map, log 2 = 0.693 for one-hot heads on different keys); seeds "
+        f"{', '.join(map(str, settings.heads_seeds))}.",
+        "",
+        "| scoring | heads | held-out error, start | held-out error, end (mean) "
+        "| JS between heads, start | JS between heads, end (mean) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for scoring in ("scaled_dot", "additive"):
+        for num_heads in (1, 2):
+            curves = [c for c in results.heads if (c.scoring, c.num_heads) == (scoring, num_heads)]
+            start_loss = sum(c.loss[0] for c in curves) / len(curves)
+            end_loss = sum(c.loss[-1] for c in curves) / len(curves)
+            js = (
+                f"{sum(c.divergence[0] for c in curves) / len(curves):.3f} | "
+                f"{sum(c.divergence[-1] for c in curves) / len(curves):.3f}"
+                if num_heads > 1
+                else "– | –"
+            )
+            lines.append(f"| {scoring} | {num_heads} | {start_loss:.3f} | {end_loss:.3g} | {js} |")
+    return "\n".join(lines)
+
+
+def _positionwise_table(results: Results) -> str:
+    settings = results.settings
+    lines = [
+        f"One sentence of {settings.ffn_positions} random positions, d_model "
+        f"{settings.ffn_size}, d_ff {4 * settings.ffn_size}, eval mode, no positional encodings. "
+        "π is a random permutation of the positions; the last column is the share of the "
+        "Jacobian ∂y/∂x in its off-diagonal blocks ∂y_i/∂x_j, i ≠ j (0: each output position "
+        "depends on its own input position only).",
+        "",
+        "| block | max \\|f(x[π]) − f(x)[π]\\| | ‖∂y_i/∂x_j, i ≠ j‖ / ‖∂y/∂x‖ |",
+        "|---|---|---|",
+    ]
+    for row in results.positionwise:
+        lines.append(
+            f"| {row.block} | {row.permutation_max_change:.1e} "
+            f"| {row.cross_position_fraction:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _head_runs_table(runs: list[RunSummary]) -> str:
+    """Per Transformer run: each layer's head divergence first and last, and the AER of the last
+    layer's average and of the best head."""
+    lines = []
+    for run in runs:
+        layers = run.head_layers
+        if not layers:
+            continue
+        head_aers = {
+            key.removeprefix("val/aer/"): value
+            for key, value in run.validation.items()
+            if key.startswith("val/aer/L")
+        }
+        best = min(head_aers, key=head_aers.__getitem__) if head_aers else None
+        if not lines:
+            lines = [
+                "| run | when | "
+                + " | ".join(f"JS between heads, layer {k.rsplit('L', 1)[1]}" for k in layers)
+                + " | val AER, last layer's average | best head's val AER | val BLEU |",
+                "|---" * (len(layers) + 5) + "|",
+            ]
+        for when, values in ((f"step {run.first_step}", run.first), ("end", run.validation)):
+            cells = " | ".join(f"{values[k]:.3f}" if k in values else "–" for k in layers)
+            aer = f"{values['val/aer']:.3f}" if "val/aer" in values else "–"
+            best_cell = f"{head_aers[best]:.3f} ({best})" if best and when == "end" else "–"
+            bleu = f"{values['val/bleu']:.1f}" if "val/bleu" in values else "–"
             lines.append(
-                f"| {run.attention}, hidden {run.hidden_size} | {when} | {cells} | {bleu} |"
+                f"| {run.attention}, {run.model} | {when} | {cells} | {aer} | {best_cell} "
+                f"| {bleu} |"
             )
     return "\n".join(lines)
 

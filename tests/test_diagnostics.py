@@ -18,10 +18,15 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from benchmarks.attention_experiments import (
+    ONE_HEAD_ERROR_BOUND,
     Settings,
     bilinear_accuracy_bound,
+    heads_block,
     measure_dimension,
+    measure_heads,
+    measure_positionwise,
     measure_saturation,
+    retrieval_batch,
     xor_accuracy,
     xor_batch,
 )
@@ -288,6 +293,59 @@ def test_no_bilinear_score_beats_the_bound_on_the_xor_task() -> None:
         assert xor_accuracy(attention, *batch) <= bound + 0.02
 
 
+def test_retrieval_targets_are_the_two_named_positions_values() -> None:
+    queries, keys, values, targets = retrieval_batch(300, 6, 3, torch.Generator().manual_seed(0))
+    first, second = queries[:, 0, :6].argmax(-1), queries[:, 0, 6:].argmax(-1)
+    assert (first != second).all() and (queries.sum(-1) == 2).all()
+    rows = torch.arange(300)
+    torch.testing.assert_close(
+        targets[:, 0], torch.cat([values[rows, first], values[rows, second]], -1)
+    )
+    torch.testing.assert_close(keys[0], torch.eye(6))
+
+
+def test_two_heads_built_by_hand_retrieve_both_values_exactly() -> None:
+    # The solution the claim says two heads can reach: head 1 reads the first one-hot of the
+    # query, head 2 the second; W_v copies the value into each head's half.
+    settings = Settings.quick()
+    n, dv = settings.heads_keys, settings.heads_value_size
+    block = heads_block("scaled_dot", 2, settings)
+    with torch.no_grad():
+        for layer in (block.W_q, block.W_k, block.W_v, block.W_o):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        big = 60.0  # sharp enough for weights within 1e-6 of one-hot
+        block.W_q.weight[:n, :n] = big * torch.eye(n)  # head 1 (first dv dims) <- first one-hot
+        block.W_q.weight[dv : dv + n, n:] = big * torch.eye(n)  # head 2 <- second one-hot
+        block.W_k.weight[:n] = torch.eye(n)
+        block.W_k.weight[dv : dv + n] = torch.eye(n)
+        block.W_v.weight.copy_(torch.cat([torch.eye(dv), torch.eye(dv)]))
+        block.W_o.weight.copy_(torch.eye(2 * dv))
+    queries, keys, values, targets = retrieval_batch(64, n, dv, torch.Generator().manual_seed(1))
+    context, weights = block(queries, keys, values)
+    torch.testing.assert_close(context, targets, atol=1e-4, rtol=0)
+    assert weights.shape == (64, 2, 1, n)
+
+
+def test_two_heads_learn_retrieval_and_diverge_one_head_stays_above_its_bound() -> None:
+    curves = {(c.scoring, c.num_heads): c for c in measure_heads(Settings.quick())}
+    for scoring in ("scaled_dot", "additive"):
+        one, two = curves[(scoring, 1)], curves[(scoring, 2)]
+        assert min(one.loss) > ONE_HEAD_ERROR_BOUND - 0.03  # sampling error of 2,048 examples
+        assert two.loss[-1] < 0.05
+        assert two.divergence[0] < 0.01 < 0.3 < two.divergence[-1] <= math.log(2)
+        assert one.divergence == [0.0] * len(one.divergence)  # one head: nothing to compare
+
+
+def test_the_ffn_is_position_wise_and_self_attention_is_not() -> None:
+    ffn, attention, layer = measure_positionwise(Settings.quick())
+    assert ffn.permutation_max_change < 1e-6 and ffn.cross_position_fraction < 1e-6
+    # Without positional encodings self-attention is permutation-equivariant too, yet every
+    # output position depends on every input position.
+    for row in (attention, layer):
+        assert row.permutation_max_change < 1e-5 and row.cross_position_fraction > 0.05
+
+
 # ---- the script ----------------------------------------------------------------------------------
 
 
@@ -312,7 +370,8 @@ def test_quick_mode_writes_plots_report_and_numbers_that_show_each_claim(
                         "--docs", str(docs))  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
-    for name in ("dimension.png", "saturation.png", "xor.png", "report.md", "results.json"):
+    for name in ("dimension.png", "saturation.png", "xor.png", "heads.png", "report.md",
+                 "results.json"):  # fmt: skip
         assert (out / name).stat().st_size > 0, name
     results = json.loads((out / "results.json").read_text())
     assert max(results["bias"]["dot_shift_max_change"].values()) < 1e-5
@@ -325,6 +384,8 @@ def test_quick_mode_writes_plots_report_and_numbers_that_show_each_claim(
     report = (out / "report.md").read_text()
     assert "![XOR task learning curves](xor.png)" in report
     assert "## The toy task" in report and "hidden 16" in report
+    assert "## 6. Heads learn" in report and "## 7. The FFN" in report
+    assert {row["block"].split(",")[0] for row in results["positionwise"]} >= {"position-wise FFN"}
     page = docs.read_text()
     assert "old" not in page and "additive, w_vᵀ tanh" in page and "kept" in page
     assert page.startswith("intro\n")
