@@ -463,8 +463,8 @@ def _heads_table(results: Results) -> str:
         f"values. Adam (lr {settings.heads_learning_rate}) for {settings.heads_steps} steps of "
         f"{settings.heads_batch_size} fresh examples; error on 2,048 held-out examples (predicting "
         "zeros: 1.0; the least error one head can reach: 1/2, see the docstring of "
-        "`retrieval_batch`); heads' divergence = mean pairwise Jensen–Shannon divergence of their weight "
-        "rows (0 = the same map, log 2 = 0.693 for one-hot heads on different keys); seeds "
+        "`retrieval_batch`); heads' divergence = mean pairwise Jensen–Shannon divergence of their "
+        "weight rows (0 = the same map, log 2 = 0.693 for one-hot heads on different keys); seeds "
         f"{', '.join(map(str, settings.heads_seeds))}.",
         "",
         "| scoring | heads | held-out error, start | held-out error, end (mean) "

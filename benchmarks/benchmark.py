@@ -48,6 +48,7 @@ from benchmarks.common import (
     PEERS,
     Spread,
     in_fresh_process,
+    is_transformer,
     machine,
     peak_rss_mb,
     synchronize,
@@ -70,7 +71,7 @@ from benchmarks.report import (
 )
 from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError
-from seq2seq.pipeline import scoring_config
+from seq2seq.pipeline import model_kind, scoring_config
 from seq2seq.training.runtime import freeze_startup_objects, tune_allocator
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,51 @@ def compose_config(overrides: Sequence[str], run_dir: Path) -> Any:
             f"the benchmark's config needs a value for {', '.join(missing)}; add it after --, "
             f"e.g. {missing[0]}=VALUE."
         )
-    return OmegaConf.to_container(cfg, resolve=True)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    resolved = {str(key): value for key, value in config.items()}
+    check_model_keys(resolved)
+    return resolved
+
+
+# The RNN models' sizes, which experiment=bench_reverse sets: a Transformer has none of them.
+RNN_SIZES = ("embedding_size", "hidden_size", "encoder_hidden_size")
+
+
+def check_model_keys(config: dict[str, Any]) -> None:
+    """Refuse a Transformer config that carries the RNN models' sizes. ``experiment=bench_reverse
+    model=transformer`` composes one: the experiment's RNN settings land on the Transformer
+    (``encoder_layers: 1``, no warm-up schedule, keys its constructor does not take)."""
+    stray = [key for key in RNN_SIZES if key in config["model"]]
+    if is_transformer(config) and stray:
+        raise ConfigError(
+            f"model=transformer with the RNN models' model.{', model.'.join(stray)}: "
+            "experiment=bench_reverse sets those, and encoder_layers=1 and no learning-rate "
+            "schedule, for the RNN models. Use experiment=bench_reverse_transformer, the same "
+            "task for the Transformer (docs/performance.md)."
+        )
+
+
+def model_description(config: dict[str, Any]) -> dict[str, Any]:
+    """What the report says of our model: its kind (gru, lstm or transformer), its decoder (the
+    Transformer's own class), scoring function and sizes."""
+    from omegaconf import OmegaConf
+
+    model = config["model"]
+    if is_transformer(config):
+        decoder = model["_target_"]
+        keys = ["d_model", "num_heads", "d_ff", "encoder_layers", "decoder_layers", "dropout"]
+        keys += ["attention_dropout", "norm_first", "tie_embeddings"]
+    else:
+        decoder = model["decoder"]["_target_"]
+        keys = ["embedding_size", "hidden_size", "encoder_hidden_size", "encoder_layers"]
+        keys += ["dropout"]
+    return {
+        "kind": model_kind(OmegaConf.create(config)),
+        "decoder": decoder,
+        "attention": config["attention"]["_target_"],
+        "sizes": {key: model.get(key) for key in keys},
+    }
 
 
 def benchmark_device(config: dict[str, Any]) -> str:
@@ -187,6 +232,8 @@ def train_and_decode(
     trainer.fit(module, datamodule=datamodule)
     result = clock.summary(bleu_target)
     result["peak_rss_mb"] = peak_rss_mb()  # of training: decoding below allocates less
+    # Tied weights once (parameters() yields each parameter once).
+    result["parameters"] = sum(parameter.numel() for parameter in module.model.parameters())
     if device == "cuda":
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
@@ -420,15 +467,24 @@ def chosen_peers(options: BenchmarkOptions, config: dict[str, Any]) -> list[str]
             "GPU: their ratio would compare hardware. Pass --peer none with trainer=gpu, or drop "
             "trainer=gpu to compare with the peers on the CPU."
         )
+    # OpenNMT-py's config here (benchmarks/opennmt.py) is the RNN models' only.
+    comparable = [name for name in PEERS if name == "joeynmt" or not is_transformer(config)]
     if options.peer == "auto":
         reads_files = str(config["data"]["corpus"].get("_target_", "")).endswith("ParallelCorpus")
-        return [name for name in PEERS if reads_files and available[name]()]
+        return [name for name in comparable if reads_files and available[name]()]
     names = list(PEERS) if options.peer == "all" else [options.peer]
+    if not set(names) <= set(comparable):
+        raise ConfigError(
+            f"--peer {options.peer}: OpenNMT-py is compared with our RNN models only, not with "
+            "model=transformer. Pass --peer joeynmt (its Transformer), or --peer none."
+        )
     if "joeynmt" in names and not available["joeynmt"]():
         raise ConfigError(
-            f"--peer {options.peer}: Joey NMT cannot be imported. Install it over your torch with "
-            "pip install joeynmt==2.3.0 importlib_metadata (see docs/performance.md), or "
-            "pass --peer none."
+            f"--peer {options.peer}: Joey NMT cannot be imported. Install it over your torch in "
+            "an environment of its own (it pins protobuf < 3.21): python -m venv "
+            "--system-site-packages VENV && VENV/bin/pip install joeynmt==2.3.0 "
+            "importlib_metadata, then run this script with VENV/bin/python (docs/performance.md); "
+            "or pass --peer none."
         )
     if "opennmt" in names and not available["opennmt"]():
         if not python:
@@ -535,10 +591,7 @@ def run_benchmark(overrides: Sequence[str], options: BenchmarkOptions) -> dict[s
         "val_check_interval": options.val_check_interval,
         # time_to_bleu95_s keeps its name whatever the target (the JSON's promise).
         "bleu_target": options.bleu_target,
-        "model": {
-            "decoder": config["model"]["decoder"]["_target_"],
-            "attention": config["attention"]["_target_"],
-        },
+        "model": model_description(config),
         "ours_runs": ours,
         "attention_ms": {
             mode: {

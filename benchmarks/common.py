@@ -31,6 +31,7 @@ HEADLINE = (
     "beam5_sent_per_s",
     "time_to_bleu95_s",
     "dev_bleu",
+    "parameters",
 )
 
 PEERS = {"joeynmt": "Joey NMT", "opennmt": "OpenNMT-py"}  # name: title
@@ -85,6 +86,12 @@ def synchronize(device: str | torch.device) -> None:
     """Wait for the GPU's queued work, so that a host clock read after it times the kernels."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def is_transformer(config: dict[str, Any]) -> bool:
+    """Whether the resolved ``config`` trains our Transformer (model=transformer: it has
+    ``model.d_model``) rather than one of our RNN models."""
+    return "d_model" in config["model"]
 
 
 def corpus_files(config: dict[str, Any], peer: str) -> tuple[dict[str, Any], Path]:

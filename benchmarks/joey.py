@@ -15,12 +15,14 @@ import torch
 from benchmarks.common import (
     _divisor_near,
     corpus_files,
+    is_transformer,
     peak_rss_mb,
     time_to_bleu,
     training_seconds_at,
     updates_per_epoch,
     validation_steps,
 )
+from seq2seq.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +53,26 @@ def joey_config(
     val_check_interval: float,
     decode_batch_size: int = 64,
 ) -> dict[str, Any]:
-    """The Joey NMT 2.3 config of the same work as ours: data files, sizes, batch, optimizer,
+    """The Joey NMT 2.3 config of the same work as ours: data files, model and sizes (its
+    recurrent model for our RNN models, its Transformer for ours: ``_joey_rnn_model``,
+    ``_joey_transformer_model``), batch, optimizer, learning-rate schedule, label smoothing,
     epochs, and greedy validation with dev BLEU every ``val_check_interval`` of an epoch as ours
     (``validation_steps``); dev and test are decoded afterwards too, in batches of
     ``decode_batch_size`` sentences as ours are.
 
     Joey logs "Tokens per Sec" every ``logging_freq`` updates, which must divide
     ``validation_freq``: the divisor nearest to 25 updates."""
-    data, model = config["data"], config["model"]
+    data, optim = config["data"], config["optim"]
+    if data.get("max_tokens"):
+        raise ConfigError(
+            f"--peer joeynmt batches {data['batch_size']} sentences as data.batch_size says, but "
+            f"data.max_tokens={data['max_tokens']} makes ours batch by tokens: pass "
+            "data.max_tokens=null to compare the same batches."
+        )
     corpus, root = corpus_files(config, "joeynmt")
     validation_freq = validation_steps(updates_per_epoch(config, "joeynmt"), val_check_interval)
-    embedding = {
-        "embedding_dim": model["embedding_size"],
-        "scale": False,
-        "dropout": model["dropout"],
-    }
     side = {"level": "word", "lowercase": False, "max_length": 100, "voc_min_freq": 1}
-    encoder_hidden = model["encoder_hidden_size"] or model["hidden_size"] // 2
+    transformer = is_transformer(config)
     return {
         "name": "benchmark",
         "joeynmt_version": "2.3.0",
@@ -95,15 +100,16 @@ def joey_config(
             "sacrebleu_cfg": {"tokenize": "none"},
         },
         "training": {
-            "optimizer": "adam",
-            "adam_betas": [0.9, 0.999],
-            "learning_rate": config["optim"]["optimizer"]["lr"],
-            # Joey rejects no scheduler; a factor of 1 keeps the learning rate constant.
-            "scheduling": "exponential",
-            "decrease_factor": 1.0,
-            "clip_grad_norm": config["optim"]["grad_clip"] or 0.0,
+            **_joey_optimizer(optim),
+            **_joey_schedule(optim),
+            # Joey's 0 would clip every gradient to nothing: None is its "no clipping".
+            "clip_grad_norm": optim["grad_clip"] or None,
             "loss": "crossentropy",
-            "normalization": "batch",
+            "label_smoothing": optim.get("label_smoothing", 0.0),
+            # Ours divides the summed loss by the batch's target tokens. The RNN comparison keeps
+            # PEERS.md's per-sentence loss; the Transformer's, new, matches ours, which matters
+            # under gradient clipping (per-sentence gradients are ~15x larger on the toy task).
+            "normalization": "tokens" if transformer else "batch",
             "batch_size": data["batch_size"],
             "batch_type": "sentence",
             "epochs": config["trainer"]["max_epochs"],
@@ -117,35 +123,166 @@ def joey_config(
             "overwrite": True,
             "print_valid_sents": [],
         },
-        "model": {
-            "initializer": "xavier_uniform",
-            "embed_initializer": "normal",
-            "embed_init_weight": 0.1,
-            "bias_initializer": "zeros",
-            "tied_embeddings": False,
-            "tied_softmax": False,
-            "encoder": {
-                "type": "recurrent",
-                "rnn_type": "gru",
-                "embeddings": embedding,
-                "hidden_size": encoder_hidden,
-                "bidirectional": True,
-                "dropout": model["dropout"],
-                "num_layers": model["encoder_layers"],
-            },
-            "decoder": {
-                "type": "recurrent",
-                "rnn_type": "gru",
-                "embeddings": embedding,
-                "hidden_size": model["hidden_size"],
-                "dropout": model["dropout"],
-                "hidden_dropout": model["dropout"],
-                "num_layers": 1,
-                "input_feeding": False,
-                "init_hidden": "last",
-                "attention": JOEY_ATTENTION[config["attention"]["_target_"]],
-            },
+        "model": _joey_transformer_model(config) if transformer else _joey_rnn_model(config),
+    }
+
+
+def _joey_optimizer(optim: dict[str, Any]) -> dict[str, Any]:
+    """Joey's optimizer keys for ours (``optim.optimizer``): Adam or AdamW, same betas and weight
+    decay (torch's defaults where ours leaves them out; Joey's own AdamW default betas differ)."""
+    optimizer = optim["optimizer"]
+    name = {"torch.optim.Adam": "adam", "torch.optim.AdamW": "adamw"}.get(optimizer["_target_"])
+    if name is None:
+        raise ConfigError(
+            f"--peer joeynmt compares Adam or AdamW runs; optim.optimizer is "
+            f"{optimizer['_target_']}. Pass --peer none, or "
+            "optim.optimizer._target_=torch.optim.Adam."
+        )
+    return {
+        "optimizer": name,
+        "adam_betas": list(optimizer.get("betas", [0.9, 0.999])),
+        "weight_decay": optimizer.get("weight_decay", 0.0 if name == "adam" else 0.01),
+    }
+
+
+def _joey_schedule(optim: dict[str, Any]) -> dict[str, Any]:
+    """Joey's learning-rate keys for ours (``optim.scheduler``).
+
+    None: a constant rate; Joey rejects no scheduler, and an exponential one with a factor of 1
+    keeps the rate constant. ``inverse_sqrt`` (seq2seq.training.schedules): Joey's
+    ``warmupinversesquareroot``, which rises linearly to ``learning_rate_peak`` over
+    ``learning_rate_warmup`` updates, then decays as ``peak · sqrt(warmup / n)``: ours, with the
+    same peak (our ``lr``) and warm-up. Joey steps its scheduler after each update, so its first
+    update runs at the optimizer's ``learning_rate``: set to our rate at update 1 (from
+    ``warmup_init_lr``); from the second on it runs one update behind ours (at update n, ours
+    n/W of the peak, Joey's (n - 1)/W), 0.25 % of the peak a step during a warm-up of 400. Its
+    ``learning_rate_min`` is both a floor of the schedule and a stop (training ends when the rate
+    falls below it), and our warm-up starts below its default of 1e-4: 0, as ours has none.
+    Any other schedule of ours (plateau) is compared at a constant rate, with a warning."""
+    lr = optim["optimizer"]["lr"]
+    scheduler = optim.get("scheduler")
+    target = str((scheduler or {}).get("_target_", ""))
+    if target.endswith("InverseSquareRootSchedule"):
+        assert scheduler is not None
+        warmup = scheduler["warmup_steps"]
+        start = scheduler.get("warmup_init_lr", 0.0)
+        return {
+            "learning_rate": start + (lr - start) / warmup,  # ours at update 1
+            "scheduling": "warmupinversesquareroot",
+            "learning_rate_peak": lr,
+            "learning_rate_warmup": warmup,
+            "learning_rate_min": 0.0,
+        }
+    if scheduler:
+        log.warning(
+            "Joey NMT runs at a constant learning rate of %g: it has no counterpart of "
+            "optim.scheduler %s (pass optim.scheduler=null to compare the same schedule).",
+            lr,
+            target,
+        )
+    return {"learning_rate": lr, "scheduling": "exponential", "decrease_factor": 1.0}
+
+
+def _joey_rnn_model(config: dict[str, Any]) -> dict[str, Any]:
+    """Joey's recurrent model for our GRU models (PEERS.md): bidirectional GRU encoder, GRU
+    decoder without input feeding, untied embeddings."""
+    model = config["model"]
+    embedding = {
+        "embedding_dim": model["embedding_size"],
+        "scale": False,
+        "dropout": model["dropout"],
+    }
+    encoder_hidden = model["encoder_hidden_size"] or model["hidden_size"] // 2
+    return {
+        "initializer": "xavier_uniform",
+        "embed_initializer": "normal",
+        "embed_init_weight": 0.1,
+        "bias_initializer": "zeros",
+        "tied_embeddings": False,
+        "tied_softmax": False,
+        "encoder": {
+            "type": "recurrent",
+            "rnn_type": "gru",
+            "embeddings": embedding,
+            "hidden_size": encoder_hidden,
+            "bidirectional": True,
+            "dropout": model["dropout"],
+            "num_layers": model["encoder_layers"],
         },
+        "decoder": {
+            "type": "recurrent",
+            "rnn_type": "gru",
+            "embeddings": embedding,
+            "hidden_size": model["hidden_size"],
+            "dropout": model["dropout"],
+            "hidden_dropout": model["dropout"],
+            "num_layers": 1,
+            "input_feeding": False,
+            "init_hidden": "last",
+            "attention": JOEY_ATTENTION[config["attention"]["_target_"]],
+        },
+    }
+
+
+def _joey_transformer_model(config: dict[str, Any]) -> dict[str, Any]:
+    """Joey's Transformer of the same size as ours (seq2seq.models.transformer): layers, heads,
+    model and feed-forward sizes, dropout, post- or pre-norm, embeddings × √D plus sinusoidal
+    positions, the target embedding as the output layer's weight when ours ties them.
+
+    What Joey cannot match: its heads score with scaled dot products only (a warning if ours
+    uses another ``attention=``), one dropout rate also on the attention weights (a warning if
+    our ``attention_dropout`` differs), no bias on the output layer (ours has one), LayerNorm
+    eps 1e-6 (ours 1e-5), and Xavier-uniform weights with zero biases (ours: PyTorch's
+    defaults)."""
+    model, attention = config["model"], config["attention"]
+    d_model, dropout = model["d_model"], model["dropout"]
+    scaled_dot = (
+        attention["_target_"] == "seq2seq.attention.DotProductAttention"
+        and attention.get("scaled")
+        and attention.get("temperature", 1.0) == 1.0
+    )
+    if not scaled_dot:
+        log.warning(
+            "Joey NMT's Transformer attends with scaled dot products; ours with %s: pass "
+            "attention=scaled_dot to compare the same model.",
+            attention["_target_"],
+        )
+    if model.get("attention_dropout") not in (None, dropout):
+        log.warning(
+            "Joey NMT's Transformer drops attention weights at its one dropout rate, "
+            "model.dropout=%g, not at model.attention_dropout=%g.",
+            dropout,
+            model["attention_dropout"],
+        )
+    # Joey adds the positions to its embeddings scaled by √D, as ours; dropout after both.
+    embeddings = {"embedding_dim": d_model, "scale": True, "dropout": dropout}
+    layers = {
+        "type": "transformer",
+        "embeddings": embeddings,
+        "hidden_size": d_model,  # Joey requires embedding_dim == hidden_size
+        "ff_size": model["d_ff"],
+        "num_heads": model["num_heads"],
+        # On every residual branch, inside the FFN and on the attention weights, in Joey.
+        "dropout": dropout,
+        # Joey's layers default to pre-norm and its stacks' final LayerNorm to post: say which.
+        # Pre-norm adds one LayerNorm at the end of each stack, as ours does.
+        "layer_norm": "pre" if model["norm_first"] else "post",
+        "activation": "relu",
+        "alpha": 1.0,  # the residual's weight: x + sublayer(x), as ours
+    }
+    return {
+        "initializer": "xavier_uniform",
+        # Ours draws embeddings from N(0, 1/D) (seq2seq.models.embedding): the same here.
+        "embed_initializer": "normal",
+        "embed_init_weight": d_model**-0.5,
+        "bias_initializer": "zeros",
+        # Joey's tied_embeddings shares the source and target embeddings (one vocabulary); ours
+        # has one embedding per side, whatever data.joint_vocab says.
+        "tied_embeddings": False,
+        # The target embedding as the output layer's weight (ours: model.tie_embeddings).
+        "tied_softmax": bool(model["tie_embeddings"]),
+        "encoder": {**layers, "num_layers": model["encoder_layers"]},
+        "decoder": {**layers, "num_layers": model["decoder_layers"]},
     }
 
 
@@ -249,6 +386,7 @@ def _joey_job(
         "train_tgt_tok_per_s": statistics.median(rates.rates[1:] or rates.rates or [0.0]),
         "train_sent_per_s": None,  # Joey logs tokens only
         "peak_rss_mb": peak_rss_mb(),
+        "parameters": sum(parameter.numel() for parameter in model.parameters()),  # tied: once
         "time_to_bleu95_s": time_to_bleu(startup, validations, bleu_target),
         "validations": validations,
     }

@@ -15,7 +15,10 @@ log = logging.getLogger(__name__)
 def _peer_attention(name: str, config: dict[str, Any]) -> str:
     """The peer's name for the scoring function it runs."""
     if name == "joeynmt":
-        return str(config["model"]["decoder"]["attention"])
+        decoder = config["model"]["decoder"]
+        if decoder["type"] == "transformer":  # its heads score with scaled dot products only
+            return "Transformer, scaled dot"
+        return str(decoder["attention"])
     return str(config["global_attention"])
 
 
@@ -29,7 +32,8 @@ def peer_report(
     ratios = {}
     for key in HEADLINE:
         peer[key] = Spread.of([run.get(key) for run in runs]).median
-        if ours.get(key) and peer[key]:
+        # A count of parameters is no better or worse: shown, not compared.
+        if key != "parameters" and ours.get(key) and peer[key]:
             lower_is_better = key in ("peak_rss_mb", "time_to_bleu95_s", "startup_s")
             ratios[key] = peer[key] / ours[key] if lower_is_better else ours[key] / peer[key]
     peer["ratios"] = ratios
@@ -54,6 +58,7 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
         ("beam-5 sentences/s", "beam5_sent_per_s", 0),
         (f"time to dev BLEU ≥ {report['bleu_target']:g}, s", "time_to_bleu95_s", 1),
         ("dev BLEU at the end (greedy)", "dev_bleu", 1),
+        ("parameters", "parameters", 0),
     ]
     gpu = report["machine"].get("gpu")
     if gpu is None:  # a CPU run has no GPU memory row
@@ -66,6 +71,10 @@ def markdown_table(report: dict[str, Any], costs: dict[str, dict[str, dict[int, 
         " ratio |" if len(peers) == 1 else f" ours / {peer['title']} |" for peer in peers
     )
     lines = [header, "|---|---|" + "---|" * 2 * len(peers)]
+    sizes = report["model"].get("sizes")
+    if sizes:  # the model kind and sizes, above the table
+        settings = ", ".join(f"{key} {value}" for key, value in sizes.items())
+        lines[:0] = [f"Model: {report['model']['kind']} ({settings}).", ""]
     for label, key, digits in rows:
         line = f"| {label} | {Spread.of([run.get(key) for run in ours]).text(digits)} |"
         for peer in peers:

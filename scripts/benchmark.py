@@ -8,6 +8,9 @@ The overrides are train.py's, e.g. the peers' reverse task (docs/performance.md)
         experiment=bench_reverse data=parallel data.root=DIR data.train=train data.val=dev \\
         data.test=test data.src_lang=src data.tgt_lang=trg
 
+Our Transformer (model=transformer) runs beside Joey NMT's of the same size, with Joey installed
+in an environment of its own: the command is in docs/performance.md ("How we measure").
+
 Writes OUT.json (medians with min and max, every run, the machine and its load) and prints a
 markdown table; ``--markdown`` also writes the table to a file.
 """
