@@ -124,6 +124,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: pl.Trainer = instantiate(
         trainer_config(cfg),
         default_root_dir=str(run_dir),
+        # Lightning counts an epoch's batches once, when it loads the data, and then validates
+        # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)
+        # number differently in every epoch: without a reload, an epoch one batch short skips its
+        # validation and one batch long loses its last batch.
+        reload_dataloaders_every_n_epochs=1 if cfg.data.get("max_tokens") else 0,
         callbacks=[
             checkpoint,
             last,

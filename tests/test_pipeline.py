@@ -198,3 +198,31 @@ def test_resuming_may_switch_the_fused_optimizer_but_not_the_learning_rate(tmp_p
     assert changed_keys(saved, fused_off) == []
     other_rate = compose_config(tmp_path, ["optim.optimizer.lr=0.1"])
     assert changed_keys(saved, other_rate) == [("optim.optimizer.lr", 0.002, 0.1)]
+
+
+def test_token_budget_epochs_of_different_lengths_each_validate_and_train_every_batch(
+    tmp_path: Path,
+) -> None:
+    # Under data.max_tokens the number of batches differs between epochs. Lightning counts them
+    # once per load: without a reload every epoch, an epoch one batch short never validated and
+    # one batch long lost its last batch.
+    overrides = ["data.max_tokens=120", "data.bucket_batches=2", "trainer.max_epochs=4",
+                 "test_after_training=false", "trainer.log_every_n_steps=10"]  # fmt: skip
+    config = compose_config(tmp_path, overrides)
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(config.data.module)  # the run's own, batches and seed included
+    datamodule.setup("fit")
+    sampler = datamodule._sampler("train", datamodule.batch_size, shuffle=True)
+    counts = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        counts.append(len(list(sampler)))
+    assert len(set(counts)) > 1 and counts[1:] != counts[:1] * 3, counts  # the case at hand
+    run_training(tmp_path, overrides)
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("val/bleu")]
+    assert [int(row["epoch"]) for row in rows] == [0, 1, 2, 3]
+    # The step of each epoch's validation (global step - 1): every batch of every epoch trained.
+    ends = [sum(counts[: epoch + 1]) - 1 for epoch in range(4)]
+    assert [int(row["step"]) for row in rows] == ends

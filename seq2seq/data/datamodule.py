@@ -204,11 +204,13 @@ class Seq2SeqDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> ResumableDataLoader:
         # Resumable: its place in the epoch is saved in checkpoints (exact mid-epoch resume).
-        return ResumableDataLoader(
-            self.datasets["train"],
-            self._sampler("train", self.batch_size, shuffle=True),
-            num_workers=self.num_workers,
-        )
+        sampler = self._sampler("train", self.batch_size, shuffle=True)
+        if self.trainer is not None:
+            # Lightning reads len() before it sets the epoch; under a token budget the number of
+            # batches differs between epochs (the pipeline reloads this loader every epoch), so
+            # len() must count the epoch about to be served.
+            sampler.set_epoch(self.trainer.current_epoch)
+        return ResumableDataLoader(self.datasets["train"], sampler, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader[tuple[int, EncodedExample]]:
         return self._loader("val", self.eval_batch_size, shuffle=False)
