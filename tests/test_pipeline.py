@@ -226,3 +226,22 @@ def test_token_budget_epochs_of_different_lengths_each_validate_and_train_every_
     # The step of each epoch's validation (global step - 1): every batch of every epoch trained.
     ends = [sum(counts[: epoch + 1]) - 1 for epoch in range(4)]
     assert [int(row["step"]) for row in rows] == ends
+
+
+@pytest.mark.parametrize(
+    ("overrides", "scoring"),
+    [
+        (["model=transformer"], "DotProductAttention"),  # the paper's, scaled
+        (["model=transformer", "attention=additive"], "AdditiveAttention"),  # the command wins
+        (["model=transformer", "attention=general"], "MultiplicativeAttention"),
+        ([], "AdditiveAttention"),  # the RNN models' default is unchanged
+    ],
+)
+def test_the_transformer_defaults_to_scaled_dot_and_the_command_line_wins(
+    overrides: list[str], scoring: str
+) -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        config = compose("config", overrides=overrides)  # no SMALL: its RNN sizes
+    assert config.attention._target_ == f"seq2seq.attention.{scoring}"
+    if scoring == "DotProductAttention":
+        assert config.attention.scaled is True
