@@ -150,12 +150,14 @@ def _joey_schedule(optim: dict[str, Any]) -> dict[str, Any]:
 
     None: a constant rate; Joey rejects no scheduler, and an exponential one with a factor of 1
     keeps the rate constant. ``inverse_sqrt`` (seq2seq.training.schedules): Joey's
-    ``warmupinversesquareroot``, which rises linearly to ``learning_rate_peak`` over
-    ``learning_rate_warmup`` updates, then decays as ``peak · sqrt(warmup / n)``: ours, with the
-    same peak (our ``lr``) and warm-up. Joey steps its scheduler after each update, so its first
-    update runs at the optimizer's ``learning_rate``: set to our rate at update 1 (from
-    ``warmup_init_lr``); from the second on it runs one update behind ours (at update n, ours
-    n/W of the peak, Joey's (n - 1)/W), 0.25 % of the peak a step during a warm-up of 400. Its
+    ``warmupinversesquareroot``, which rises linearly to its peak over ``learning_rate_warmup``
+    updates, then decays as ``peak · sqrt(warmup / n)``: ours, with the same peak (our ``lr``)
+    and warm-up. Joey 2.3 reads the peak from ``learning_rate``: its config parser drops
+    ``learning_rate_peak`` (joeynmt/config.py), so the scheduler falls back to the optimizer's
+    rate, and a peak given only there left Joey training at our rate of update 1 (2.6e-6) for
+    good. Joey steps its scheduler after each update, so its first update runs at that peak, and
+    from the second on it runs one update behind ours (at update n, ours n/W of the peak,
+    Joey's (n - 1)/W), 0.25 % of the peak a step during a warm-up of 400. Its
     ``learning_rate_min`` is both a floor of the schedule and a stop (training ends when the rate
     falls below it), and our warm-up starts below its default of 1e-4: 0, as ours has none.
     Any other schedule of ours (plateau) is compared at a constant rate, with a warning."""
@@ -165,11 +167,9 @@ def _joey_schedule(optim: dict[str, Any]) -> dict[str, Any]:
     if target.endswith("InverseSquareRootSchedule"):
         assert scheduler is not None
         warmup = scheduler["warmup_steps"]
-        start = scheduler.get("warmup_init_lr", 0.0)
         return {
-            "learning_rate": start + (lr - start) / warmup,  # ours at update 1
+            "learning_rate": lr,  # the peak (see above)
             "scheduling": "warmupinversesquareroot",
-            "learning_rate_peak": lr,
             "learning_rate_warmup": warmup,
             "learning_rate_min": 0.0,
         }
