@@ -157,7 +157,18 @@ def onnx_greedy_search(
 ) -> np.ndarray:
     """Greedy decoding with two ``onnxruntime.InferenceSession``s; returns ids (B, L), EOS-padded.
 
-    The same loop as ``seq2seq.search.greedy_search``, kept to the minimum a deployment needs.
+    The same loop as ``seq2seq.search.greedy_search``, kept to the minimum a deployment needs::
+
+        import numpy as np, onnxruntime as ort
+        from tokenizers import Tokenizer
+        encoder, decoder_step = (ort.InferenceSession(f"bundle/{n}.onnx")
+                                 for n in ("encoder", "decoder_step"))
+        src_tok, tgt_tok = (Tokenizer.from_file(f"bundle/{side}_tokenizer.json")
+                            for side in ("src", "tgt"))
+        ids = np.array([src_tok.encode("the dog sees a cat .").ids], dtype=np.int64)
+        out = onnx_greedy_search(encoder, decoder_step, ids, np.array([ids.shape[1]]),
+                                 bos_id=2, eos_id=3, max_len=30)
+        print(tgt_tok.decode([i for i in out[0] if i != 3]))
     """
     memory, keys, projected_keys, *state = encoder.run(None, {"src": src, "src_lens": src_lens})
     names = ["state_h", "state_c"][: len(state)]
