@@ -18,8 +18,13 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
-from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
-from seq2seq.data.corpora import read_lines
+from seq2seq.cli import (
+    check_device,
+    check_writable,
+    int_at_least,
+    read_sources_and_references,
+    run,
+)
 
 log = logging.getLogger("seq2seq.evaluate")
 
@@ -41,13 +46,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    sources = read_lines(args.src, "the source file")
-    references = read_lines(args.ref, "the reference file")
-    if len(sources) != len(references):
-        raise UsageError(
-            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: source "
-            "and reference files must be line-parallel."
-        )
+    sources, references = read_sources_and_references(args.src, args.ref)
     if args.hyp_out is not None:
         check_writable(args.hyp_out, "the hypotheses")
     check_device(args.device)

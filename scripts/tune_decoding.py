@@ -16,8 +16,7 @@ from pathlib import Path
 
 from seq2seq import Translator
 from seq2seq.analysis.decoding import tune_decoding
-from seq2seq.cli import UsageError, check_device, run
-from seq2seq.data.corpora import read_lines
+from seq2seq.cli import UsageError, check_device, read_sources_and_references, run
 
 log = logging.getLogger("seq2seq.tune")
 
@@ -47,13 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     if any(size < 1 for size in args.beam_sizes):
         raise UsageError(f"--beam-sizes must be at least 1, got {args.beam_sizes}.")
-    sources = read_lines(args.src, "the source file")
-    references = read_lines(args.ref, "the reference file")
-    if len(sources) != len(references):
-        raise UsageError(
-            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: they "
-            "must be line-parallel."
-        )
+    sources, references = read_sources_and_references(args.src, args.ref)
     check_device(args.device)
     translator = Translator.load(args.model, device=args.device)
     scores = tune_decoding(

@@ -120,3 +120,18 @@ def check_writable(path: Path, what: str) -> None:
             pass
     except OSError as error:
         raise UsageError(f"cannot write {what} to {path} ({error.strerror}).") from None
+
+
+def read_sources_and_references(src: Path, ref: Path) -> tuple[list[str], list[str]]:
+    """The lines of a source file and of its line-parallel reference file (evaluate.py,
+    tune_decoding.py); files of different lengths are refused before any decoding."""
+    from seq2seq.data.corpora import read_lines  # only the scoring scripts read these files
+
+    sources = read_lines(src, "the source file")
+    references = read_lines(ref, "the reference file")
+    if len(sources) != len(references):
+        raise UsageError(
+            f"{src} has {len(sources)} lines but {ref} has {len(references)}: source "
+            "and reference files must be line-parallel."
+        )
+    return sources, references
