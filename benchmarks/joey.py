@@ -232,8 +232,8 @@ def _joey_transformer_model(config: dict[str, Any]) -> dict[str, Any]:
     What Joey cannot match: its heads score with scaled dot products only (a warning if ours
     uses another ``attention=``), one dropout rate also on the attention weights (a warning if
     our ``attention_dropout`` differs), no bias on the output layer (ours has one), LayerNorm
-    eps 1e-6 (ours 1e-5), and Xavier-uniform weights with zero biases (ours: PyTorch's
-    defaults)."""
+    eps 1e-6 (ours 1e-5). Both start from Xavier-uniform weights and zero biases
+    (seq2seq.models.transformer.xavier_init) and embeddings from N(0, 1/D)."""
     model, attention = config["model"], config["attention"]
     d_model, dropout = model["d_model"], model["dropout"]
     scaled_dot = (

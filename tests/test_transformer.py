@@ -238,3 +238,23 @@ def test_head_divergence_is_zero_for_alike_heads_and_log_2_for_disjoint_ones() -
     assert float(
         head_divergence(mixed, torch.tensor([[1, 1, 1], [0, 0, 0]]).bool())
     ) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_linear_layers_start_xavier_uniform_with_zero_biases() -> None:
+    torch.manual_seed(0)
+    model = Transformer(
+        src_vocab_size=13, tgt_vocab_size=11, attention=SCORINGS["additive"], d_model=128,
+        num_heads=4, d_ff=512, encoder_layers=1, decoder_layers=1, tie_embeddings=False,
+    )  # fmt: skip
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    # Three attentions' projections and additive scorers, two FFNs, the untied output layer.
+    assert len(linears) == 3 * 4 + 3 * 3 + 2 * 2 + 1
+    for layer in linears:
+        fan_out, fan_in = layer.weight.shape
+        bound = (6 / (fan_in + fan_out)) ** 0.5
+        assert layer.weight.abs().max() <= bound
+        if layer.weight.numel() >= 10_000:  # nn.Linear's default is ≥ 1.7x narrower here
+            assert layer.weight.std().item() == pytest.approx(bound / 3**0.5, rel=0.03)
+        assert layer.bias is None or not layer.bias.any()
+    # The embeddings keep their N(0, 1/D).
+    assert model.encoder.embedding.weight.std().item() == pytest.approx(128**-0.5, rel=0.1)
