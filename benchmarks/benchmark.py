@@ -150,7 +150,7 @@ def model_description(config: dict[str, Any]) -> dict[str, Any]:
     if is_transformer(config):
         decoder = model["_target_"]
         keys = ["d_model", "num_heads", "d_ff", "encoder_layers", "decoder_layers", "dropout"]
-        keys += ["attention_dropout", "norm_first", "tie_embeddings"]
+        keys += ["attention_dropout", "norm_first", "tie_embeddings", "init"]
     else:
         decoder = model["decoder"]["_target_"]
         keys = ["embedding_size", "hidden_size", "encoder_hidden_size", "encoder_layers"]

@@ -232,8 +232,9 @@ def _joey_transformer_model(config: dict[str, Any]) -> dict[str, Any]:
     What Joey cannot match: its heads score with scaled dot products only (a warning if ours
     uses another ``attention=``), one dropout rate also on the attention weights (a warning if
     our ``attention_dropout`` differs), no bias on the output layer (ours has one), LayerNorm
-    eps 1e-6 (ours 1e-5). Both start from Xavier-uniform weights and zero biases
-    (seq2seq.models.transformer.xavier_init) and embeddings from N(0, 1/D)."""
+    eps 1e-6 (ours 1e-5), and ``nn.Linear``'s initialisation: Joey starts Xavier-uniform with
+    zero biases, as ours does under ``model.init=xavier`` (a warning otherwise). The embeddings
+    of both start from N(0, 1/D)."""
     model, attention = config["model"], config["attention"]
     d_model, dropout = model["d_model"], model["dropout"]
     scaled_dot = (
@@ -253,6 +254,12 @@ def _joey_transformer_model(config: dict[str, Any]) -> dict[str, Any]:
             "model.dropout=%g, not at model.attention_dropout=%g.",
             dropout,
             model["attention_dropout"],
+        )
+    if model.get("init", "pytorch") != "xavier":
+        log.warning(
+            "Joey NMT's Transformer starts Xavier-uniform; ours with model.init=%s: pass "
+            "model.init=xavier to compare the same model.",
+            model.get("init", "pytorch"),
         )
     # Joey adds the positions to its embeddings scaled by √D, as ours; dropout after both.
     embeddings = {"embedding_dim": d_model, "scale": True, "dropout": dropout}

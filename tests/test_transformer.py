@@ -18,6 +18,7 @@ from seq2seq.attention import (
     MultiHeadAttention,
     MultiplicativeAttention,
 )
+from seq2seq.errors import ConfigError
 from seq2seq.models.transformer import (
     PositionWiseFFN,
     Transformer,
@@ -240,21 +241,30 @@ def test_head_divergence_is_zero_for_alike_heads_and_log_2_for_disjoint_ones() -
     ) == pytest.approx(0.0, abs=1e-12)
 
 
-def test_linear_layers_start_xavier_uniform_with_zero_biases() -> None:
+@pytest.mark.parametrize("init", ["pytorch", "xavier"])
+def test_linear_layers_start_as_model_init_says(init: str) -> None:
     torch.manual_seed(0)
     model = Transformer(
         src_vocab_size=13, tgt_vocab_size=11, attention=SCORINGS["additive"], d_model=128,
         num_heads=4, d_ff=512, encoder_layers=1, decoder_layers=1, tie_embeddings=False,
+        init=init,
     )  # fmt: skip
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     # Three attentions' projections and additive scorers, two FFNs, the untied output layer.
     assert len(linears) == 3 * 4 + 3 * 3 + 2 * 2 + 1
     for layer in linears:
         fan_out, fan_in = layer.weight.shape
-        bound = (6 / (fan_in + fan_out)) ** 0.5
+        # Xavier-uniform: U(±√(6 / (fan_in + fan_out))); nn.Linear's: U(±1/√fan_in).
+        bound = (6 / (fan_in + fan_out)) ** 0.5 if init == "xavier" else fan_in**-0.5
         assert layer.weight.abs().max() <= bound
-        if layer.weight.numel() >= 10_000:  # nn.Linear's default is ≥ 1.7x narrower here
+        if layer.weight.numel() >= 10_000:  # the two differ by ≥ 1.7x in these
             assert layer.weight.std().item() == pytest.approx(bound / 3**0.5, rel=0.03)
-        assert layer.bias is None or not layer.bias.any()
-    # The embeddings keep their N(0, 1/D).
+        if init == "xavier":
+            assert layer.bias is None or not layer.bias.any()
+    # The embeddings keep their N(0, 1/D) either way.
     assert model.encoder.embedding.weight.std().item() == pytest.approx(128**-0.5, rel=0.1)
+
+
+def test_an_unknown_init_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"model.init must be pytorch .* or xavier"):
+        Transformer(13, 11, SCORINGS["scaled_dot"], d_model=D, num_heads=HEADS, init="he")

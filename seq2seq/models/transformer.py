@@ -398,12 +398,13 @@ class TransformerDecoder(nn.Module):
 
 def xavier_init(model: nn.Module) -> None:
     """Xavier-uniform weights and zero biases for every linear layer of ``model`` (the
-    embeddings keep N(0, 1/D), seq2seq.models.embedding): the Transformer's usual start
-    (tensor2tensor, fairseq, Joey NMT, ``nn.Transformer``, ``nn.MultiheadAttention``).
-    ``nn.Linear``'s own U(±1/√fan_in) starts them smaller (a standard deviation √3 times smaller
-    in the D × D projections, 2.2 times in the FFN's W_2 at F = 4D), and the small model learned
-    much slower: dev BLEU 38.4 against 76.3 after 2 epochs of the reverse task, d_model 128
-    (docs/performance.md)."""
+    embeddings keep N(0, 1/D), seq2seq.models.embedding), as Joey NMT and tensor2tensor start
+    a Transformer (``model.init=xavier``). ``nn.Linear``'s own U(±1/√fan_in) (``init=pytorch``)
+    is narrower: a standard deviation √3 times smaller in the D × D projections, 2.2 times in
+    the FFN's W_2 at F = 4D. Neither wins everywhere (docs/performance.md, d_model 128, one seed,
+    val BLEU after 2 epochs): Xavier learned the reverse task faster (76.3 against 38.4) and the
+    toy task slower (scaled dot 77.2 against 93.8; unscaled dot 12.4 against 85.5, claim 1's
+    saturation: q·k grows with the square of the projections' scale)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
@@ -416,7 +417,8 @@ class Transformer(EncoderDecoder):
     ``attention`` group's scoring function (built for the head size ``d_model / num_heads``).
 
     ``dropout`` acts on the embeddings, every residual branch and inside the FFN;
-    ``attention_dropout`` on the attention weights (default: ``dropout``)."""
+    ``attention_dropout`` on the attention weights (default: ``dropout``). ``init``: the linear
+    layers' start, ``"pytorch"`` (``nn.Linear``'s) or ``"xavier"`` (``xavier_init``)."""
 
     def __init__(
         self,
@@ -433,8 +435,14 @@ class Transformer(EncoderDecoder):
         norm_first: bool = False,
         tie_embeddings: bool = True,
         padding_idx: int = 0,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
+        if init not in ("pytorch", "xavier"):
+            raise ConfigError(
+                f"model.init must be pytorch (nn.Linear's own initialisation) or xavier "
+                f"(Xavier-uniform weights, zero biases), got {init!r}."
+            )
         for name, size in [
             ("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff),
             ("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers),
@@ -456,4 +464,5 @@ class Transformer(EncoderDecoder):
             tgt_vocab_size, *common, decoder_layers, dropout, weights_dropout, norm_first,
             tie_embeddings, padding_idx,
         )  # fmt: skip
-        xavier_init(self)
+        if init == "xavier":
+            xavier_init(self)
