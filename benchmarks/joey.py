@@ -255,11 +255,12 @@ def _joey_transformer_model(config: dict[str, Any]) -> dict[str, Any]:
             dropout,
             model["attention_dropout"],
         )
-    if model.get("init", "pytorch") != "xavier":
+    init = model.get("init", "pytorch")  # configs written before model.init existed: pytorch
+    if init != "xavier":
         log.warning(
             "Joey NMT's Transformer starts Xavier-uniform; ours with model.init=%s: pass "
             "model.init=xavier to compare the same model.",
-            model.get("init", "pytorch"),
+            init,
         )
     # Joey adds the positions to its embeddings scaled by √D, as ours; dropout after both.
     embeddings = {"embedding_dim": d_model, "scale": True, "dropout": dropout}
