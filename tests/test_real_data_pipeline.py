@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 from seq2seq.data.toy import ToyTranslation
 from seq2seq.pipeline import train
+from tests.configs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -40,15 +41,14 @@ def parallel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def compose_config(overrides: list[str]) -> object:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[*SMALL, *overrides])
+def compose_small_config(overrides: list[str]) -> DictConfig:
+    return compose_config([*SMALL, *overrides])
 
 
 def test_parallel_val_bleu_equals_the_sacrebleu_cli_on_raw_references(
     parallel_dir: Path, tmp_path: Path
 ) -> None:
-    config = compose_config(
+    config = compose_small_config(
         [
             "data=parallel",
             f"data.root={parallel_dir}",
@@ -95,7 +95,7 @@ def test_tsv_option_trains(tmp_path: Path, tokenizer: str) -> None:
         encoding="utf-8",
     )
     result = train(
-        compose_config(  # type: ignore[arg-type]
+        compose_small_config(
             [
                 "data=tsv",
                 f"data.path={tsv}",
@@ -113,7 +113,7 @@ def test_tsv_option_trains(tmp_path: Path, tokenizer: str) -> None:
 @pytest.mark.skipif(not (SHARED_DATA / "multi30k").is_dir(), reason="../shared/data is absent")
 def test_multi30k_option_reads_the_real_corpus(tmp_path: Path) -> None:
     result = train(
-        compose_config(  # type: ignore[arg-type]
+        compose_small_config(
             [
                 "data=multi30k",
                 f"data.root={SHARED_DATA / 'multi30k'}",
@@ -123,6 +123,47 @@ def test_multi30k_option_reads_the_real_corpus(tmp_path: Path) -> None:
         )
     )
     assert result["metrics"]["train/loss"] > 0
+
+
+@pytest.fixture(scope="module")
+def multi30k_like_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Toy pairs under Multi30k's file names (de and en, test_2016_flickr as the test split)."""
+    root = tmp_path_factory.mktemp("multi30k")
+    splits = ToyTranslation(train_size=300, val_size=20, test_size=20).splits()
+    for split, name in (("train", "train"), ("val", "val"), ("test", "test_2016_flickr")):
+        for lang, side in (("de", "src"), ("en", "tgt")):
+            lines = [sentence_case(getattr(example, side)) for example in splits[split]]
+            (root / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("experiment", "src", "tgt"),
+    [
+        ("multi30k_rnn", "de", "en"),
+        ("multi30k_rnn", "en", "de"),
+        ("multi30k_transformer", "de", "en"),
+    ],
+)
+def test_multi30k_recipes_compose_and_train_at_their_own_sizes(
+    multi30k_like_dir: Path, tmp_path: Path, experiment: str, src: str, tgt: str
+) -> None:
+    # The recipes as the README gives them, only the data swapped for a small stand-in: every key
+    # they set must still exist and fit together (schedule, label smoothing, token budget, sizes).
+    result = train(
+        compose_config(
+            [
+                f"experiment={experiment}",
+                f"data.root={multi30k_like_dir}",
+                f"data.src_lang={src}",
+                f"data.tgt_lang={tgt}",
+                "trainer.fast_dev_run=true",
+                "trainer.enable_progress_bar=false",
+                f"run_dir={tmp_path}",
+            ]
+        )
+    )
+    assert 0 < result["metrics"]["train/loss"] < float("inf")
 
 
 @pytest.mark.parametrize(
