@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Train, then evaluate, every run of a runs file (docs/multi30k/runs.txt by default), one after the
+# other, as the measurements in docs/multi30k.md were made. A run that was killed (a machine shut
+# down) resumes from its last.ckpt; Lightning's Timer is in the checkpoint, so trainer.max_time
+# still bounds the run's total training time. Finished steps are skipped, so rerunning is safe.
+#   RUNS=/tmp/runs DATA=../shared/data/multi30k bash docs/multi30k/run_recipes.sh [runs.txt]
+set -u
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-runs/multi30k}
+DATA=${DATA:-../shared/data/multi30k}
+LIST=${1:-docs/multi30k/runs.txt}
+mkdir -p "$RUNS"
+grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
+  RUN=$RUNS/$NAME
+  if [ ! -e "$RUN.trained" ]; then
+    RESUME=""
+    [ -e "$RUN/checkpoints/last.ckpt" ] && RESUME="ckpt_path=$RUN/checkpoints/last.ckpt"
+    echo "$(date -u +%T) train $NAME $RESUME" >> "$RUNS/chain.log"
+    # shellcheck disable=SC2086  # OVERRIDES is a list of Hydra overrides
+    python train.py "experiment=multi30k_$EXP" "data.root=$DATA" "hydra.run.dir=$RUN" $OVERRIDES \
+      $RESUME < /dev/null >> "$RUN.log" 2>&1 && touch "$RUN.trained"
+  fi
+  if [ -e "$RUN.trained" ]; then
+    echo "$(date -u +%T) evaluate $NAME" >> "$RUNS/chain.log"
+    bash docs/multi30k/evaluate_run.sh "$RUN" "$LAST" "$DATA" < /dev/null >> "$RUN.eval.log" 2>&1
+  fi
+done
