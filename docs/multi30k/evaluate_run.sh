@@ -9,7 +9,7 @@ SRC=$(lang src_lang); TGT=$(lang tgt_lang)
 [ -s "$RUN/checkpoints/avg.ckpt" ] || python scripts/average_checkpoints.py --run "$RUN" --last "$LAST" --out "$RUN/checkpoints/avg.ckpt"
 for MODEL in best avg; do
   [ -s "$RUN/tune_$MODEL.json" ] || { python scripts/tune_decoding.py --model "$RUN/checkpoints/$MODEL.ckpt" \
-      --src "$DATA/val.$SRC" --ref "$DATA/val.$TGT" --beam-sizes 1,5 --length-penalties 0,0.6,1.0,1.5,2.0 \
+      --src "$DATA/val.$SRC" --ref "$DATA/val.$TGT" --beam-sizes 1,5 --length-penalties 0,0.6,1.0,1.5,2.0,2.5,3.0 \
       --json > "$RUN/tune_$MODEL.json.tmp" && mv "$RUN/tune_$MODEL.json.tmp" "$RUN/tune_$MODEL.json"; }
 done
 # The (val BLEU, model, length penalty) of beam 5 that is best on val, over both models.
