@@ -2,7 +2,9 @@
 # Train, then evaluate, every run of a runs file (docs/multi30k/runs.txt by default), one after the
 # other, as the measurements in docs/multi30k.md were made. A run that was killed (a machine shut
 # down) resumes from its last.ckpt; Lightning's Timer is in the checkpoint, so trainer.max_time
-# still bounds the run's total training time. Finished steps are skipped, so rerunning is safe.
+# still bounds the run's total training time. Finished steps are skipped, so rerunning is safe. A
+# run's records (metrics, val grids, test score, config) are copied to docs/multi30k/runs/NAME, and
+# a run with a test score there is skipped.
 #   RUNS=/tmp/runs DATA=../shared/data/multi30k bash docs/multi30k/run_recipes.sh [runs.txt]
 set -u
 cd "$(dirname "$0")/../.."
@@ -12,6 +14,8 @@ LIST=${1:-docs/multi30k/runs.txt}
 mkdir -p "$RUNS"
 grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
   RUN=$RUNS/$NAME
+  RECORDS=docs/multi30k/runs/$NAME
+  [ -s "$RECORDS/test.json" ] && continue
   if [ ! -e "$RUN.trained" ]; then
     RESUME=""
     [ -e "$RUN/checkpoints/last.ckpt" ] && RESUME="ckpt_path=$RUN/checkpoints/last.ckpt"
@@ -22,6 +26,8 @@ grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
   fi
   if [ -e "$RUN.trained" ]; then
     echo "$(date -u +%T) evaluate $NAME" >> "$RUNS/chain.log"
-    bash docs/multi30k/evaluate_run.sh "$RUN" "$LAST" "$DATA" < /dev/null >> "$RUN.eval.log" 2>&1
+    bash docs/multi30k/evaluate_run.sh "$RUN" "$LAST" "$DATA" < /dev/null >> "$RUN.eval.log" 2>&1 \
+      && mkdir -p "$RECORDS" \
+      && cp "$RUN"/{metrics.csv,summary.json,tune_{best,avg}.json,test.json,chosen.txt,config.yaml} "$RECORDS"
   fi
 done
