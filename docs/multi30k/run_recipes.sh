@@ -7,7 +7,7 @@
 # a run with a test score there is skipped.
 #   RUNS=/tmp/runs DATA=../shared/data/multi30k bash docs/multi30k/run_recipes.sh [runs.txt]
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 RUNS=${RUNS:-runs/multi30k}
 DATA=${DATA:-../shared/data/multi30k}
 LIST=${1:-docs/multi30k/runs.txt}
