@@ -323,6 +323,7 @@ def write_summary(run_dir: Path, run: RunInfo, module: LitSeq2Seq, result: dict[
         "test_bleu": metrics.get("test/bleu"),
         "test_aer": metrics.get("test/aer"),
         "train_seconds": module.total_train_seconds,
+        "train_tokens": module.total_train_tokens,
         "train_tokens_per_s": module.total_train_tokens / module.total_train_seconds
         if module.total_train_seconds
         else None,

@@ -111,6 +111,12 @@ def test_only_rank_zero_writes_one_run_directory(ddp_run: tuple[Path, str]) -> N
     # Pooled: one line per validation sentence, though rank 1 decoded a repeated batch.
     assert len((run_dir / "val_hypotheses.txt").read_text().splitlines()) == SIZES["val"]
     assert "32 sentences per process x 2 process(es)" in output
+    # The training totals are summed over both ranks: the epoch's every target token, once.
+    sizes = [f"data.{split}_size={size}" for split, size in SIZES.items()]
+    datamodule = instantiate(compose_config(run_dir, sizes).data.module)
+    datamodule.setup("fit")
+    epoch = sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
+    assert json.loads((run_dir / "summary.json").read_text())["train_tokens"] == epoch
 
 
 def test_nonzero_ranks_get_no_hydra_files(monkeypatch: pytest.MonkeyPatch) -> None:

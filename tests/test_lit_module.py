@@ -12,11 +12,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
 
 from seq2seq.data.batching import Batch
 from seq2seq.pipeline import build_model_config, build_module
-from seq2seq.training.lit_module import clip_grad_norm_on_cpu
+from seq2seq.training.lit_module import THROUGHPUT_KEY, clip_grad_norm_on_cpu
 from tests.test_pipeline import compose_config
 
 
@@ -119,3 +120,32 @@ def test_train_loss_is_logged_where_it_is_written_and_at_the_last_batch(tmp_path
         assert value == pytest.approx(steps[step][0] / steps[step][1], rel=1e-6), step
     last_loss, last_tokens = steps[-1]
     assert float(trainer.callback_metrics["train/loss"]) == pytest.approx(last_loss / last_tokens)
+
+
+def test_training_totals_count_every_epoch_and_survive_testing_an_older_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """No validation, so only the end of training adds up the tokens; testing the first epoch's
+    checkpoint afterwards must not put back that checkpoint's (smaller) totals."""
+    config = compose_config(
+        tmp_path, ["data.train_size=100", "data.batch_size=32", "optim.scheduler=null"]
+    )
+    datamodule = instantiate(config.data.module)
+    datamodule.setup("fit")
+    model_config = build_model_config(
+        config, datamodule.src_tokenizer.get_vocab_size(), datamodule.tgt_tokenizer.get_vocab_size()
+    )
+    module = build_module(config, datamodule, model_config)
+    epoch = sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
+    trainer = pl.Trainer(
+        accelerator="cpu", max_epochs=2, limit_val_batches=0, logger=False,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1)],
+        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=datamodule)
+    assert module.total_train_tokens == 2 * epoch and module.total_train_seconds > 0
+    first = torch.load(tmp_path / "epoch=0.ckpt", weights_only=True)[THROUGHPUT_KEY]
+    assert first["target_tokens"] == epoch
+
+    trainer.test(module, datamodule=datamodule, ckpt_path=tmp_path / "epoch=0.ckpt")
+    assert module.total_train_tokens == 2 * epoch

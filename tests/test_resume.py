@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from hydra.utils import instantiate
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
 from seq2seq.data.batching import (
@@ -43,6 +46,18 @@ TINY = [
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "metrics.csv", newline="") as file:
         return list(csv.DictReader(file))
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
+    return summary
+
+
+def target_tokens(overrides: list[str]) -> int:
+    """An epoch's target tokens (each sentence's, and its EOS), what training counts."""
+    datamodule = instantiate(compose_config(overrides).data.module)
+    datamodule.setup("fit")
+    return sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
 
 
 def dataset(n: int) -> EncodedDataset:
@@ -146,6 +161,7 @@ def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -
     step = start_and_kill(killed, TINY)
     assert 0 < step < 19, "the kill must land mid-epoch"
     last = killed / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)["seq2seq_throughput"]
     resumed = train(compose_config([*TINY, f"ckpt_path={last}"]))  # run_dir from ckpt_path
 
     assert resumed["run_dir"] == str(killed)
@@ -162,6 +178,12 @@ def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -
             elif value:
                 assert float(row[key]) == pytest.approx(float(value), rel=1e-5), (key, row)
     assert resumed["best_val_bleu"] == pytest.approx(unbroken["best_val_bleu"], abs=1e-6)
+    # The summary counts the training before the kill too: every target token of every epoch
+    # once (the steps between the checkpoint and the kill are trained, and counted, again).
+    summary, reference_summary = run_summary(killed), run_summary(tmp_path / "unbroken")
+    assert summary["train_tokens"] == reference_summary["train_tokens"] == 2 * target_tokens(TINY)
+    assert 0 < saved["target_tokens"] < summary["train_tokens"]
+    assert 0 < saved["seconds"] < summary["train_seconds"]
     final = torch.load(last, weights_only=True)
     reference = torch.load(unbroken["last_checkpoint"], weights_only=True)
     assert final["global_step"] == reference["global_step"] > 19

@@ -11,6 +11,12 @@ cd "$(dirname "$0")/../.." || exit 1
 RUNS=${RUNS:-runs/multi30k}
 DATA=${DATA:-../shared/data/multi30k}
 LIST=${1:-docs/multi30k/runs.txt}
+# scripts/*.py import the installed package: without it every evaluation would fail after training.
+python -c "import seq2seq" 2>/dev/null || {
+  echo "run_recipes.sh: the seq2seq package is not installed in $(command -v python); run" \
+    "'make install' (or pip install -e .) in $PWD first." >&2
+  exit 1
+}
 mkdir -p "$RUNS"
 grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
   RUN=$RUNS/$NAME

@@ -19,6 +19,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.trainer.states import TrainerFn
 from tokenizers import Tokenizer
 from torch import Tensor
 
@@ -42,6 +43,9 @@ from seq2seq.training.distributed import gather_objects
 from seq2seq.training.loss import decoder_loss, teacher_forced_loss
 
 log = logging.getLogger(__name__)
+
+# The checkpoint key of the fit's training totals (target tokens, seconds), for resumed summaries.
+THROUGHPUT_KEY = "seq2seq_throughput"
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -139,7 +143,8 @@ class LitSeq2Seq(pl.LightningModule):
         self._train_tokens = torch.zeros((), dtype=torch.long)
         self._train_seconds = 0.0
         self._train_clock: float | None = None
-        # The whole fit's totals over all ranks, for the run summary.
+        # The whole fit's totals over all ranks, for the run summary. Checkpoints carry them, so
+        # a resumed run's summary counts the training done before it was stopped too.
         self.total_train_tokens = 0
         self.total_train_seconds = 0.0
 
@@ -177,6 +182,12 @@ class LitSeq2Seq(pl.LightningModule):
             trainer = self.trainer
             check_cuda_graphs(self.device, trainer.world_size, str(trainer.precision))
             materialize_grads(self)
+
+    def on_train_end(self) -> None:
+        # The training after the last validation (a run stopped by max_time mid-epoch) counts too.
+        self.total_train_tokens, self.total_train_seconds = self._train_totals()
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        self._train_seconds = 0.0
 
     def on_fit_end(self) -> None:
         if self.decoder_graphs is not None:
@@ -303,6 +314,15 @@ class LitSeq2Seq(pl.LightningModule):
             self._train_seconds += time.perf_counter() - self._train_clock
             self._train_clock = None
 
+    def _train_totals(self) -> tuple[int, float]:
+        """The fit's target tokens and training seconds so far, over all ranks: the totals up to
+        the last validation and what every rank trained since (its clock may still run). A
+        collective under DDP, like every hook that calls it (Lightning saves on every rank)."""
+        running = time.perf_counter() - self._train_clock if self._train_clock is not None else 0.0
+        gathered = gather_objects((int(self._train_tokens), self._train_seconds + running))
+        tokens = self.total_train_tokens + sum(count for count, _ in gathered)
+        return tokens, self.total_train_seconds + max(spent for _, spent in gathered)
+
     def _training_rates(self) -> dict[str, float]:
         """Learning rate, and training throughput (target tokens/s of all ranks together) since
         the previous validation."""
@@ -382,6 +402,18 @@ class LitSeq2Seq(pl.LightningModule):
             },
             "metrics": self._metrics_for_checkpoint(),
         }
+        tokens, seconds = self._train_totals()
+        checkpoint[THROUGHPUT_KEY] = {"target_tokens": tokens, "seconds": seconds}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Resuming: the training before the checkpoint, counted once (what a killed run trained
+        # after it is trained again, and counted then). Checkpoints older than the key start at 0.
+        # Only when fitting: testing the best checkpoint after training loads it too.
+        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+            return
+        totals = checkpoint.get(THROUGHPUT_KEY, {})
+        self.total_train_tokens = int(totals.get("target_tokens", 0))
+        self.total_train_seconds = float(totals.get("seconds", 0.0))
 
     def _metrics_for_checkpoint(self) -> dict[str, float]:
         """The latest logged metrics, and the best val BLEU so far, as plain floats."""
