@@ -17,6 +17,10 @@ from tests.configs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# Every scoring function but the RNN recipe's own (additive), as `attention=NAME` selects them.
+SCORING_FUNCTIONS = sorted(
+    path.stem for path in (ROOT / "conf" / "attention").glob("*.yaml") if path.stem != "additive"
+)
 SMALL = [
     "model.hidden_size=32",
     "model.embedding_size=16",
@@ -138,15 +142,22 @@ def multi30k_like_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("experiment", "src", "tgt"),
+    ("experiment", "src", "tgt", "overrides"),
     [
-        ("multi30k_rnn", "de", "en"),
-        ("multi30k_rnn", "en", "de"),
-        ("multi30k_transformer", "de", "en"),
+        ("multi30k_rnn", "de", "en", []),
+        ("multi30k_rnn", "en", "de", []),
+        ("multi30k_transformer", "de", "en", []),
+        # The scoring-function table of docs/multi30k.md: each one in the RNN recipe.
+        *[("multi30k_rnn", "de", "en", [f"attention={name}"]) for name in SCORING_FUNCTIONS],
     ],
 )
 def test_multi30k_recipes_compose_and_train_at_their_own_sizes(
-    multi30k_like_dir: Path, tmp_path: Path, experiment: str, src: str, tgt: str
+    multi30k_like_dir: Path,
+    tmp_path: Path,
+    experiment: str,
+    src: str,
+    tgt: str,
+    overrides: list[str],
 ) -> None:
     # The recipes as the README gives them, only the data swapped for a small stand-in: every key
     # they set must still exist and fit together (schedule, label smoothing, token budget, sizes).
@@ -157,6 +168,7 @@ def test_multi30k_recipes_compose_and_train_at_their_own_sizes(
                 f"data.root={multi30k_like_dir}",
                 f"data.src_lang={src}",
                 f"data.tgt_lang={tgt}",
+                *overrides,
                 "trainer.fast_dev_run=true",
                 "trainer.enable_progress_bar=false",
                 f"run_dir={tmp_path}",
