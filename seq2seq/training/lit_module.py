@@ -187,7 +187,7 @@ class LitSeq2Seq(pl.LightningModule):
         # The training after the last validation (a run stopped by max_time mid-epoch) counts too.
         self.total_train_tokens, self.total_train_seconds = self._train_totals()
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
-        self._train_seconds = 0.0
+        self._train_seconds, self._train_clock = 0.0, None
 
     def on_fit_end(self) -> None:
         if self.decoder_graphs is not None:
