@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,3 +31,11 @@ def compose_config(overrides: list[str]) -> DictConfig:
     """``conf/config.yaml`` with ``overrides``, as ``python train.py OVERRIDES`` would see it."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
+
+
+def epoch_target_tokens(config: DictConfig) -> int:
+    """The target tokens of one epoch of ``config``'s training data (each sentence's, and its
+    EOS): what training counts in ``summary.json``'s ``train_tokens``."""
+    datamodule = instantiate(config.data.module)
+    datamodule.setup("fit")
+    return sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)

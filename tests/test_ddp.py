@@ -19,6 +19,7 @@ from seq2seq.analysis.metrics import corpus_metrics
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.pipeline import load_checkpoint, scoring_config
 from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
+from tests.configs import epoch_target_tokens
 from tests.test_pipeline import compose_config, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,9 +114,7 @@ def test_only_rank_zero_writes_one_run_directory(ddp_run: tuple[Path, str]) -> N
     assert "32 sentences per process x 2 process(es)" in output
     # The training totals are summed over both ranks: the epoch's every target token, once.
     sizes = [f"data.{split}_size={size}" for split, size in SIZES.items()]
-    datamodule = instantiate(compose_config(run_dir, sizes).data.module)
-    datamodule.setup("fit")
-    epoch = sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
+    epoch = epoch_target_tokens(compose_config(run_dir, sizes))
     assert json.loads((run_dir / "summary.json").read_text())["train_tokens"] == epoch
 
 

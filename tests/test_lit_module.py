@@ -18,6 +18,7 @@ from pytorch_lightning.loggers import CSVLogger
 from seq2seq.data.batching import Batch
 from seq2seq.pipeline import build_model_config, build_module
 from seq2seq.training.lit_module import THROUGHPUT_KEY, clip_grad_norm_on_cpu
+from tests.configs import epoch_target_tokens
 from tests.test_pipeline import compose_config
 
 
@@ -136,7 +137,7 @@ def test_training_totals_count_every_epoch_and_survive_testing_an_older_checkpoi
         config, datamodule.src_tokenizer.get_vocab_size(), datamodule.tgt_tokenizer.get_vocab_size()
     )
     module = build_module(config, datamodule, model_config)
-    epoch = sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
+    epoch = epoch_target_tokens(config)
     trainer = pl.Trainer(
         accelerator="cpu", max_epochs=2, limit_val_batches=0, logger=False,
         callbacks=[ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1)],

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
 from seq2seq.data.batching import (
@@ -27,7 +26,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
 from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
-from tests.configs import TIMINGS, compose_config
+from tests.configs import TIMINGS, compose_config, epoch_target_tokens
 from tests.configs import TINY as BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,13 +50,6 @@ def metric_rows(run_dir: Path) -> list[dict[str, str]]:
 def run_summary(run_dir: Path) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
     return summary
-
-
-def target_tokens(overrides: list[str]) -> int:
-    """An epoch's target tokens (each sentence's, and its EOS), what training counts."""
-    datamodule = instantiate(compose_config(overrides).data.module)
-    datamodule.setup("fit")
-    return sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
 
 
 def dataset(n: int) -> EncodedDataset:
@@ -181,7 +173,8 @@ def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -
     # The summary counts the training before the kill too: every target token of every epoch
     # once (the steps between the checkpoint and the kill are trained, and counted, again).
     summary, reference_summary = run_summary(killed), run_summary(tmp_path / "unbroken")
-    assert summary["train_tokens"] == reference_summary["train_tokens"] == 2 * target_tokens(TINY)
+    epochs_tokens = 2 * epoch_target_tokens(compose_config(TINY))
+    assert summary["train_tokens"] == reference_summary["train_tokens"] == epochs_tokens
     assert 0 < saved["target_tokens"] < summary["train_tokens"]
     assert 0 < saved["seconds"] < summary["train_seconds"]
     final = torch.load(last, weights_only=True)

@@ -185,9 +185,7 @@ class LitSeq2Seq(pl.LightningModule):
 
     def on_train_end(self) -> None:
         # The training after the last validation (a run stopped by max_time mid-epoch) counts too.
-        self.total_train_tokens, self.total_train_seconds = self._train_totals()
-        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
-        self._train_seconds, self._train_clock = 0.0, None
+        self._fold_train_interval()
 
     def on_fit_end(self) -> None:
         if self.decoder_graphs is not None:
@@ -323,18 +321,26 @@ class LitSeq2Seq(pl.LightningModule):
         tokens = self.total_train_tokens + sum(count for count, _ in gathered)
         return tokens, self.total_train_seconds + max(spent for _, spent in gathered)
 
+    def _fold_train_interval(self) -> tuple[int, float]:
+        """End the training interval: add what every rank trained in it to the fit's totals, start
+        the next, and return the interval's target tokens (all ranks) and seconds (the slowest
+        rank's). A collective under DDP."""
+        self._stop_train_clock()
+        gathered = gather_objects((int(self._train_tokens), self._train_seconds))
+        tokens, seconds = sum(count for count, _ in gathered), max(spent for _, spent in gathered)
+        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        self._train_seconds = 0.0
+        self.total_train_tokens += tokens
+        self.total_train_seconds += seconds
+        return tokens, seconds
+
     def _training_rates(self) -> dict[str, float]:
         """Learning rate, and training throughput (target tokens/s of all ranks together) since
         the previous validation."""
-        gathered = gather_objects((int(self._train_tokens), self._train_seconds))
-        tokens, seconds = [count for count, _ in gathered], [spent for _, spent in gathered]
-        self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
-        self._train_seconds = 0.0
-        self.total_train_tokens += sum(tokens)
-        self.total_train_seconds += max(seconds)
+        tokens, seconds = self._fold_train_interval()
         rates = {"train/lr": float(self.trainer.optimizers[0].param_groups[0]["lr"])}
-        if max(seconds) > 0:
-            rates["train/tokens_per_s"] = sum(tokens) / max(seconds)
+        if seconds > 0:
+            rates["train/tokens_per_s"] = tokens / seconds
         return rates
 
     @staticmethod
