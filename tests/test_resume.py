@@ -24,6 +24,7 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
+from seq2seq.training import checkpointing
 from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
 from tests.configs import TIMINGS, compose_config, epoch_target_tokens
@@ -144,6 +145,35 @@ def start_and_kill(run_dir: Path, overrides: list[str]) -> int:
     step = checkpoint_step(last)
     assert step is not None, "last.ckpt must always be readable"
     return step
+
+
+def test_a_periodic_checkpoint_is_written_after_its_steps_metrics_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILL right after last.ckpt is written must not lose a row: the resumed run starts
+    after the checkpoint's step and never logs the rows up to it again."""
+    written: list[tuple[int, list[int]]] = []
+    real_save_last = checkpointing.save_last
+
+    def save_last(trainer: Any, directory: Path) -> Path:
+        path = real_save_last(trainer, directory)
+        steps = [int(row["step"]) for row in metric_rows(tmp_path) if row.get("train/loss")]
+        written.append((checkpoint_step(path) or 0, steps))
+        return path
+
+    monkeypatch.setattr(checkpointing, "save_last", save_last)
+    # A row every step; last.ckpt every 4 steps, 19 steps an epoch: due at 4, 8, 12, 16, 20 (one
+    # batch into the second epoch), ...; 76 is the end of the fourth epoch, left to its last.ckpt.
+    train(
+        compose_config(
+            [*TINY, f"run_dir={tmp_path}", "trainer.log_every_n_steps=1",
+             "checkpoint.every_n_steps=4", "trainer.max_epochs=4"]
+        )
+    )  # fmt: skip
+    assert [step for step, _ in written] == list(range(4, 76, 4))
+    for step, steps in written:
+        # The row of the step that reached global_step `step` is logged at step - 1.
+        assert steps == list(range(step)), f"last.ckpt of step {step} came before its rows"
 
 
 def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ Shape legend: B batch, S source length, T target length (EOS or BOS included).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -252,12 +252,19 @@ class ResumableDataLoader(DataLoader[tuple[int, EncodedExample]]):
         )
         self.bucket_sampler = batch_sampler
         self.batches_served = 0  # batches of the current epoch handed out, skipped ones included
+        # Run just before each batch is handed out, while ``state_dict`` still counts only the
+        # batches handed out before: the one moment between two training steps when Lightning has
+        # finished the first (its metrics row logged) and not begun the next. PeriodicCheckpoint
+        # writes last.ckpt there.
+        self.before_each_batch: Callable[[], None] | None = None
 
     # A generator on purpose, so nothing is drawn until the first batch is asked for: on a resumed
     # run Lightning calls iter() before it sets the sampler's epoch.
     def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]  # DataLoader returns its own
         self.batches_served = self.bucket_sampler.start_batch()
         for batch in super().__iter__():
+            if self.before_each_batch is not None:
+                self.before_each_batch()
             self.batches_served += 1
             yield batch
 

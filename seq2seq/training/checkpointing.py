@@ -2,9 +2,9 @@
 SIGTERM, a guard against non-finite losses, and the state a resumed run needs to continue exactly
 where the checkpoint left off (RNG streams, the plateau schedule).
 
-Every checkpoint is written at the end of a training step (``on_train_batch_end``), the point
-Lightning knows how to resume from mid-epoch; the data loader's position in the epoch travels with
-it (``seq2seq.data.batching.ResumableDataLoader``).
+Every checkpoint is written between two training steps, at a point Lightning knows how to resume
+from mid-epoch; the data loader's position in the epoch travels with it
+(``seq2seq.data.batching.ResumableDataLoader``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import random
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,6 +29,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from torch import Tensor
 
 from seq2seq.atomic import write_atomic
+from seq2seq.data.batching import ResumableDataLoader
 from seq2seq.errors import ConfigError, Seq2SeqError
 
 log = logging.getLogger(__name__)
@@ -146,7 +148,16 @@ def last_checkpoint_every_epoch(directory: Path) -> ModelCheckpoint:
 
 
 class PeriodicCheckpoint(pl.Callback):
-    """Writes ``last.ckpt`` every ``every_n_steps`` optimizer steps (None: never mid-epoch)."""
+    """Writes ``last.ckpt`` every ``every_n_steps`` optimizer steps (None: never mid-epoch).
+
+    The write waits until the training loader is asked for the next batch. Lightning logs a step's
+    metrics row after the callbacks' ``on_train_batch_end``: a checkpoint written there (where
+    Lightning's own go) precedes the row, and a SIGKILL between the two loses that row for good,
+    since the resumed run starts after the step. When the next batch is asked for, the row is
+    logged and flushed, and the loop's and the loader's state is that of a finished step, which
+    Lightning resumes from as from an end-of-epoch checkpoint. A step due at the end of an epoch
+    is left to that epoch's own ``last.ckpt``.
+    """
 
     def __init__(self, directory: Path, every_n_steps: int | None) -> None:
         if every_n_steps is not None and every_n_steps < 1:
@@ -155,12 +166,29 @@ class PeriodicCheckpoint(pl.Callback):
             )
         self.directory = directory
         self.every_n_steps = every_n_steps
+        self._due = False
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._due = False
+        loader = trainer.train_dataloader
+        if not isinstance(loader, ResumableDataLoader):
+            raise TypeError(f"{type(self).__name__} needs a ResumableDataLoader, got {loader!r}.")
+        # Set every epoch: data.max_tokens makes Lightning build a new loader for each epoch.
+        loader.before_each_batch = partial(self._save_if_due, trainer)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
     ) -> None:
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._due = True
+
+    def _save_if_due(self, trainer: pl.Trainer) -> None:
+        if self._due:
+            self._due = False
             save_last(trainer, self.directory)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._due = False
 
 
 class SignalFlag:
