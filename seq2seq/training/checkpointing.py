@@ -170,10 +170,12 @@ class PeriodicCheckpoint(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._due = False
+        if self.every_n_steps is None:
+            return
         loader = trainer.train_dataloader
         if not isinstance(loader, ResumableDataLoader):
             raise TypeError(f"{type(self).__name__} needs a ResumableDataLoader, got {loader!r}.")
-        # Set every epoch: data.max_tokens makes Lightning build a new loader for each epoch.
+        # Every epoch: data.max_tokens makes Lightning build a new loader for each epoch.
         loader.before_each_batch = partial(self._save_if_due, trainer)
 
     def on_train_batch_end(
@@ -189,6 +191,10 @@ class PeriodicCheckpoint(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._due = False
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if isinstance(loader := trainer.train_dataloader, ResumableDataLoader):
+            loader.before_each_batch = None  # the loader outlives this fit
 
 
 class SignalFlag:
