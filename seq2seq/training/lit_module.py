@@ -312,22 +312,25 @@ class LitSeq2Seq(pl.LightningModule):
             self._train_seconds += time.perf_counter() - self._train_clock
             self._train_clock = None
 
-    def _train_totals(self) -> tuple[int, float]:
-        """The fit's target tokens and training seconds so far, over all ranks: the totals up to
-        the last validation and what every rank trained since (its clock may still run). A
-        collective under DDP, like every hook that calls it (Lightning saves on every rank)."""
+    def _interval_over_ranks(self) -> tuple[int, float]:
+        """This training interval so far (a running clock included): its target tokens over all
+        ranks and the slowest rank's seconds. A collective under DDP, like every hook that calls
+        it (Lightning saves on every rank)."""
         running = time.perf_counter() - self._train_clock if self._train_clock is not None else 0.0
         gathered = gather_objects((int(self._train_tokens), self._train_seconds + running))
-        tokens = self.total_train_tokens + sum(count for count, _ in gathered)
-        return tokens, self.total_train_seconds + max(spent for _, spent in gathered)
+        return sum(count for count, _ in gathered), max(spent for _, spent in gathered)
+
+    def _train_totals(self) -> tuple[int, float]:
+        """The fit's target tokens and training seconds so far, over all ranks: the totals up to
+        the last validation and the interval since."""
+        tokens, seconds = self._interval_over_ranks()
+        return self.total_train_tokens + tokens, self.total_train_seconds + seconds
 
     def _fold_train_interval(self) -> tuple[int, float]:
-        """End the training interval: add what every rank trained in it to the fit's totals, start
-        the next, and return the interval's target tokens (all ranks) and seconds (the slowest
-        rank's). A collective under DDP."""
+        """End the training interval: add it to the fit's totals, start the next, and return the
+        interval's target tokens (all ranks) and seconds (the slowest rank's)."""
         self._stop_train_clock()
-        gathered = gather_objects((int(self._train_tokens), self._train_seconds))
-        tokens, seconds = sum(count for count, _ in gathered), max(spent for _, spent in gathered)
+        tokens, seconds = self._interval_over_ranks()
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
         self._train_seconds = 0.0
         self.total_train_tokens += tokens
