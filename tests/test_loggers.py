@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from seq2seq.analysis.compare import RunRecord, run_labels
 from seq2seq.analysis.plotting import draw_attention, plot_attention
 from seq2seq.errors import ConfigError
 from seq2seq.training.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
@@ -269,6 +270,18 @@ def test_compare_runs_tables_and_plots_two_runs(
     assert rows[0][2] == f"{summary['parameters']:,}"
     for name in ["bleu_curves.png", "attention_grid.png"]:
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_run_labels_tell_apart_runs_of_one_scoring_function() -> None:
+    # Two seeds of one recipe share their scoring function (and summary name): the legend and the
+    # attention grid name their directories, and their paths where the directories' names match.
+    def run(path: str, attention: str) -> RunRecord:
+        return RunRecord(Path(path), f"{attention}-gru-toy", {"attention": attention})
+
+    runs = [run("/r/additive", "additive"), run("/r/seed1", "dot"), run("/r/seed2", "dot")]
+    assert run_labels(runs) == ["additive", "dot (seed1)", "dot (seed2)"]
+    runs = [run("/m1/0", "dot"), run("/m2/0", "dot"), run("/m2/1", "dot"), run("/m2/2", "general")]
+    assert run_labels(runs) == ["dot (/m1/0)", "dot (/m2/0)", "dot (1)", "general"]
 
 
 def test_compare_runs_explains_a_directory_without_runs(tmp_path: Path) -> None:

@@ -137,13 +137,11 @@ def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
     """val BLEU against training step, one line per run."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
-        for run in runs:
+        for run, label in zip(runs, run_labels(runs), strict=True):
             points = run.series("val/bleu")
             if points:
                 steps, values = zip(*points, strict=True)
-                axes.plot(
-                    steps, values, marker="o", label=str(run.summary.get("attention") or run.name)
-                )
+                axes.plot(steps, values, marker="o", label=label)
         axes.set_xlabel("training step")
         axes.set_ylabel("val BLEU")
         axes.grid(alpha=0.3)
@@ -155,32 +153,43 @@ def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
     return path
 
 
+def run_labels(runs: Sequence[RunRecord]) -> list[str]:
+    """A legend label per run: its scoring function; where runs share one (seeds of one recipe),
+    with the run directory's name, or its whole path where the names collide too."""
+    bases = [str(run.summary.get("attention") or run.name) for run in runs]
+    named = [f"{base} ({run.path.name})" for base, run in zip(bases, runs, strict=True)]
+    pathed = [f"{base} ({run.path})" for base, run in zip(bases, runs, strict=True)]
+    return [
+        base if bases.count(base) == 1 else name if named.count(name) == 1 else path
+        for base, name, path in zip(bases, named, pathed, strict=True)
+    ]
+
+
 def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
     """The first sample sentence's attention map in each run's latest record, side by side.
 
     All runs of a comparison translate the same fixed validation sentences, so the panels show
     one sentence under each scoring function. Returns None when no run has a record yet.
     """
-    panels: list[tuple[RunRecord, dict[str, Any], dict[str, Any]]] = []
-    for run in runs:
+    panels: list[tuple[RunRecord, str, dict[str, Any], dict[str, Any]]] = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
         record = run.latest_attention()
         if record is None:
             continue
         sentences = [s for s in record.get("sentences", []) if s.get("attention")]
         if sentences:
-            panels.append((run, record, sentences[0]))
+            panels.append((run, label, record, sentences[0]))
     if not panels:
         return None
-    index = panels[0][2]["index"]
+    index = panels[0][3]["index"]
     figure, grid = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
     try:
-        for axes, (run, record, sentence) in zip(grid[0], panels, strict=True):
+        for axes, (run, label, record, sentence) in zip(grid[0], panels, strict=True):
             if sentence["index"] != index:
                 raise RunsError(
                     f"{run.path} recorded other validation sentences than {panels[0][0].path}: "
                     "compare runs of the same data (same data.* settings)."
                 )
-            label = run.summary.get("attention") or run.name
             draw_attention(
                 axes,
                 sentence["src_tokens"],
@@ -188,7 +197,7 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
                 sentence["attention"],
                 title=f"{label} (step {record['step']})",
             )
-        figure.suptitle(f"val sentence {index}: {panels[0][2]['source']}")
+        figure.suptitle(f"val sentence {index}: {panels[0][3]['source']}")
         figure.tight_layout()
         figure.savefig(path, dpi=120)
     finally:
