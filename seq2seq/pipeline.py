@@ -49,6 +49,7 @@ from seq2seq.training.checkpointing import (
     SignalFlag,
     StopOnSignal,
     TrainingInterruptedError,
+    ValidateAtMaxSteps,
     last_checkpoint_every_epoch,
     run_dir_of_checkpoint,
 )
@@ -409,12 +410,14 @@ def early_stopping(cfg: DictConfig) -> list[pl.Callback]:
 def reliability_callbacks(
     cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag
 ) -> list[pl.Callback]:
-    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, the non-finite guard, resume state."""
+    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, validation at max_steps, the non-finite
+    guard, resume state."""
     directory = run_dir / "checkpoints"
     command = resume_command()
     return [
         PeriodicCheckpoint(directory, cfg.checkpoint.every_n_steps),
         StopOnSignal(stop_flag, directory, command),
+        ValidateAtMaxSteps(),
         NonFiniteGuard(bool(cfg.trainer.get("skip_nonfinite", False)), directory, command),
         ResumeState(),
     ]

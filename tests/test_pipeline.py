@@ -228,6 +228,34 @@ def test_token_budget_epochs_of_different_lengths_each_validate_and_train_every_
     assert [int(row["step"]) for row in rows] == ends
 
 
+def test_a_run_that_max_steps_ends_in_mid_epoch_validates_and_checkpoints_its_last_step(
+    tmp_path: Path,
+) -> None:
+    # Lightning validates at an epoch's end; at max_steps it would just stop, leaving the updates
+    # since the last epoch's end unscored and out of best.ckpt and the kept checkpoints.
+    overrides = ["trainer.max_epochs=10", "test_after_training=false", "checkpoint.keep_last=2"]
+    config = compose_config(tmp_path, overrides)
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(config.data.module)
+    datamodule.setup("fit")
+    per_epoch = len(list(datamodule._sampler("train", datamodule.batch_size, shuffle=True)))
+    max_steps = per_epoch + per_epoch // 2  # in the middle of the second epoch
+    assert per_epoch >= 2 and max_steps % per_epoch, per_epoch
+    run_training(tmp_path, [*overrides, f"+trainer.max_steps={max_steps}"])
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("val/bleu")]
+    # Logged at global step - 1: the first epoch's end, then the step max_steps stopped at.
+    assert [int(row["step"]) for row in rows] == [per_epoch - 1, max_steps - 1]
+    assert [int(row["epoch"]) for row in rows] == [0, 1]
+    kept = sorted(path.name for path in (tmp_path / "checkpoints").glob("val-step=*.ckpt"))
+    assert kept == sorted([f"val-step={per_epoch}.ckpt", f"val-step={max_steps}.ckpt"])
+    best = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    scores = [float(row["val/bleu"]) for row in rows]
+    # best.ckpt is whichever validation scored higher, the mid-epoch one included.
+    assert best["global_step"] == (max_steps if scores[1] > scores[0] else per_epoch)
+
+
 @pytest.mark.parametrize(
     ("overrides", "scoring"),
     [

@@ -274,6 +274,23 @@ class StopOnSignal(pl.Callback):
         self.flag.armed = False
 
 
+class ValidateAtMaxSteps(pl.Callback):
+    """Validates, and so checkpoints, a run that ``trainer.max_steps`` ends in mid-epoch.
+
+    Lightning validates at an epoch's end, or when something asks the run to stop (the Timer of
+    ``trainer.max_time``, early stopping); at ``max_steps`` it just stops, so the updates since
+    the last epoch's end would never be scored and ``best.ckpt`` could never hold them. Asking to
+    stop at that step makes Lightning validate there, as it does when ``max_time`` runs out.
+    """
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
+    ) -> None:
+        # max_steps is -1 when unset; every DDP rank is at the same step, so all stop together.
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+
+
 class NonFiniteGuard(pl.Callback):
     """Stops training (or skips the batch, with ``skip``) when the loss or a gradient is NaN/Inf.
 
