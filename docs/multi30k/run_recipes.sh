@@ -3,8 +3,8 @@
 # other, as the measurements in docs/multi30k.md were made. A run that was killed (a machine shut
 # down) resumes from its last.ckpt; Lightning's Timer is in the checkpoint, so trainer.max_time
 # still bounds the run's total training time. Finished steps are skipped, so rerunning is safe. A
-# run's records (metrics, val grids, test score, config) are copied to docs/multi30k/runs/NAME, and
-# a run with a test score there is skipped.
+# run's records (metrics, val grids, test score, config, the last validation's attention record)
+# are copied to docs/multi30k/runs/NAME, and a run with a test score there is skipped.
 #   RUNS=/tmp/runs DATA=../shared/data/multi30k bash docs/multi30k/run_recipes.sh [runs.txt]
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -35,5 +35,9 @@ grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
     bash docs/multi30k/evaluate_run.sh "$RUN" "$LAST" "$DATA" < /dev/null >> "$RUN.eval.log" 2>&1 \
       && mkdir -p "$RECORDS" \
       && cp "$RUN"/{metrics.csv,summary.json,tune_{best,avg}.json,test.json,chosen.txt,config.yaml} "$RECORDS"
+    # The last validation's sample translations and attention (~15 kB), for compare_runs.py's grid.
+    LAST_ATTENTION=$(find "$RUN/attention" -name 'step-*.json' 2>/dev/null | sort | tail -n 1)
+    [ -n "$LAST_ATTENTION" ] && [ -d "$RECORDS" ] && mkdir -p "$RECORDS/attention" \
+      && cp "$LAST_ATTENTION" "$RECORDS/attention/"
   fi
 done
