@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from seq2seq.analysis import compare
 from seq2seq.analysis.compare import RunRecord, run_labels
 from seq2seq.analysis.plotting import draw_attention, plot_attention
 from seq2seq.errors import ConfigError
@@ -282,6 +283,36 @@ def test_run_labels_tell_apart_runs_of_one_scoring_function() -> None:
     assert run_labels(runs) == ["additive", "dot (seed1)", "dot (seed2)"]
     runs = [run("/m1/0", "dot"), run("/m2/0", "dot"), run("/m2/1", "dot"), run("/m2/2", "general")]
     assert run_labels(runs) == ["dot (/m1/0)", "dot (/m2/0)", "dot (1)", "general"]
+
+
+def test_attention_grid_titles_fit_in_the_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One panel is 4.2 inches wide: a long val sentence (the suptitle) and a long run label were
+    # cut off at the figure's edges.
+    source = "Eine Gruppe von Männern lädt Baumwolle auf einen großen Lastwagen am Straßenrand"
+    words = source.split()
+    sentence = {
+        "index": 0, "source": source, "src_tokens": words, "tgt_tokens": ["A", "group", "."],
+        "attention": torch.full((3, len(words)), 1 / len(words)).tolist(),
+    }  # fmt: skip
+    run_dir = tmp_path / "a_run_directory_with_a_rather_long_name_seed2"
+    (run_dir / "attention").mkdir(parents=True)
+    record = {"step": 5115, "epoch": 32, "sentences": [sentence]}
+    (run_dir / "attention" / "step-005115.json").write_text(json.dumps(record))
+    runs = [RunRecord(run_dir, "scaled_dot-transformer-multi30k", {"attention": "scaled_dot"})]
+    figures: list[Any] = []
+    monkeypatch.setattr(compare.plt, "close", figures.append)  # keep the figure to measure it
+    assert compare.plot_attention_grid(runs, tmp_path / "grid.png") is not None
+    (figure,) = figures
+    renderer = figure.canvas.get_renderer()
+    titles = [figure._suptitle, *(axes.title for axes in figure.axes)]
+    assert any(source in title.get_text().replace("\n", " ") for title in titles)
+    for title in titles:
+        box = title.get_window_extent(renderer)
+        assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1, title.get_text()
+    monkeypatch.undo()  # compare.plt is pyplot itself
+    plt.close(figure)
 
 
 def test_compare_runs_explains_a_directory_without_runs(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,10 @@ from seq2seq.errors import Seq2SeqError
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
+PANEL_INCHES = 4.2  # an attention grid panel's width and height
+# Characters of a (12 pt) title per inch of figure, with a margin: a longer title is wrapped, not
+# cut off at the figure's edge (one panel holds a 4.2-inch line, a long sentence does not).
+TITLE_CHARS_PER_INCH = 10
 
 
 class RunsError(Seq2SeqError, ValueError):
@@ -182,7 +187,9 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
     if not panels:
         return None
     index = panels[0][3]["index"]
-    figure, grid = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
+    figure, grid = plt.subplots(
+        1, len(panels), figsize=(PANEL_INCHES * len(panels), PANEL_INCHES), squeeze=False
+    )
     try:
         for axes, (run, label, record, sentence) in zip(grid[0], panels, strict=True):
             if sentence["index"] != index:
@@ -195,11 +202,17 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
                 sentence["src_tokens"],
                 sentence["tgt_tokens"],
                 sentence["attention"],
-                title=f"{label} (step {record['step']})",
+                title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
             )
-        figure.suptitle(f"val sentence {index}: {panels[0][3]['source']}")
+        source = panels[0][3]["source"]
+        figure.suptitle(wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * len(panels)))
         figure.tight_layout()
         figure.savefig(path, dpi=120)
     finally:
         plt.close(figure)
     return path
+
+
+def wrap_title(text: str, inches: float) -> str:
+    """``text`` in lines that fit ``inches`` of figure."""
+    return textwrap.fill(text, width=int(inches * TITLE_CHARS_PER_INCH), break_long_words=False)
