@@ -200,6 +200,20 @@ def test_resuming_may_switch_the_fused_optimizer_but_not_the_learning_rate(tmp_p
     assert changed_keys(saved, other_rate) == [("optim.optimizer.lr", 0.002, 0.1)]
 
 
+def train_batches_per_epoch(config: DictConfig, epochs: int) -> list[int]:
+    """How many training batches each of the first ``epochs`` epochs of ``config``'s run has."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(config.data.module)  # the run's own, batches and seed included
+    datamodule.setup("fit")
+    sampler = datamodule._sampler("train", datamodule.batch_size, shuffle=True)
+    counts = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        counts.append(len(list(sampler)))
+    return counts
+
+
 def test_token_budget_epochs_of_different_lengths_each_validate_and_train_every_batch(
     tmp_path: Path,
 ) -> None:
@@ -208,16 +222,7 @@ def test_token_budget_epochs_of_different_lengths_each_validate_and_train_every_
     # one batch long lost its last batch.
     overrides = ["data.max_tokens=120", "data.bucket_batches=2", "trainer.max_epochs=4",
                  "test_after_training=false", "trainer.log_every_n_steps=10"]  # fmt: skip
-    config = compose_config(tmp_path, overrides)
-    from hydra.utils import instantiate
-
-    datamodule = instantiate(config.data.module)  # the run's own, batches and seed included
-    datamodule.setup("fit")
-    sampler = datamodule._sampler("train", datamodule.batch_size, shuffle=True)
-    counts = []
-    for epoch in range(4):
-        sampler.set_epoch(epoch)
-        counts.append(len(list(sampler)))
+    counts = train_batches_per_epoch(compose_config(tmp_path, overrides), 4)
     assert len(set(counts)) > 1 and counts[1:] != counts[:1] * 3, counts  # the case at hand
     run_training(tmp_path, overrides)
     with open(tmp_path / "metrics.csv", newline="") as file:
@@ -234,14 +239,10 @@ def test_a_run_that_max_steps_ends_in_mid_epoch_validates_and_checkpoints_its_la
     # Lightning validates at an epoch's end; at max_steps it would just stop, leaving the updates
     # since the last epoch's end unscored and out of best.ckpt and the kept checkpoints.
     overrides = ["trainer.max_epochs=10", "test_after_training=false", "checkpoint.keep_last=2"]
-    config = compose_config(tmp_path, overrides)
-    from hydra.utils import instantiate
-
-    datamodule = instantiate(config.data.module)
-    datamodule.setup("fit")
-    per_epoch = len(list(datamodule._sampler("train", datamodule.batch_size, shuffle=True)))
+    counts = train_batches_per_epoch(compose_config(tmp_path, overrides), 2)
+    per_epoch = counts[0]
     max_steps = per_epoch + per_epoch // 2  # in the middle of the second epoch
-    assert per_epoch >= 2 and max_steps % per_epoch, per_epoch
+    assert counts == [per_epoch] * 2 and per_epoch >= 2 and max_steps % per_epoch, counts
     run_training(tmp_path, [*overrides, f"+trainer.max_steps={max_steps}"])
     with open(tmp_path / "metrics.csv", newline="") as file:
         rows = [row for row in csv.DictReader(file) if row.get("val/bleu")]

@@ -18,6 +18,13 @@ python -c "import seq2seq" 2>/dev/null || {
   exit 1
 }
 mkdir -p "$RUNS"
+# keep_last_attention RUN RECORDS: the last validation's sample translations and attention (~15 kB),
+# for compare_runs.py's grid; a run without them keeps none.
+keep_last_attention() {
+  local last
+  last=$(find "$1/attention" -name 'step-*.json' 2>/dev/null | sort | tail -n 1)
+  [ -z "$last" ] || { mkdir -p "$2/attention" && cp "$last" "$2/attention/"; }
+}
 grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
   RUN=$RUNS/$NAME
   RECORDS=docs/multi30k/runs/$NAME
@@ -34,10 +41,7 @@ grep -v '^#' "$LIST" | while read -r NAME EXP LAST OVERRIDES; do
     echo "$(date -u +%T) evaluate $NAME" >> "$RUNS/chain.log"
     bash docs/multi30k/evaluate_run.sh "$RUN" "$LAST" "$DATA" < /dev/null >> "$RUN.eval.log" 2>&1 \
       && mkdir -p "$RECORDS" \
-      && cp "$RUN"/{metrics.csv,summary.json,tune_{best,avg}.json,test.json,chosen.txt,config.yaml} "$RECORDS"
-    # The last validation's sample translations and attention (~15 kB), for compare_runs.py's grid.
-    LAST_ATTENTION=$(find "$RUN/attention" -name 'step-*.json' 2>/dev/null | sort | tail -n 1)
-    [ -n "$LAST_ATTENTION" ] && [ -d "$RECORDS" ] && mkdir -p "$RECORDS/attention" \
-      && cp "$LAST_ATTENTION" "$RECORDS/attention/"
+      && cp "$RUN"/{metrics.csv,summary.json,tune_{best,avg}.json,test.json,chosen.txt,config.yaml} "$RECORDS" \
+      && keep_last_attention "$RUN" "$RECORDS"
   fi
 done
