@@ -13,7 +13,7 @@ from seq2seq.data.tokenization import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import build_model
 from seq2seq.pipeline import build_model_config
-from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs
+from seq2seq.training.cuda_graphs import CudaMemory, DecoderGraphs, check_cuda_graphs
 from seq2seq.training.loss import DecoderLoss
 
 TINY = ["model.hidden_size=16", "model.embedding_size=8", "data.batch_size=6", "threads=1"]
@@ -51,6 +51,65 @@ def test_setups_that_graphs_cannot_train_are_refused_in_one_paragraph(
     with pytest.raises(ConfigError, match=expected):
         check_cuda_graphs(torch.device(device), world_size, precision)
     check_cuda_graphs(torch.device("cuda"), 1, "32-true")  # what it can train
+
+
+GiB = 2**30
+
+
+class FakeGpu(CudaMemory):
+    """A GPU of ``total`` bytes on which every recording reserves ``per_graph`` more."""
+
+    def __init__(self, total: int, per_graph: int) -> None:
+        self.total, self.per_graph = total, per_graph
+        self.held = 0  # what this process's allocator reserved
+        self.others = 0  # what other processes use
+
+    def reserved(self, device: torch.device) -> int:
+        return self.held
+
+    def free_and_total(self, device: torch.device) -> tuple[int, int]:
+        return self.total - self.held - self.others, self.total
+
+
+@pytest.mark.parametrize(
+    ("max_graphs", "others", "graphs_kept", "reason"),
+    [
+        # 10 GiB, 2 GiB a graph: a third would make 6 GiB, past half the GPU.
+        (128, 0, 2, "the 2 hold 4.0 GiB, and one more would pass 50% of the GPU's 10.0 GiB"),
+        # Another process leaves 3 GiB free after the first graph: less than twice 2 GiB.
+        (128, 5 * GiB, 1, "3.0 GiB of the GPU is free, less than twice the largest graph's 2.00"),
+        (1, 0, 1, "the cap of 1 reached"),
+    ],
+)
+def test_recording_stops_at_the_cap_or_the_memory_and_later_shapes_run_eager(
+    monkeypatch: pytest.MonkeyPatch, max_graphs: int, others: int, graphs_kept: int, reason: str
+) -> None:
+    gpu = FakeGpu(total=10 * GiB, per_graph=2 * GiB)
+    recorded = []
+
+    def record(graphs: DecoderGraphs, *inputs: torch.Tensor) -> DecoderLoss:
+        # Stands in for the recording (CI has no GPU): eager, reserving what a graph would.
+        recorded.append(tuple(inputs[0].shape))
+        gpu.held += gpu.per_graph
+        gpu.others = others
+        return DecoderLoss(graphs.decoder)
+
+    monkeypatch.setattr(DecoderGraphs, "record", record)
+    model = build_dropout_free(compose(TINY), vocab_size=20, device="cpu")
+    graphs = DecoderGraphs(model.decoder, max_graphs=max_graphs, gpu_memory=gpu)
+    lengths = (5, 6, 7, 5, 8, 6)
+    for length in lengths:
+        batch = random_batch(6, length, 20, "cpu", seed=length)
+        memory, summary = model.encoder(batch["src"], batch["src_lens"])
+        state = model.decoder.init_state(summary)
+        inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
+        torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
+    assert len(recorded) == len(graphs.graphs) == graphs_kept  # each shape recorded once
+    assert graphs.graph_bytes == graphs_kept * 2 * GiB and graphs.largest_graph_bytes == 2 * GiB
+    kept = set(lengths[:graphs_kept])
+    assert graphs.eager_batches == sum(length not in kept for length in lengths)
+    assert graphs.stopped is not None and graphs.stopped.startswith(reason)
+    assert reason in graphs.summary() and f"holding {graphs_kept * 2}.0 GiB" in graphs.summary()
 
 
 @needs_gpu

@@ -7,7 +7,10 @@ launches a handful per target step, forward and backward. A CUDA graph records t
 and replays them as one, which made its training step 3.6–6.2× faster on an H100
 (docs/performance.md). A graph holds one shape, so ``DecoderGraphs`` records one per batch
 shape (B, T, S) the first time it comes; length bucketing keeps those few (22 in an epoch of the
-reverse task). The encoder stays eager: packing needs the source lengths on the host.
+reverse task), but a real corpus has many more (Multi30k's RNN recipe: over 128). Each graph keeps
+its own activations, about 0.5 GB at that recipe's sizes, so recording stops at a count and at a
+share of the GPU's memory, and later shapes run eager. The encoder stays eager: packing needs the
+source lengths on the host.
 
 The graphs replay the kernels eager PyTorch would launch, so a step computes what eager does.
 Their limits, which ``check_cuda_graphs`` turns into one-paragraph errors: one GPU (recording
@@ -32,13 +35,31 @@ log = logging.getLogger(__name__)
 
 # Shapes beyond this many run eager: each graph keeps its own activations on the GPU.
 MAX_GRAPHS = 128
+# Nor is a graph recorded once the graphs would hold more than this share of the GPU's memory
+# (taking the next to need as much as the largest so far), or once the GPU has less than twice
+# that free: the rest is left to eager batches of other shapes, validation and beam search. On an
+# H100 the RNN recipe's first 128 graphs held 69 of its 80 GB (docs/multi30k.md).
+MEMORY_SHARE = 0.5
 # Forward and backward passes before recording a shape (``make_graphed_callables``'s default).
 WARMUP_PASSES = 3
 
 
+class CudaMemory:
+    """The GPU memory readings ``DecoderGraphs`` decides by (a stand-in replaces it in tests)."""
+
+    def reserved(self, device: torch.device) -> int:
+        """Bytes this process's caching allocator holds, graph pools included."""
+        return torch.cuda.memory_reserved(device)
+
+    def free_and_total(self, device: torch.device) -> tuple[int, int]:
+        """Bytes free on the device (other processes' use counted out) and its size."""
+        return torch.cuda.mem_get_info(device)
+
+
 class DecoderGraphs:
     """``decoder_loss`` from one CUDA graph per batch shape, each recorded when its shape first
-    comes; once ``max_graphs`` are recorded, new shapes run eager.
+    comes; once ``max_graphs`` are recorded, or the graphs would hold more than ``memory_share``
+    of the GPU's memory (``MEMORY_SHARE``), new shapes run eager.
 
     The parameters' gradients must live in buffers of their own (``materialize_grads``): a graph's
     backward returns its static buffers, and a parameter without a gradient would adopt one as its
@@ -46,15 +67,27 @@ class DecoderGraphs:
     """
 
     def __init__(
-        self, decoder: AttentionDecoder, max_graphs: int = MAX_GRAPHS, label_smoothing: float = 0.0
+        self,
+        decoder: AttentionDecoder,
+        max_graphs: int = MAX_GRAPHS,
+        label_smoothing: float = 0.0,
+        memory_share: float = MEMORY_SHARE,
+        gpu_memory: CudaMemory | None = None,
     ) -> None:
         self.decoder = decoder
         self.label_smoothing = label_smoothing
         self.max_graphs = max_graphs
+        self.memory_share = memory_share
+        self.gpu_memory = gpu_memory or CudaMemory()
         self.graphs: dict[tuple[int, ...], Callable[..., Tensor]] = {}
         # The side stream every recording warms up on (made at the first, which needs CUDA).
         self.warmup_stream: torch.cuda.Stream | None = None
         self.recording_seconds = 0.0
+        # What the recordings added to the allocator's reservation: in all, and the most one did.
+        self.graph_bytes = 0
+        self.largest_graph_bytes = 0
+        # Why recording stopped (None while it goes on); then every new shape runs eager.
+        self.stopped: str | None = None
         self.eager_batches = 0
 
     def __call__(
@@ -63,13 +96,39 @@ class DecoderGraphs:
         shape = (*tgt_in.shape, memory.shape[1])  # (B, T, S)
         graphed = self.graphs.get(shape)
         if graphed is None:
-            if len(self.graphs) >= self.max_graphs:
+            if self.stopped is None:
+                self.stopped = self.reason_to_stop(tgt_in.device)
+                if self.stopped is not None:
+                    log.info("CUDA graphs: none recorded from now on: %s", self.stopped)
+            if self.stopped is not None:
                 self.eager_batches += 1
                 return DecoderLoss(self.decoder, self.label_smoothing)(
                     tgt_in, tgt_out, memory, src_lens, *state
                 )
+            reserved = self.gpu_memory.reserved(tgt_in.device)
             graphed = self.graphs[shape] = self.record(tgt_in, tgt_out, memory, src_lens, *state)
+            added = max(self.gpu_memory.reserved(tgt_in.device) - reserved, 0)
+            self.graph_bytes += added
+            self.largest_graph_bytes = max(self.largest_graph_bytes, added)
         return graphed(tgt_in, tgt_out, memory, src_lens, *state)
+
+    def reason_to_stop(self, device: torch.device) -> str | None:
+        """Why another graph should not be recorded (``MAX_GRAPHS``, ``MEMORY_SHARE``), or None."""
+        if len(self.graphs) >= self.max_graphs:
+            return f"the cap of {self.max_graphs} reached"
+        free, total = self.gpu_memory.free_and_total(device)
+        held, next_one = self.graph_bytes, self.largest_graph_bytes
+        if held + next_one > self.memory_share * total:
+            return (
+                f"the {len(self.graphs)} hold {held / 2**30:.1f} GiB, and one more would pass "
+                f"{self.memory_share:.0%} of the GPU's {total / 2**30:.1f} GiB"
+            )
+        if free < 2 * next_one:
+            return (
+                f"{free / 2**30:.1f} GiB of the GPU is free, less than twice the largest "
+                f"graph's {next_one / 2**30:.2f} GiB"
+            )
+        return None
 
     def record(self, *inputs: Tensor) -> Callable[..., Tensor]:
         """A graphed ``DecoderLoss`` for inputs of these shapes. Copies of ``inputs`` become its
@@ -109,9 +168,12 @@ class DecoderGraphs:
         torch.cuda.current_stream().wait_stream(self.warmup_stream)
 
     def summary(self) -> str:
-        text = f"{len(self.graphs)} CUDA graphs recorded in {self.recording_seconds:.1f} s"
+        text = (
+            f"{len(self.graphs)} CUDA graphs recorded in {self.recording_seconds:.1f} s, holding "
+            f"{self.graph_bytes / 2**30:.1f} GiB"
+        )
         if self.eager_batches:
-            text += f"; {self.eager_batches} batches of other shapes ran eager"
+            text += f"; {self.eager_batches} batches of other shapes ran eager ({self.stopped})"
         return text
 
 
