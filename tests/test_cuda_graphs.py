@@ -75,7 +75,7 @@ class FakeGpu(CudaMemory):
     ("max_graphs", "others", "graphs_kept", "reason"),
     [
         # 10 GiB, 2 GiB a graph: a third would make 6 GiB, past half the GPU.
-        (128, 0, 2, "the 2 hold 4.0 GiB, and one more would pass 50% of the GPU's 10.0 GiB"),
+        (128, 0, 2, "the 2 recorded hold 4.0 GiB, and one more would pass 50% of the GPU's 10.0"),
         # Another process leaves 3 GiB free after the first graph: less than twice 2 GiB.
         (128, 5 * GiB, 1, "3.0 GiB of the GPU is free, less than twice the largest graph's 2.00"),
         (1, 0, 1, "the cap of 1 reached"),

@@ -8,7 +8,7 @@ and replays them as one, which made its training step 3.6–6.2× faster on an H
 (docs/performance.md). A graph holds one shape, so ``DecoderGraphs`` records one per batch
 shape (B, T, S) the first time it comes; length bucketing keeps those few (22 in an epoch of the
 reverse task), but a real corpus has many more (Multi30k's RNN recipe: over 128). Each graph keeps
-its own activations, about 0.5 GB at that recipe's sizes, so recording stops at a count and at a
+its own activations, 0.4–0.5 GiB at that recipe's sizes, so recording stops at a count and at a
 share of the GPU's memory, and later shapes run eager. The encoder stays eager: packing needs the
 source lengths on the host.
 
@@ -38,7 +38,7 @@ MAX_GRAPHS = 128
 # Nor is a graph recorded once the graphs would hold more than this share of the GPU's memory
 # (taking the next to need as much as the largest so far), or once the GPU has less than twice
 # that free: the rest is left to eager batches of other shapes, validation and beam search. On an
-# H100 the RNN recipe's first 128 graphs held 69 of its 80 GB (docs/multi30k.md).
+# H100 the RNN recipe's first 128 graphs held about 69 of its 80 GB (docs/multi30k.md).
 MEMORY_SHARE = 0.5
 # Forward and backward passes before recording a shape (``make_graphed_callables``'s default).
 WARMUP_PASSES = 3
@@ -120,8 +120,8 @@ class DecoderGraphs:
         held, next_one = self.graph_bytes, self.largest_graph_bytes
         if held + next_one > self.memory_share * total:
             return (
-                f"the {len(self.graphs)} hold {held / 2**30:.1f} GiB, and one more would pass "
-                f"{self.memory_share:.0%} of the GPU's {total / 2**30:.1f} GiB"
+                f"the {len(self.graphs)} recorded hold {held / 2**30:.1f} GiB, and one more would "
+                f"pass {self.memory_share:.0%} of the GPU's {total / 2**30:.1f} GiB"
             )
         if free < 2 * next_one:
             return (
