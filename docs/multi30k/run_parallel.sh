@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every run of a runs file at once, each through run_recipes.sh (same variables, same records):
-# for one GPU, which three of these small recipes kept 85-99 % busy (docs/multi30k.md, "On one
-# GPU"). Each run's log is RUNS/NAME.log, as with run_recipes.sh.
+# for one GPU, which three of these small recipes kept busy (a median 92 % utilisation on an H100:
+# docs/multi30k.md, "On one GPU"). Each run's log is RUNS/NAME.log, as with run_recipes.sh.
 #   DEVICE=cuda RUNS=/tmp/runs DATA=../shared/data/multi30k \
 #       bash docs/multi30k/run_parallel.sh docs/multi30k/runs_gpu.txt
 set -u
