@@ -12,6 +12,7 @@ from benchmarks.step_benchmark import build_dropout_free, compose, random_batch,
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import build_model
+from seq2seq.models import Seq2Seq
 from seq2seq.pipeline import build_model_config
 from seq2seq.training.cuda_graphs import CudaMemory, DecoderGraphs, check_cuda_graphs
 from seq2seq.training.loss import DecoderLoss
@@ -51,6 +52,18 @@ def test_setups_that_graphs_cannot_train_are_refused_in_one_paragraph(
     with pytest.raises(ConfigError, match=expected):
         check_cuda_graphs(torch.device(device), world_size, precision)
     check_cuda_graphs(torch.device("cuda"), 1, "32-true")  # what it can train
+
+
+def losses_match_eager(
+    graphs: DecoderGraphs, model: Seq2Seq, lengths: tuple[int, ...], device: str
+) -> None:
+    """One batch per target length through ``graphs``, each loss checked against eager's."""
+    for length in lengths:
+        batch = random_batch(6, length, 20, device, seed=length)
+        memory, summary = model.encoder(batch["src"], batch["src_lens"])
+        state = model.decoder.init_state(summary)
+        inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
+        torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
 
 
 GiB = 2**30
@@ -98,12 +111,7 @@ def test_recording_stops_at_the_cap_or_the_memory_and_later_shapes_run_eager(
     model = build_dropout_free(compose(TINY), vocab_size=20, device="cpu")
     graphs = DecoderGraphs(model.decoder, max_graphs=max_graphs, gpu_memory=gpu)
     lengths = (5, 6, 7, 5, 8, 6)
-    for length in lengths:
-        batch = random_batch(6, length, 20, "cpu", seed=length)
-        memory, summary = model.encoder(batch["src"], batch["src_lens"])
-        state = model.decoder.init_state(summary)
-        inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
-        torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
+    losses_match_eager(graphs, model, lengths, "cpu")
     assert len(recorded) == len(graphs.graphs) == graphs_kept  # each shape recorded once
     assert graphs.graph_bytes == graphs_kept * 2 * GiB and graphs.largest_graph_bytes == 2 * GiB
     kept = set(lengths[:graphs_kept])
@@ -137,12 +145,7 @@ def test_one_graph_per_shape_and_eager_beyond_the_cap() -> None:
     config = compose(TINY)
     model = build_dropout_free(config, vocab_size=20, device="cuda")
     graphs = DecoderGraphs(model.decoder, max_graphs=1)
-    for length in (5, 5, 7):
-        batch = random_batch(6, length, 20, "cuda", seed=length)
-        memory, summary = model.encoder(batch["src"], batch["src_lens"])
-        state = model.decoder.init_state(summary)
-        inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
-        torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
+    losses_match_eager(graphs, model, (5, 5, 7), "cuda")
     assert len(graphs.graphs) == 1 and graphs.eager_batches == 1
     assert "1 CUDA graphs recorded" in graphs.summary()
 
