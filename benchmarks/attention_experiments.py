@@ -34,8 +34,8 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
+    GeneralAttention,
     MultiHeadAttention,
-    MultiplicativeAttention,
     masked_softmax,
 )
 from seq2seq.errors import Seq2SeqError
@@ -273,7 +273,7 @@ def measure_identifiability(
             attention: Attention = (
                 AdditiveAttention(size, size, num_hiddens=size, temperature="learnable")
                 if scoring == "additive"
-                else MultiplicativeAttention(size, size, temperature="learnable")
+                else GeneralAttention(size, size, temperature="learnable")
             )
             scale = _score_scale(attention)
             assert attention.log_temperature is not None
@@ -299,7 +299,7 @@ def _score_scale(attention: Attention) -> Tensor:
     """The parameter that scales the score linearly: w_v (additive) or W (bilinear)."""
     if isinstance(attention, AdditiveAttention):
         return attention.w_v.weight
-    if isinstance(attention, MultiplicativeAttention):
+    if isinstance(attention, GeneralAttention):
         return attention.W.weight
     raise TypeError(f"{type(attention).__name__} has no score scale parameter")
 
@@ -360,7 +360,7 @@ def train_xor(scoring: str, seed: int, settings: Settings) -> XorCurve:
     attention: Attention = (
         AdditiveAttention(2, 2, num_hiddens=settings.xor_hiddens)
         if scoring == "additive"
-        else MultiplicativeAttention(2, 2)
+        else GeneralAttention(2, 2)
     )
     optimizer = torch.optim.Adam(attention.parameters(), lr=settings.xor_learning_rate)
     generator = torch.Generator().manual_seed(seed)

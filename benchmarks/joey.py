@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # with its bilinear one, as PEERS.md does.
 JOEY_ATTENTION = {
     "seq2seq.attention.AdditiveAttention": "bahdanau",
+    "seq2seq.attention.GeneralAttention": "luong",
     "seq2seq.attention.MultiplicativeAttention": "luong",
     "seq2seq.attention.DotProductAttention": "luong",
 }

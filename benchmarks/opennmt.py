@@ -37,6 +37,7 @@ OPENNMT_PYTHON_ENV = "SEQ2SEQ_OPENNMT_PYTHON"
 # (Bahdanau), bilinear its "general"; it has no scaled dot product, so scaled_dot maps to "dot".
 OPENNMT_ATTENTION = {
     "seq2seq.attention.AdditiveAttention": "mlp",
+    "seq2seq.attention.GeneralAttention": "general",
     "seq2seq.attention.MultiplicativeAttention": "general",
     "seq2seq.attention.DotProductAttention": "dot",
 }

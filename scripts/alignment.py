@@ -24,7 +24,7 @@ from seq2seq.analysis.alignment import (
     count_links,
     read_pharaoh,
 )
-from seq2seq.cli import UsageError, check_device, int_at_least, run
+from seq2seq.cli import UsageError, add_trust_argument, check_device, int_at_least, run
 from seq2seq.data.corpora import read_lines
 
 
@@ -37,6 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trust_argument(parser)
     return parser.parse_args()
 
 
@@ -53,7 +54,7 @@ def main() -> int:
             + "."
         )
     check_device(args.device)
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
     forced = translator.force_decode(sources, targets, args.batch_size)
     total = AlignmentCounts()
     for number, (source, target, reference, pair) in enumerate(

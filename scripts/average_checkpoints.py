@@ -11,7 +11,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from seq2seq.cli import UsageError, int_at_least, run
+from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
 from seq2seq.inference.averaging import average_checkpoints, kept_checkpoints
 
 log = logging.getLogger("seq2seq.average")
@@ -25,6 +25,7 @@ def main() -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--last", type=int_at_least(1), help="the N latest (checkpoint.keep_last)")
     group.add_argument("--best", type=int_at_least(1), help="the N best by val/bleu (keep_best)")
+    add_trust_argument(parser)
     args = parser.parse_args()
     paths = list(args.checkpoints)
     if args.run is not None:
@@ -36,7 +37,7 @@ def main() -> int:
         raise UsageError("--last and --best choose among a run's checkpoints: add --run RUN.")
     if not paths:
         raise UsageError("give checkpoint files to average, or --run RUN with --last/--best N.")
-    out = average_checkpoints(paths, args.out)
+    out = average_checkpoints(paths, args.out, args.trust_modules)
     log.info("averaged %d checkpoints into %s", len(paths), out)
     return 0
 

@@ -19,6 +19,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
 from seq2seq.cli import (
+    add_trust_argument,
     check_device,
     check_writable,
     int_at_least,
@@ -41,6 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trust_argument(parser)
     return parser.parse_args()
 
 
@@ -50,7 +52,7 @@ def main() -> int:
     if args.hyp_out is not None:
         check_writable(args.hyp_out, "the hypotheses")
     check_device(args.device)
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, args.beam_size, args.length_penalty, args.batch_size)
     seconds = time.perf_counter() - start

@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from seq2seq.cli import run
+from seq2seq.cli import add_trust_argument, run
 from seq2seq.inference.bundle import export_bundle, load
 
 log = logging.getLogger("seq2seq.export")
@@ -25,8 +25,9 @@ def main() -> int:
     parser.add_argument(
         "--onnx", action="store_true", help="also export the encoder and decoder step to ONNX"
     )
+    add_trust_argument(parser)
     args = parser.parse_args()
-    trained = load(args.checkpoint)
+    trained = load(args.checkpoint, trust_modules=args.trust_modules)
     out_dir = export_bundle(trained, args.out)
     log.info("wrote the bundle %s (from %s)", out_dir, args.checkpoint)
     if args.onnx:

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from seq2seq import Translator
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
-from seq2seq.cli import UsageError, check_device, check_writable, int_at_least, run
+from seq2seq.cli import (
+    UsageError,
+    add_trust_argument,
+    check_device,
+    check_writable,
+    int_at_least,
+    run,
+)
 from seq2seq.inference.translator import translate_stream
 
 log = logging.getLogger("seq2seq.translate")
@@ -41,6 +48,7 @@ def parse_args() -> argparse.Namespace:
         help="for a Transformer's --attention-plot: 'average' (the last layer's heads, the "
         "default), 'grid' (every layer and head) or 'L,H' (layer L, head H, from 1)",
     )
+    add_trust_argument(parser)
     return parser.parse_args()
 
 
@@ -50,7 +58,7 @@ def main() -> int:
     for path, what in [(args.output, "the translations"), (args.attention_plot, "the plot")]:
         if path is not None:
             check_writable(path, what)
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
     first_sentence: list[str] = []  # the first non-blank input line, for --attention-plot
 
     def remember_first(lines: Iterable[bytes]) -> Iterator[bytes]:

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from seq2seq import Translator
 from seq2seq.analysis.decoding import tune_decoding
-from seq2seq.cli import UsageError, check_device, read_sources_and_references, run
+from seq2seq.cli import (
+    UsageError,
+    add_trust_argument,
+    check_device,
+    read_sources_and_references,
+    run,
+)
 
 log = logging.getLogger("seq2seq.tune")
 
@@ -43,12 +49,13 @@ def main() -> int:
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trust_argument(parser)
     args = parser.parse_args()
     if any(size < 1 for size in args.beam_sizes):
         raise UsageError(f"--beam-sizes must be at least 1, got {args.beam_sizes}.")
     sources, references = read_sources_and_references(args.src, args.ref)
     check_device(args.device)
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
     scores = tune_decoding(
         translator, sources, references, args.beam_sizes, args.length_penalties, args.tokenize
     )

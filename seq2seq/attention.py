@@ -21,8 +21,13 @@ calls.
 with the same interface, its weights (B, h, Tq, Tk) one map per head.
 
 Every scoring function divides its scores by a softmax temperature T before the softmax
-(``temperature``: a positive number, 1.0 by default, or ``"learnable"``), so
-``weights = softmax(score(q, k) / T)``.
+(``temperature``: a positive number, 1.0 by default, or ``"learnable"``, starting at
+``initial_temperature``), so ``weights = softmax(score(q, k) / T)``.
+
+``score`` is the contract: a faster path that computes the same weights another way
+(``F.scaled_dot_product_attention`` here, the C kernels in ``seq2seq.kernels``) applies only to a
+module whose ``score``, ``project_keys`` and ``logits`` are the built-in ones (``scores_as``), so
+a subclass that overrides ``score`` trains, validates and decodes on its own formula.
 """
 
 from __future__ import annotations
@@ -77,22 +82,37 @@ class Attention(nn.Module):
     projects encoder outputs to the decoder size once per batch when they differ.
 
     ``temperature`` divides the scores before the softmax: a fixed positive number, or
-    ``"learnable"`` (a parameter that starts at 1.0, stored as its logarithm so that it stays
-    positive). Only the ratio of the score's scale to T is identifiable: multiplying both by the
-    same factor gives the same weights.
+    ``"learnable"`` (a parameter that starts at ``initial_temperature``, stored as its logarithm
+    so that it stays positive; e.g. 0.1 for scores bounded in [-1, 1], which T = 1 would leave
+    nearly uniform). Only the ratio of the score's scale to T is identifiable: multiplying both
+    by the same factor gives the same weights.
     """
 
     needs_equal_sizes: ClassVar[bool] = False
 
-    def __init__(self, dropout: float = 0.0, temperature: float | str = 1.0) -> None:
+    def __init__(
+        self,
+        dropout: float = 0.0,
+        temperature: float | str = 1.0,
+        initial_temperature: float = 1.0,
+    ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.log_temperature: nn.Parameter | None = None
         self.fixed_temperature = 1.0
+        start = _check_temperature(initial_temperature, "initial_temperature")
         if temperature == LEARNABLE:
-            self.log_temperature = nn.Parameter(torch.zeros(()))
+            self.log_temperature = nn.Parameter(torch.tensor(math.log(start)))
         else:
-            self.fixed_temperature = _check_temperature(temperature)
+            self.fixed_temperature = _check_temperature(temperature, "temperature")
+            if start != 1.0:
+                raise ConfigError(
+                    f"attention.initial_temperature={initial_temperature!r} is where a learned "
+                    f"temperature starts, but attention.temperature={temperature!r} is fixed. "
+                    f"Use attention.temperature={LEARNABLE} attention.initial_temperature="
+                    f"{initial_temperature!r}, or set the fixed value with "
+                    f"attention.temperature={initial_temperature!r}."
+                )
 
     @property
     def temperature(self) -> Tensor | float:
@@ -182,8 +202,9 @@ class AdditiveAttention(Attention):
         temperature: float | str = 1.0,
         bias: bool = False,
         layer_norm: bool = False,
+        initial_temperature: float = 1.0,
     ) -> None:
-        super().__init__(dropout, temperature)
+        super().__init__(dropout, temperature, initial_temperature)
         # The bias lives in W_q: W_q q + b is added to every key's W_k k, i.e. inside the tanh.
         self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
@@ -223,10 +244,11 @@ class DotProductAttention(Attention):
         scaled: bool = True,
         temperature: float | str = 1.0,
         *,
+        initial_temperature: float = 1.0,
         query_size: int | None = None,
         key_size: int | None = None,
     ) -> None:
-        super().__init__(dropout, temperature)
+        super().__init__(dropout, temperature, initial_temperature)
         self.scaled = scaled
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
@@ -252,7 +274,8 @@ class DotProductAttention(Attention):
         where no dropout is active on the weights."""
         if projected_values is not None:
             values = projected_values
-        if self.training and self.dropout.p > 0:
+        if (self.training and self.dropout.p > 0) or not scores_as(self, DotProductAttention):
+            # Dropout on the weights, or a subclass's own score: the reference path computes it.
             return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
         keys = keys if projected_keys is None else projected_keys
         _check_equal_sizes(queries.shape[-1], keys.shape[-1])
@@ -261,8 +284,8 @@ class DotProductAttention(Attention):
         )
 
 
-class MultiplicativeAttention(Attention):
-    """Luong et al. (2015) "general" (bilinear): ``score(q, k) = qᵀ W k``."""
+class GeneralAttention(Attention):
+    """Luong et al. (2015) "general": ``score(q, k) = qᵀ W k``, a learned bilinear form."""
 
     def __init__(
         self,
@@ -270,8 +293,9 @@ class MultiplicativeAttention(Attention):
         key_size: int,
         dropout: float = 0.0,
         temperature: float | str = 1.0,
+        initial_temperature: float = 1.0,
     ) -> None:
-        super().__init__(dropout, temperature)
+        super().__init__(dropout, temperature, initial_temperature)
         self.W = nn.Linear(key_size, query_size, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -279,6 +303,17 @@ class MultiplicativeAttention(Attention):
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         return torch.bmm(queries, projected_keys.transpose(1, 2))  # (B,Tq,Dq)@(B,Dq,Tk)
+
+
+# The name this class had before it took the name of its config and paper ("general").
+MultiplicativeAttention = GeneralAttention
+
+# The scoring functions this package ships; what ``own_formula`` compares a subclass with.
+BUILTIN_SCORING: tuple[type[Attention], ...] = (
+    AdditiveAttention,
+    DotProductAttention,
+    GeneralAttention,
+)
 
 
 class MultiHeadAttention(nn.Module):
@@ -376,7 +411,7 @@ class MultiHeadAttention(nn.Module):
         head_queries = self.split_heads(self.W_q(queries))  # (B·h, Tq, d)
         lens = self.head_lens(valid_lens)
         if not need_weights and self.sdpa_applies():
-            assert isinstance(self.scoring, DotProductAttention)
+            assert isinstance(self.scoring, DotProductAttention)  # sdpa_applies checked
             context = sdpa_context(
                 head_queries, projected_keys, projected_values, lens,
                 scaled=self.scoring.scaled, temperature=self.scoring.temperature,
@@ -411,7 +446,39 @@ class MultiHeadAttention(nn.Module):
         """Whether ``F.scaled_dot_product_attention`` computes the context (no weights wanted):
         dot-product scoring without active dropout on the weights."""
         dropping = self.training and self.dropout.p > 0
-        return isinstance(self.scoring, DotProductAttention) and not dropping
+        return scores_as(self.scoring, DotProductAttention) and not dropping
+
+
+# What decides the weights a scoring function computes: a subclass that overrides any of these
+# computes another function than its built-in parent, which a fast path must not assume.
+FORMULA_METHODS = ("score", "project_keys", "logits")
+
+
+def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:
+    """Whether ``attention`` computes the weights of the built-in ``builtin``: an instance of it
+    whose ``score``, ``project_keys`` and ``logits`` are ``builtin``'s own (not overridden). What a
+    fast path that computes ``builtin``'s formula another way must check; ``isinstance`` alone
+    would let a subclass with its own ``score`` train on its parent's formula."""
+    return isinstance(attention, builtin) and all(
+        getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
+    )
+
+
+def own_formula(attention: Attention) -> str | None:
+    """Why no fast path computes ``attention``'s weights, or None when one may: a scoring function
+    of this package, or a subclass of one that overrides none of ``FORMULA_METHODS``."""
+    name = type(attention).__name__
+    for builtin in BUILTIN_SCORING:
+        if isinstance(attention, builtin):
+            overridden = [
+                method
+                for method in FORMULA_METHODS
+                if getattr(type(attention), method) is not getattr(builtin, method)
+            ]
+            if not overridden:
+                return None
+            return f"{name} overrides {builtin.__name__}.{', '.join(overridden)}"
+    return f"{name} is not one of this package's scoring functions"
 
 
 def sdpa_context(
@@ -443,18 +510,25 @@ def sdpa_context(
     return context * has_valid_key  # (B, Tq, Dv)
 
 
-def _check_temperature(temperature: object) -> float:
-    """A fixed temperature as a float, or a ConfigError that says what is allowed."""
+def _check_temperature(temperature: object, key: str) -> float:
+    """A temperature (``attention.<key>``) as a float, or a ConfigError that says what is
+    allowed."""
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, int | float)
         or not (math.isfinite(temperature) and temperature > 0)
     ):
+        allowed = (
+            f"a positive number (the softmax divides the scores by it; 1.0 leaves them "
+            f"unchanged) or '{LEARNABLE}' (learned with the model, starting at "
+            f"attention.initial_temperature)"
+            if key == "temperature"
+            else f"a positive number (where attention.temperature={LEARNABLE} starts)"
+        )
         raise ConfigError(
-            f"attention.temperature must be a positive number (the softmax divides the scores "
-            f"by it; 1.0 leaves them unchanged) or '{LEARNABLE}' (learned with the model, "
-            f"starting at 1.0), got {temperature!r}. Set it on the command line, e.g. "
-            f"python train.py attention.temperature=0.5 or attention.temperature={LEARNABLE}."
+            f"attention.{key} must be {allowed}, got {temperature!r}. Set it on the command "
+            f"line, e.g. python train.py attention.temperature={LEARNABLE} "
+            f"attention.initial_temperature=0.5."
         )
     return float(temperature)
 

@@ -68,6 +68,20 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def add_trust_argument(parser: argparse.ArgumentParser) -> None:
+    """``--trust-module MODULE`` (repeatable): the modules whose scoring functions a model file
+    may name (``seq2seq.inference.plugins``)."""
+    parser.add_argument(
+        "--trust-module",
+        dest="trust_modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a scoring function the model file names from this module (or .py file): "
+        "its code runs, so trust only your own (repeatable)",
+    )
+
+
 def run(main: Callable[[], int]) -> None:
     """Run a script's ``main``: known errors become one paragraph on stderr and exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)

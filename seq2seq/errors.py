@@ -8,3 +8,7 @@ class Seq2SeqError(Exception):
 
 class ConfigError(Seq2SeqError, ValueError):
     """A config value that cannot work (a size of zero, an impossible split...)."""
+
+
+class ModelFileError(Seq2SeqError, ValueError):
+    """A checkpoint or bundle that cannot be used; the message says which file and what to do."""

@@ -27,6 +27,7 @@ from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import (
+    ALLOWED_TARGETS,
     RUNTIME_KEYS,
     ModelFileError,
     TrainedModel,
@@ -214,6 +215,7 @@ def build_module(
             model_config,
             "the model.* and attention.* settings",
             "Fix them on the command line (the defaults are in conf/model/ and conf/attention/).",
+            trust_modules=trusted_by_config(cfg),
         ),
         src_tokenizer=datamodule.src_tokenizer,
         tgt_tokenizer=datamodule.tgt_tokenizer,
@@ -484,7 +486,9 @@ def read_resume_checkpoint(cfg: DictConfig, run_dir: Path) -> TrainedModel:
             "RUN/checkpoints/last.ckpt (written every checkpoint.every_n_steps steps and at the "
             "end of every epoch) or RUN/checkpoints/best.ckpt."
         )
-    trained = load_trained_checkpoint(path)  # a truncated or foreign file fails here, clearly
+    # A truncated or foreign file fails here, clearly; a user's scoring function loads because
+    # the command's own config names it.
+    trained = load_trained_checkpoint(path, trust_modules=trusted_by_config(cfg))
     if "optimizer_states" not in read_checkpoint(path):
         raise ModelFileError(
             f"ckpt_path={path} holds a model but no optimizer state, so training cannot resume "
@@ -524,11 +528,18 @@ def _plain(config: Any, key: str) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
+# Keys added to the config since runs were first written, with the value that reproduces what
+# those runs did: a run or checkpoint without the key is the same as one with this value.
+ADDED_KEYS = {"initial_temperature": 1.0}
+
+
 def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
     if isinstance(old, dict) and isinstance(new, dict):
         found: dict[str, tuple[Any, Any]] = {}
         for key in sorted(set(old) | set(new), key=str):
-            found.update(_differences(old.get(key), new.get(key), f"{prefix}.{key}"))
+            default = ADDED_KEYS.get(str(key))
+            before, after = old.get(key, default), new.get(key, default)
+            found.update(_differences(before, after, f"{prefix}.{key}"))
         return found
     return {} if old == new else {prefix: (old, new)}
 
@@ -603,6 +614,18 @@ def check_model_sizes(cfg: DictConfig) -> None:
         )
 
 
+def trusted_by_config(cfg: DictConfig) -> list[str]:
+    """The modules whose code training may import: ``trust_modules`` and the module of a scoring
+    function ``attention._target_`` names that is not built in. The user's own config named
+    them, as it names every class Hydra builds; a checkpoint's config is trusted only as far as
+    this command's is (resuming)."""
+    trusted = [str(entry) for entry in cfg.get("trust_modules") or []]
+    target = OmegaConf.select(cfg, "attention._target_", default=None)
+    if isinstance(target, str) and target not in ALLOWED_TARGETS and "." in target:
+        trusted.append(target.rpartition(".")[0])
+    return trusted
+
+
 def scoring_config(attention: DictConfig) -> dict[str, Any]:
     """The ``attention`` group's node as the scoring function's ``_partial_`` config, resolved:
     without ``num_heads``, which the model reads (multi-head attention is built around it)."""
@@ -636,12 +659,17 @@ def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
     return {str(key): value for key, value in model_config.items()}
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> LitSeq2Seq:
+def load_checkpoint(
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    trust_modules: list[str] | None = None,
+) -> LitSeq2Seq:
     """Rebuild the trained module from a checkpoint alone (weights, config and vocabularies).
 
-    The checkpoint is read with ``weights_only=True``: loading it runs no code from the file.
+    The checkpoint is read with ``weights_only=True``: loading it runs no code from the file, nor
+    from any module it names but the ``trust_modules`` (``seq2seq.inference.plugins``).
     """
-    trained = load(path, map_location)
+    trained = load(path, map_location, trust_modules=trust_modules or ())
     module = LitSeq2Seq(
         model=trained.model,
         src_tokenizer=trained.src_tokenizer,

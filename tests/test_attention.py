@@ -16,7 +16,7 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
-    MultiplicativeAttention,
+    GeneralAttention,
     masked_softmax,
     sdpa_context,
 )
@@ -34,7 +34,7 @@ def make_attentions(query_size: int, key_size: int) -> dict[str, Attention]:
     torch.manual_seed(0)
     attentions: dict[str, Attention] = {
         "additive": AdditiveAttention(query_size, key_size, num_hiddens=8),
-        "general": MultiplicativeAttention(query_size, key_size),
+        "general": GeneralAttention(query_size, key_size),
     }
     if query_size == key_size:
         attentions["scaled_dot"] = DotProductAttention(scaled=True)
@@ -204,7 +204,7 @@ def test_additive_matches_the_formula() -> None:
 
 
 def test_general_matches_the_formula() -> None:
-    attention = MultiplicativeAttention(query_size=5, key_size=7)
+    attention = GeneralAttention(query_size=5, key_size=7)
     queries, keys, values = torch.randn(2, 3, 5), torch.randn(2, 4, 7), torch.randn(2, 4, 3)
     context, weights = attention(queries, keys, values, None)
     W = attention.W.weight  # (Dq, Dk)
@@ -238,7 +238,7 @@ def make_tempered(name: str, temperature: float | str, size: int = 6) -> Attenti
     if name == "additive":
         return AdditiveAttention(size, size, num_hiddens=8, temperature=temperature)
     if name == "general":
-        return MultiplicativeAttention(size, size, temperature=temperature)
+        return GeneralAttention(size, size, temperature=temperature)
     return DotProductAttention(scaled=name == "scaled_dot", temperature=temperature)
 
 

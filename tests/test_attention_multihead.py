@@ -15,8 +15,8 @@ from torch import nn
 from seq2seq.attention import (
     AdditiveAttention,
     DotProductAttention,
+    GeneralAttention,
     MultiHeadAttention,
-    MultiplicativeAttention,
 )
 from seq2seq.errors import ConfigError
 from seq2seq.models import Seq2Seq
@@ -27,7 +27,7 @@ SCORINGS = {
     "additive": partial(AdditiveAttention, num_hiddens=6),
     "scaled_dot": partial(DotProductAttention, scaled=True),
     "dot": partial(DotProductAttention, scaled=False),
-    "general": MultiplicativeAttention,
+    "general": GeneralAttention,
 }
 
 

@@ -41,7 +41,7 @@ from seq2seq.analysis.diagnostics import (
 from seq2seq.attention import (
     AdditiveAttention,
     DotProductAttention,
-    MultiplicativeAttention,
+    GeneralAttention,
     masked_softmax,
 )
 from seq2seq.cli import run
@@ -75,7 +75,7 @@ def test_statistics_use_valid_pairs_only_and_match_a_direct_computation(name: st
     torch.manual_seed(0)
     attention = {
         "additive": AdditiveAttention(6, 6, num_hiddens=8, temperature=0.7),
-        "general": MultiplicativeAttention(6, 6),
+        "general": GeneralAttention(6, 6),
         "scaled_dot": DotProductAttention(),
     }[name]
     queries, keys = torch.randn(3, 4, 6), torch.randn(3, 5, 6)
@@ -280,7 +280,7 @@ def test_no_bilinear_score_beats_the_bound_on_the_xor_task() -> None:
     generator = torch.Generator().manual_seed(3)
     bound = bilinear_accuracy_bound(4)
     for _ in range(50):
-        attention = MultiplicativeAttention(2, 2)
+        attention = GeneralAttention(2, 2)
         with torch.no_grad():
             attention.W.weight.copy_(torch.randn(2, 2, generator=generator) * 10)
         # The identity the bound rests on: f(1,-1) + f(-1,1) = f(1,1) + f(-1,-1) for each query.

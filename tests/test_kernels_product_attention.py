@@ -19,7 +19,7 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
-    MultiplicativeAttention,
+    GeneralAttention,
 )
 from seq2seq.kernels import accelerate, library
 from seq2seq.kernels.modules import FastLuongDecoder, product_scale
@@ -36,7 +36,7 @@ SCORINGS = {
     "dot": partial(DotProductAttention, scaled=False),
     "scaled_dot": partial(DotProductAttention, scaled=True),
     "scaled_dot_t2": partial(DotProductAttention, scaled=True, temperature=2.0),
-    "general": partial(MultiplicativeAttention, query_size=6, key_size=5),
+    "general": partial(GeneralAttention, query_size=6, key_size=5),
 }
 
 
@@ -69,7 +69,7 @@ def test_product_attend_is_the_modules_attention(name: str, sentences: int, grou
 def test_product_scale_is_the_logits_factor_or_none() -> None:
     assert product_scale(DotProductAttention(scaled=False), 16) == 1.0
     assert product_scale(DotProductAttention(scaled=True, temperature=2.0), 16) == 1 / 8
-    assert product_scale(MultiplicativeAttention(4, 4, temperature=0.5), 4) == 2.0
+    assert product_scale(GeneralAttention(4, 4, temperature=0.5), 4) == 2.0
     assert product_scale(DotProductAttention(temperature="learnable"), 16) is None
     assert product_scale(AdditiveAttention(4, 4, num_hiddens=3), 4) is None
     assert math.isclose(product_scale(DotProductAttention(), 9) or 0, 1 / 3)
@@ -78,7 +78,7 @@ def test_product_scale_is_the_logits_factor_or_none() -> None:
 @pytest.mark.parametrize("name", ["dot", "scaled_dot", "general"])
 def test_luong_searches_decode_the_same_with_and_without_the_pass(name: str) -> None:
     torch.manual_seed(0)
-    factory = SCORINGS[name] if name != "general" else MultiplicativeAttention
+    factory = SCORINGS[name] if name != "general" else GeneralAttention
     model = Seq2Seq(
         src_vocab_size=13, tgt_vocab_size=11, attention=factory, embedding_size=8,
         hidden_size=16, decoder=LuongDecoder,

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
+from seq2seq.attention import AdditiveAttention, DotProductAttention, GeneralAttention
 from seq2seq.models.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
 from seq2seq.models.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
@@ -22,7 +22,7 @@ ATTENTIONS: dict[str, AttentionFactory] = {
     "additive": partial(AdditiveAttention, num_hiddens=12),
     "scaled_dot": partial(DotProductAttention, scaled=True),
     "dot": partial(DotProductAttention, scaled=False),
-    "general": MultiplicativeAttention,
+    "general": GeneralAttention,
 }
 DECODERS: dict[str, DecoderFactory] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
 BOS, EOS, PAD = 2, 3, 0
@@ -225,7 +225,7 @@ def test_luong_parallel_path_equals_a_stepwise_reference(
 def test_luong_decoder_keeps_the_attention_knobs(knobs: dict[str, object]) -> None:
     factory = partial(AdditiveAttention, num_hiddens=12, **knobs)
     if set(knobs) == {"temperature"}:  # every scoring function has a temperature; try another
-        factory = partial(MultiplicativeAttention, **knobs)
+        factory = partial(GeneralAttention, **knobs)
     torch.manual_seed(0)
     model = Seq2Seq(13, 11, factory, embedding_size=8, hidden_size=16, decoder=LuongDecoder).eval()
     src, src_lens, tgt_in = make_batch()

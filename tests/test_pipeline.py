@@ -262,7 +262,7 @@ def test_a_run_that_max_steps_ends_in_mid_epoch_validates_and_checkpoints_its_la
     [
         (["model=transformer"], "DotProductAttention"),  # the paper's, scaled
         (["model=transformer", "attention=additive"], "AdditiveAttention"),  # the command wins
-        (["model=transformer", "attention=general"], "MultiplicativeAttention"),
+        (["model=transformer", "attention=general"], "GeneralAttention"),
         ([], "AdditiveAttention"),  # the RNN models' default is unchanged
     ],
 )

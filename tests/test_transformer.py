@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from seq2seq.attention import (
     AdditiveAttention,
     DotProductAttention,
+    GeneralAttention,
     MultiHeadAttention,
-    MultiplicativeAttention,
 )
 from seq2seq.errors import ConfigError
 from seq2seq.models.transformer import (
@@ -33,7 +33,7 @@ SCORINGS = {
     "scaled_dot": partial(DotProductAttention, scaled=True),
     "additive": partial(AdditiveAttention, num_hiddens=6),
     "dot": partial(DotProductAttention, scaled=False),
-    "general": MultiplicativeAttention,
+    "general": GeneralAttention,
 }
 D, HEADS, FF = 16, 4, 32
 

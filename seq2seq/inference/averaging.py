@@ -10,7 +10,7 @@ it (``ckpt_path=`` says so).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,19 @@ from seq2seq.inference.bundle import (
 KEPT = {"last": "val-step=*.ckpt", "best": "top-step=*.ckpt"}  # pipeline.kept_checkpoints's
 
 
-def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
+def average_checkpoints(
+    paths: Sequence[Path], out: Path, trust_modules: Iterable[str] = ()
+) -> Path:
     """Write the mean of ``paths``' weights to ``out``, with the model config, vocabularies and
-    decoding settings of the last of them (which must all describe one model)."""
+    decoding settings of the last of them (which must all describe one model); ``trust_modules``
+    as for ``bundle.load``."""
     if len(paths) < 1:
         raise ModelFileError("no checkpoints to average: give one or more .ckpt files.")
     checkpoints = [read_checkpoint(path) for path in paths]
     for path in paths:
-        load_checkpoint(path)  # a seq2seq checkpoint whose weights fit its own model config
+        load_checkpoint(
+            path, trust_modules=trust_modules
+        )  # a seq2seq checkpoint whose weights fit its own model config
     configs = [checkpoint[CHECKPOINT_KEY]["model_config"] for checkpoint in checkpoints]
     for path, config in zip(paths[1:], configs[1:], strict=True):
         if config != configs[0]:

@@ -2,15 +2,17 @@
 
 A checkpoint (``train.py``'s ``*.ckpt``) is read with ``torch.load(weights_only=True)``; a bundle
 is a directory of ``model.safetensors``, ``config.json``, ``src_tokenizer.json`` and
-``tgt_tokenizer.json``. Neither runs code from the file: the model is rebuilt only from the classes
-in ``ALLOWED_TARGETS``, never from an arbitrary import path written in the file.
+``tgt_tokenizer.json``. Neither runs code from the file: the model is rebuilt from the classes in
+``ALLOWED_TARGETS``, and from a user's own scoring function only where the user trusts its module
+(``trust_modules``; ``seq2seq.inference.plugins``), never from an arbitrary import path written in
+the file.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -23,9 +25,12 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from seq2seq.atomic import write_atomic
-from seq2seq.attention import AdditiveAttention, DotProductAttention, MultiplicativeAttention
+from seq2seq.attention import AdditiveAttention, DotProductAttention, GeneralAttention
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
-from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.errors import ConfigError
+from seq2seq.errors import ModelFileError as ModelFileError  # raised here; callers import it
+from seq2seq.inference.plugins import PluginError as PluginError
+from seq2seq.inference.plugins import resolve, trusted_modules
 from seq2seq.kernels import KERNEL_CHOICES, accelerate
 from seq2seq.models import BahdanauDecoder, EncoderDecoder, LuongDecoder, Seq2Seq, Transformer
 from seq2seq.version import __version__
@@ -35,13 +40,16 @@ CHECKPOINT_FORMAT = 1
 BUNDLE_FORMAT = 1
 BUNDLE_FILES = ("model.safetensors", "config.json", "src_tokenizer.json", "tgt_tokenizer.json")
 
-# The only callables a model config may name. A file that names anything else is refused, so a
-# config can never make us import or call code of its choosing.
+# The callables a model config may always name. Anything else must be a scoring function from a
+# module the user trusts (``seq2seq.inference.plugins``), so a file alone can never make us import
+# or call code of its choosing.
 ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
     "seq2seq.models.Seq2Seq": Seq2Seq,
     "seq2seq.attention.AdditiveAttention": AdditiveAttention,
     "seq2seq.attention.DotProductAttention": DotProductAttention,
-    "seq2seq.attention.MultiplicativeAttention": MultiplicativeAttention,
+    "seq2seq.attention.GeneralAttention": GeneralAttention,
+    # The name of GeneralAttention in files written before it was renamed.
+    "seq2seq.attention.MultiplicativeAttention": GeneralAttention,
     "seq2seq.models.BahdanauDecoder": BahdanauDecoder,
     "seq2seq.models.LuongDecoder": LuongDecoder,
     "seq2seq.models.Transformer": Transformer,
@@ -58,10 +66,6 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
 
 # Decoding settings for files that do not carry one (the training config's defaults).
 DEFAULT_DECODING: dict[str, Any] = {"max_len_a": 2.0, "max_len_b": 10, "max_src_len": 256}
-
-
-class ModelFileError(Seq2SeqError, ValueError):
-    """A checkpoint or bundle that cannot be used; the message says which file and what to do."""
 
 
 @dataclass
@@ -92,17 +96,21 @@ def build_model(
     origin: str = "the model config",
     fix: str = REEXPORT,
     kernels: str | None = None,
+    trust_modules: Iterable[str] = (),
 ) -> EncoderDecoder:
     """Instantiate a model (``Seq2Seq`` or ``Transformer``) from its Hydra-style config,
-    allowing only ``ALLOWED_TARGETS``, and accelerate it with ``seq2seq.kernels`` unless
-    ``kernels`` is ``off``: the one place where the choice between the reference and the
-    accelerated modules is made.
+    allowing ``ALLOWED_TARGETS`` and the scoring functions of the ``trust_modules`` (module
+    names or ``.py`` files: ``seq2seq.inference.plugins``), and accelerate it with
+    ``seq2seq.kernels`` unless ``kernels`` is ``off``: the one place where the choice between the
+    reference and the accelerated modules is made.
 
     ``fix`` ends the message when the config cannot build its model; ``kernels`` overrides the
     config's choice.
     """
     kernels = kernels_choice(model_config if kernels is None else {"kernels": kernels})
-    model = _build({k: v for k, v in model_config.items() if k not in RUNTIME_KEYS}, origin, fix)
+    trusted = trusted_modules(trust_modules)
+    buildable = {k: v for k, v in model_config.items() if k not in RUNTIME_KEYS}
+    model = _build(buildable, origin, trusted, fix)
     if not isinstance(model, EncoderDecoder):
         raise ModelFileError(
             f"{origin} does not describe a model (seq2seq.models.Seq2Seq or Transformer)."
@@ -127,22 +135,21 @@ def kernels_choice(model_config: dict[str, Any]) -> str:
     return str(choice)
 
 
-def _build(node: Any, origin: str, fix: str = REEXPORT) -> Any:
+def _build(node: Any, origin: str, trusted: frozenset[str], fix: str = REEXPORT) -> Any:
     if isinstance(node, list):
-        return [_build(item, origin, fix) for item in node]
+        return [_build(item, origin, trusted, fix) for item in node]
     if not isinstance(node, dict):
         return node
-    arguments = {key: _build(value, origin, fix) for key, value in node.items() if key[:1] != "_"}
+    arguments = {
+        key: _build(value, origin, trusted, fix) for key, value in node.items() if key[:1] != "_"
+    }
     if "_target_" not in node:
         return arguments
     target = node["_target_"]
-    if target not in ALLOWED_TARGETS:
-        raise ModelFileError(
-            f"{origin} asks for {target!r}, which is not one of the model classes this version "
-            f"of seq2seq builds ({', '.join(sorted(ALLOWED_TARGETS))}). The file comes from "
-            "another program or a newer version; it is refused so that it cannot run its code."
-        )
-    factory = ALLOWED_TARGETS[target]
+    if not isinstance(target, str):
+        raise ModelFileError(f"{origin} has a _target_ that is not a string: {target!r}. {fix}")
+    # A built-in class, or a user's scoring function from a trusted module (refused otherwise).
+    factory = ALLOWED_TARGETS.get(target) or resolve(target, trusted, origin)
     try:
         return partial(factory, **arguments) if node.get("_partial_") else factory(**arguments)
     except ConfigError:
@@ -152,19 +159,24 @@ def _build(node: Any, origin: str, fix: str = REEXPORT) -> Any:
 
 
 def load(
-    path: str | Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    kernels: str | None = None,
+    trust_modules: Iterable[str] = (),
 ) -> TrainedModel:
     """Load a trained model from a checkpoint file or a bundle directory. ``kernels`` (auto or
-    off) overrides the choice the model was trained with (``model.kernels``)."""
+    off) overrides the choice the model was trained with (``model.kernels``); ``trust_modules``
+    (module names or ``.py`` files) may provide a scoring function that is not built in, which is
+    refused otherwise (``seq2seq.inference.plugins``)."""
     path = Path(path)
     if path.is_dir():
-        return load_bundle(path, map_location, kernels)
+        return load_bundle(path, map_location, kernels, trust_modules)
     if not path.exists():
         raise ModelFileError(
             f"{path} does not exist: pass a checkpoint written by train.py "
             "(RUN/checkpoints/best.ckpt) or a bundle directory written by scripts/export.py."
         )
-    return load_checkpoint(path, map_location, kernels)
+    return load_checkpoint(path, map_location, kernels, trust_modules)
 
 
 def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -189,7 +201,10 @@ def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
 
 
 def load_checkpoint(
-    path: Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+    path: Path,
+    map_location: str | torch.device = "cpu",
+    kernels: str | None = None,
+    trust_modules: Iterable[str] = (),
 ) -> TrainedModel:
     """Rebuild the model of a ``train.py`` checkpoint from the checkpoint alone."""
     checkpoint = read_checkpoint(path, map_location)
@@ -201,7 +216,12 @@ def load_checkpoint(
             "version. Pass a checkpoint written by this version's train.py."
         )
     trained = TrainedModel(
-        model=build_model(meta["model_config"], f"the model config in {path}", kernels=kernels),
+        model=build_model(
+            meta["model_config"],
+            f"the model config in {path}",
+            kernels=kernels,
+            trust_modules=trust_modules,
+        ),
         src_tokenizer=_tokenizer_from_str(meta["src_tokenizer"], f"the source tokenizer in {path}"),
         tgt_tokenizer=_tokenizer_from_str(meta["tgt_tokenizer"], f"the target tokenizer in {path}"),
         model_config=meta["model_config"],
@@ -219,7 +239,10 @@ def load_checkpoint(
 
 
 def load_bundle(
-    directory: Path, map_location: str | torch.device = "cpu", kernels: str | None = None
+    directory: Path,
+    map_location: str | torch.device = "cpu",
+    kernels: str | None = None,
+    trust_modules: Iterable[str] = (),
 ) -> TrainedModel:
     """Load an export bundle; nothing in it is unpickled."""
     missing = [name for name in BUNDLE_FILES if not (directory / name).is_file()]
@@ -242,7 +265,10 @@ def load_bundle(
         )
     trained = TrainedModel(
         model=build_model(
-            config["model"], f"the model config in {directory / 'config.json'}", kernels=kernels
+            config["model"],
+            f"the model config in {directory / 'config.json'}",
+            kernels=kernels,
+            trust_modules=trust_modules,
         ),
         src_tokenizer=_tokenizer_from_file(directory / "src_tokenizer.json"),
         tgt_tokenizer=_tokenizer_from_file(directory / "tgt_tokenizer.json"),

@@ -50,11 +50,18 @@ class Translator:
 
     @classmethod
     def load(
-        cls, path: str | Path, device: str | torch.device = "cpu", kernels: str | None = None
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        kernels: str | None = None,
+        trust_modules: Iterable[str] = (),
     ) -> Translator:
         """From a train.py checkpoint or a scripts/export.py bundle; runs no code from it.
-        ``kernels`` (auto or off) overrides the model's ``model.kernels``."""
-        return cls(load(path, map_location="cpu", kernels=kernels), device)
+        ``kernels`` (auto or off) overrides the model's ``model.kernels``; ``trust_modules``
+        (module names or ``.py`` files) may provide a scoring function that is not built in:
+        a file that names one from any other module is refused."""
+        trained = load(path, map_location="cpu", kernels=kernels, trust_modules=trust_modules)
+        return cls(trained, device)
 
     def translate(
         self,

@@ -20,12 +20,18 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 
 from __future__ import annotations
 
+import functools
+import logging
+
 from torch import nn
 
+from seq2seq.attention import Attention, own_formula
 from seq2seq.kernels.library import unavailable_reason, usable
 from seq2seq.kernels.modules import ACCELERATED
 
 KERNEL_CHOICES = ("auto", "off")
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "KERNEL_CHOICES",
@@ -43,13 +49,29 @@ def accelerate(model: nn.Module) -> nn.Module:
     A subclass adds no parameters, buffers or state, so swapping the class of a built module
     (as ``torch.nn.utils.parametrize`` does) keeps every parameter, its name and its value:
     state dicts, checkpoints and bundles do not change. Only the exact reference classes are
-    swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods.
+    swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and a scoring
+    function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
+    is said once.
     """
     for module in model.modules():
+        if isinstance(module, Attention):
+            reason = own_formula(module)
+            if reason is not None:
+                say_once(
+                    f"model.kernels=auto: {reason}, so the C kernels and PyTorch's fused "
+                    "attention stand aside for it: its own formula runs on the reference path in "
+                    "training, validation and decoding."
+                )
         accelerated = ACCELERATED.get(type(module))
         if accelerated is not None:
             module.__class__ = accelerated
     return model
+
+
+@functools.cache
+def say_once(message: str) -> None:
+    """Log ``message`` the first time it comes in this process (a model is built many times)."""
+    log.info(message)
 
 
 def reference(model: nn.Module) -> nn.Module:

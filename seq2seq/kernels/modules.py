@@ -41,9 +41,10 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     DotProductAttention,
+    GeneralAttention,
     MultiHeadAttention,
-    MultiplicativeAttention,
     masked_softmax,
+    scores_as,
 )
 from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
 from seq2seq.kernels.bahdanau import attend as fused_attend
@@ -73,12 +74,16 @@ TABLE_TOKENS_PER_SENTENCE = 8
 def product_scale(attention: Attention | MultiHeadAttention, query_size: int) -> float | None:
     """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
     (dot-product and bilinear scoring at a fixed temperature), else None: what
-    ``seq2seq.kernels.product_attention`` computes."""
-    if not isinstance(attention, DotProductAttention | MultiplicativeAttention):
+    ``seq2seq.kernels.product_attention`` computes. A subclass with its own ``score`` is neither
+    (``scores_as``)."""
+    is_dot = scores_as(attention, DotProductAttention)
+    if not (is_dot or scores_as(attention, GeneralAttention)):
         return None
+    assert isinstance(attention, Attention)  # scores_as checked
     if attention.log_temperature is not None:
         return None
-    if isinstance(attention, DotProductAttention):
+    if is_dot:
+        assert isinstance(attention, DotProductAttention)
         scale = 1 / query_size**0.5 if attention.scaled else 1.0
         return scale / attention.fixed_temperature
     return 1.0 / attention.fixed_temperature
@@ -86,9 +91,10 @@ def product_scale(attention: Attention | MultiHeadAttention, query_size: int) ->
 
 def plain_additive(attention: Attention | MultiHeadAttention) -> bool:
     """Whether this is Bahdanau's plain form, the one ``seq2seq.kernels.bahdanau`` computes:
-    additive, no layer norm, temperature 1."""
+    additive (``score`` not overridden: ``scores_as``), no layer norm, temperature 1."""
     return (
-        isinstance(attention, AdditiveAttention)
+        scores_as(attention, AdditiveAttention)
+        and isinstance(attention, AdditiveAttention)
         and attention.layer_norm is None
         and attention.log_temperature is None
         and attention.fixed_temperature == 1.0

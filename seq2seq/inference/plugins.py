@@ -1,0 +1,118 @@
+"""A user's own scoring function, named by a model config: imported only from trusted modules.
+
+A config's ``_target_`` is an import path. The built-in classes (``bundle.ALLOWED_TARGETS``) are
+always built; any other class is imported only when its module is *trusted*: named by the user
+on the command line (``--trust-module mypkg``), in code (``Translator.load(...,
+trust_modules=["mypkg"])``) or, when training, by the user's own config (the module of
+``attention._target_``, and ``trust_modules=[...]``). Trusting ``mypkg`` trusts ``mypkg`` and every
+module under it. A trusted entry may also be a ``.py`` file: it is imported at once under its
+file name (``path/to/cosine.py`` becomes the module ``cosine``), so a file outside ``PYTHONPATH``
+can be trusted too.
+
+Only scoring functions are pluggable: the class must be a subclass of
+``seq2seq.attention.Attention``; anything else a file names is refused even from a trusted module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from seq2seq.attention import Attention
+from seq2seq.errors import ModelFileError
+
+# Where a user names the modules to trust, for the messages.
+HOW_TO_TRUST = (
+    "--trust-module MODULE on the command line (scripts/*.py), trust_modules=[...] in "
+    "Translator.load or seq2seq.inference.bundle.load, trust_modules=[MODULE] when training"
+)
+
+
+class PluginError(ModelFileError):
+    """A class a model config names that cannot or may not be built; the message says why."""
+
+
+def trusted_modules(entries: Iterable[str]) -> frozenset[str]:
+    """The module names of ``entries`` (module names, or paths to ``.py`` files, which are
+    imported now under their file's stem, as the user asked by trusting them)."""
+    names = set()
+    for entry in entries:
+        entry = str(entry).strip()
+        if entry.endswith(".py"):
+            names.add(import_file(Path(entry)))
+        elif entry and all(part.isidentifier() for part in entry.split(".")):
+            names.add(entry)
+        else:
+            raise PluginError(
+                f"--trust-module {entry!r} is neither a module name (mypkg or mypkg.attention) "
+                "nor a .py file; pass the module that defines the scoring function."
+            )
+    return frozenset(names)
+
+
+def import_file(path: Path) -> str:
+    """Import the trusted file ``path`` as the module named by its stem; returns that name."""
+    name = path.stem
+    if not path.is_file():
+        raise PluginError(f"--trust-module {path}: there is no such file.")
+    if not name.isidentifier():
+        raise PluginError(
+            f"--trust-module {path}: {name!r} is not a valid module name, so a config could not "
+            "name a class in it; rename the file (letters, digits and _)."
+        )
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", "") or "").resolve() == path.resolve():
+            return name
+        raise PluginError(
+            f"--trust-module {path}: a module named {name!r} is already imported from "
+            f"{getattr(loaded, '__file__', 'elsewhere')}; rename the file."
+        )
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py file that exists
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise  # the user's own code failed: its traceback is what they need
+    return name
+
+
+def is_trusted(module: str, trusted: Iterable[str]) -> bool:
+    """Whether ``module`` is one of ``trusted`` or inside one of them."""
+    return any(module == name or module.startswith(f"{name}.") for name in trusted)
+
+
+def resolve(target: str, trusted: frozenset[str], origin: str) -> type[Attention]:
+    """The scoring-function class ``target`` (``module.Class``) names, imported only if its module
+    is trusted; a one-paragraph refusal otherwise."""
+    module_name, _, class_name = target.rpartition(".")
+    if not module_name or not is_trusted(module_name, trusted):
+        raise PluginError(
+            f"{origin} names the class {target!r}, which is not built into seq2seq. Building it "
+            f"would import and run the code of the module {module_name or target!r}, so it is "
+            f"refused unless you trust that module: pass --trust-module {module_name or target} "
+            f"({HOW_TO_TRUST}). Trust only code you "
+            "would run yourself."
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise PluginError(
+            f"{origin} names {target!r}, and {module_name!r} is trusted, but it cannot be "
+            f"imported ({error}). Put the directory that holds it on PYTHONPATH (e.g. "
+            "PYTHONPATH=. python ...), or trust the file itself: --trust-module path/to/file.py."
+        ) from None
+    found = getattr(module, class_name, None)
+    if not (isinstance(found, type) and issubclass(found, Attention)):
+        raise PluginError(
+            f"{origin} names {target!r}, which is not a scoring function (a subclass of "
+            "seq2seq.attention.Attention): only scoring functions can be plugged in. Check the "
+            "_target_ of the attention config."
+        )
+    return found

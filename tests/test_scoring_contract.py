@@ -1,0 +1,229 @@
+"""``score`` is the contract: training (the loss and its gradients), validation and decoding
+compute the weights of the scoring function's own ``score``, for every scoring function in
+``conf/attention/`` and for a user's subclass that overrides ``score``, with the C kernels on and
+off, in each model family.
+
+The faster paths (``F.scaled_dot_product_attention``, the C kernels) compute a built-in formula
+another way; the reference they are held to here is the model run through ``Attention.forward``
+(which calls ``score``) with the kernels off. The subclass is also held to a model whose scoring
+function derives from ``Attention`` itself, so that no fast path can mistake it for a built-in:
+that comparison does not depend on how the fast paths decide whether they apply.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seq2seq.attention import Attention, DotProductAttention, MultiHeadAttention, own_formula
+from seq2seq.data.tokenization import PAD_ID
+from seq2seq.inference.bundle import build_model
+from seq2seq.kernels import say_once
+from seq2seq.models import EncoderDecoder
+from seq2seq.search import beam_search, greedy_search
+from seq2seq.training.loss import DecoderLoss, teacher_forced_loss
+from tests.scoring import MODEL_OVERRIDES, SCORING_FUNCTIONS, model_config
+
+
+def cosine(queries: Tensor, projected_keys: Tensor) -> Tensor:
+    """cos(q, k) for every pair: (B,Tq,D) @ (B,D,Tk) -> (B,Tq,Tk)."""
+    unit_keys = F.normalize(projected_keys, dim=-1)
+    return torch.bmm(F.normalize(queries, dim=-1), unit_keys.transpose(1, 2))
+
+
+class CosineDot(DotProductAttention):
+    """What a user writes first: dot-product attention with its own ``score``."""
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        return cosine(queries, projected_keys) * 4.0
+
+
+class CosineByHand(Attention):
+    """The same formula on a class no fast path knows: the reference for ``CosineDot``."""
+
+    needs_equal_sizes = True
+
+    def __init__(
+        self,
+        dropout: float = 0.0,
+        scaled: bool = True,
+        temperature: float | str = 1.0,
+        initial_temperature: float = 1.0,
+        *,
+        query_size: int | None = None,
+        key_size: int | None = None,
+    ) -> None:
+        super().__init__(dropout, temperature, initial_temperature)
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        return cosine(queries, projected_keys) * 4.0
+
+
+SUBCLASS = "subclass overriding score"
+CASES = [*SCORING_FUNCTIONS, SUBCLASS]
+
+
+def configs(family: str, scoring: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the model's config, its reference's config): for a built-in scoring function the same;
+    for the subclass, the scaled-dot config with ``CosineDot`` and with ``CosineByHand``."""
+    if scoring != SUBCLASS:
+        config = model_config(family, scoring)
+        return config, config
+    config = model_config(family, "scaled_dot")
+    own, by_hand = (
+        {**config, "attention": {**config["attention"], "_target_": f"{__name__}.{name}"}}
+        for name in ("CosineDot", "CosineByHand")
+    )
+    return own, by_hand
+
+
+def models(family: str, scoring: str, kernels: str) -> tuple[EncoderDecoder, EncoderDecoder]:
+    """The model (kernels as given) and its reference (kernels off), with the same weights."""
+    config, reference_config = configs(family, scoring)
+    torch.manual_seed(0)
+    model = build_model(config, kernels=kernels, trust_modules=[__name__])
+    reference = build_model(reference_config, kernels="off", trust_modules=[__name__])
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+def batch() -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """src (B, S), src_lens (B,), tgt_in, tgt_out (B, T): sentences of different lengths."""
+    generator = torch.Generator().manual_seed(1)
+    src_lens = torch.tensor([7, 5, 3, 6])
+    src = torch.randint(4, 13, (4, 7), generator=generator)
+    src[torch.arange(7)[None, :] >= src_lens[:, None]] = PAD_ID
+    tgt_lens = torch.tensor([6, 4, 5, 2])
+    tgt = torch.randint(4, 11, (4, 6), generator=generator)
+    tgt[torch.arange(6)[None, :] >= tgt_lens[:, None]] = PAD_ID
+    tgt_in = torch.cat([torch.full((4, 1), 1), tgt[:, :-1]], dim=1)  # BOS, then the target
+    return src, src_lens, tgt_in, tgt
+
+
+def loss_through_score(model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor,
+                       tgt_out: Tensor) -> Tensor:  # fmt: skip
+    """The summed cross-entropy from the model's forward with the weights: every attention
+    computed by ``Attention.forward``, i.e. by ``score``."""
+    logits, _ = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V)
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+    )
+
+
+def gradients(model: EncoderDecoder) -> dict[str, Tensor]:
+    return {
+        name: parameter.grad.clone()
+        for name, parameter in model.named_parameters()
+        if parameter.grad is not None
+    }
+
+
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+@pytest.mark.parametrize("scoring", CASES)
+@pytest.mark.parametrize("family", sorted(MODEL_OVERRIDES))
+def test_training_validation_and_decoding_use_the_scoring_functions_score(
+    family: str, scoring: str, kernels: str
+) -> None:
+    model, reference = models(family, scoring, kernels)
+    src, src_lens, tgt_in, tgt_out = batch()
+
+    # Training: the loss as LitSeq2Seq computes it (no weights asked for), and its gradients.
+    model.train()
+    reference.train()
+    loss = teacher_forced_loss(model, DecoderLoss(model.decoder), src, src_lens, tgt_in, tgt_out)
+    loss.backward()
+    expected = loss_through_score(reference, src, src_lens, tgt_in, tgt_out)
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+    ours, theirs = gradients(model), gradients(reference)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-4, atol=1e-5, msg=name)
+
+    # Validation: the same loss in eval mode.
+    model.eval()
+    reference.eval()
+    with torch.no_grad():
+        loss = teacher_forced_loss(
+            model, DecoderLoss(model.decoder), src, src_lens, tgt_in, tgt_out
+        )
+        expected = loss_through_score(reference, src, src_lens, tgt_in, tgt_out)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+
+    # Decoding: greedy and beam search's outputs, and the attention each step used, are what the
+    # reference computes when it is fed those outputs.
+    greedy = greedy_search(model, src, src_lens, bos_id=1, eos_id=2, pad_id=PAD_ID, max_len_b=4)
+    beam = beam_search(
+        model, src, src_lens, bos_id=1, eos_id=2, pad_id=PAD_ID, beam_size=3, max_len_b=4
+    ).best
+    for hypotheses in (greedy, beam):
+        steps = hypotheses.tokens.shape[1]
+        fed = torch.cat([torch.full((4, 1), 1), hypotheses.tokens[:, :-1]], dim=1)  # (B, L)
+        with torch.no_grad():
+            logits, weights = reference(src, src_lens, fed, need_weights=True)
+        assert weights is not None
+        real = torch.arange(steps)[None, :] < hypotheses.lengths[:, None]  # (B, L)
+        if family == "transformer":
+            weights = weights.mean(dim=1) if weights.dim() == 4 else weights  # heads' mean
+        torch.testing.assert_close(
+            hypotheses.attention[real], weights[real].to(hypotheses.attention.dtype),
+            rtol=1e-4, atol=1e-5,
+        )  # fmt: skip
+        if hypotheses is greedy:
+            assert torch.equal(logits.argmax(-1)[real], hypotheses.tokens[real])
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_subclass_with_its_own_score_trains_on_it_by_hand(heads: int) -> None:
+    """The failure this contract prevents: ``context`` (training's path, no weights) of a
+    ``DotProductAttention`` subclass went through its parent's q·k (SDPA). Checked against the
+    formula by hand, softmax(4 cos(q, k)) v over the real keys, and its gradients."""
+    torch.manual_seed(0)
+    queries, keys, values = (torch.randn(3, 5, 8, requires_grad=True) for _ in range(3))
+    valid_lens = torch.tensor([5, 2, 4])
+    attention: Attention | MultiHeadAttention = CosineDot()
+    if heads > 1:
+        attention = MultiHeadAttention(CosineDot(), heads, 8, 8, 8, 8)
+        # With the projections W_q, W_k, W_v as the identity and W_o as well, by hand below.
+        for linear in (attention.W_q, attention.W_k, attention.W_v, attention.W_o):
+            torch.nn.init.eye_(linear.weight)
+            torch.nn.init.zeros_(linear.bias)
+    attention.train()
+    context = attention.context(queries, keys, values, valid_lens)
+    context.square().sum().backward()
+    ours = [tensor.grad.clone() for tensor in (queries, keys, values)]
+
+    expected = torch.zeros(3, 5, 8)
+    for b, length in enumerate(valid_lens.tolist()):
+        for head in range(heads):
+            part = slice(head * 8 // heads, (head + 1) * 8 // heads)
+            q, k, v = queries[b, :, part], keys[b, :length, part], values[b, :length, part]
+            scores = 4.0 * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).T  # (Tq, Tk)
+            expected[b, :, part] = torch.softmax(scores, dim=-1) @ v
+    for tensor in (queries, keys, values):
+        tensor.grad = None
+    expected.square().sum().backward()
+    torch.testing.assert_close(context, expected, rtol=1e-5, atol=1e-6)
+    for got, tensor in zip(ours, (queries, keys, values), strict=True):
+        torch.testing.assert_close(got, tensor.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_the_kernels_say_once_why_they_stand_aside(caplog: pytest.LogCaptureFixture) -> None:
+    say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
+        for _ in range(2):
+            for config in configs("bahdanau", SUBCLASS):
+                build_model(config, kernels="auto", trust_modules=[__name__])
+    messages = [record.getMessage() for record in caplog.records if "stand" in record.message]
+    assert len([m for m in messages if "CosineDot overrides DotProductAttention.score" in m]) == 1
+    assert any("CosineByHand is not one of this package's scoring functions" in m for m in messages)
+
+
+def test_own_formula_names_the_overridden_methods() -> None:
+    assert own_formula(DotProductAttention()) is None
+    assert own_formula(CosineDot()) == "CosineDot overrides DotProductAttention.score"
