@@ -23,6 +23,7 @@ from seq2seq.attention import (
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.pipeline import train
+from tests.scoring import SCORING_FUNCTIONS, needs_equal_sizes, scoring_factory
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -31,15 +32,13 @@ TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-3}
 
 
 def make_attentions(query_size: int, key_size: int) -> dict[str, Attention]:
+    """Every scoring function of conf/attention/ that takes these sizes."""
     torch.manual_seed(0)
-    attentions: dict[str, Attention] = {
-        "additive": AdditiveAttention(query_size, key_size, num_hiddens=8),
-        "general": GeneralAttention(query_size, key_size),
+    return {
+        name: scoring_factory(name, {"num_hiddens": 8})(query_size=query_size, key_size=key_size)
+        for name in SCORING_FUNCTIONS
+        if query_size == key_size or not needs_equal_sizes(name)
     }
-    if query_size == key_size:
-        attentions["scaled_dot"] = DotProductAttention(scaled=True)
-        attentions["dot"] = DotProductAttention(scaled=False)
-    return attentions
 
 
 # ---- masked_softmax ---------------------------------------------------------------------------
@@ -100,7 +99,7 @@ def test_masked_softmax_gradient_is_finite_for_empty_rows() -> None:
 # ---- every scoring function -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_padding_invariance(name: str) -> None:
     attention = make_attentions(6, 6)[name].eval()
     queries, keys, values = torch.randn(2, 3, 6), torch.randn(2, 5, 6), torch.randn(2, 5, 4)
@@ -124,7 +123,7 @@ def test_padding_invariance(name: str) -> None:
     assert (long_weights[..., 5:] == 0.0).all()
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_projected_keys_passed_back_give_the_same_result(name: str) -> None:
     attention = make_attentions(6, 6)[name]
     queries, keys, values = torch.randn(2, 3, 6), torch.randn(2, 5, 6), torch.randn(2, 5, 4)
@@ -214,7 +213,7 @@ def test_general_matches_the_formula() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_half_precision_close_to_float32(name: str, dtype: torch.dtype) -> None:
     attention = make_attentions(6, 6)[name]
     queries, keys, values = torch.randn(2, 3, 6), torch.randn(2, 5, 6), torch.randn(2, 5, 4)
@@ -235,15 +234,12 @@ def test_half_precision_close_to_float32(name: str, dtype: torch.dtype) -> None:
 
 def make_tempered(name: str, temperature: float | str, size: int = 6) -> Attention:
     torch.manual_seed(0)
-    if name == "additive":
-        return AdditiveAttention(size, size, num_hiddens=8, temperature=temperature)
-    if name == "general":
-        return GeneralAttention(size, size, temperature=temperature)
-    return DotProductAttention(scaled=name == "scaled_dot", temperature=temperature)
+    factory = scoring_factory(name, {"num_hiddens": 8, "temperature": temperature})
+    return factory(query_size=size, key_size=size)
 
 
 @pytest.mark.parametrize("temperature", [0.25, 3, "learnable"])
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_temperature_divides_the_scores(name: str, temperature: float | str) -> None:
     attention = make_tempered(name, temperature)
     expected_t = float(temperature) if temperature != "learnable" else 0.37
@@ -268,7 +264,7 @@ def test_dot_product_temperature_matches_the_formula() -> None:
     torch.testing.assert_close(weights, expected)
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_default_temperature_changes_neither_weights_nor_parameters(name: str) -> None:
     attention = make_tempered(name, 1.0)
     assert attention.log_temperature is None
@@ -281,7 +277,7 @@ def test_default_temperature_changes_neither_weights_nor_parameters(name: str) -
     )
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot", "dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_learnable_temperature_starts_at_one_and_learns(name: str) -> None:
     attention = make_tempered(name, "learnable")
     assert attention.log_temperature is not None

@@ -6,8 +6,6 @@ Shape legend: B batch, Tq queries, Tk keys, h heads, D model size.
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import torch
 from torch import nn
@@ -15,20 +13,15 @@ from torch import nn
 from seq2seq.attention import (
     AdditiveAttention,
     DotProductAttention,
-    GeneralAttention,
     MultiHeadAttention,
 )
 from seq2seq.errors import ConfigError
 from seq2seq.models import Seq2Seq
+from tests.scoring import SCORING_FUNCTIONS, scoring_factory
 from tests.test_model import DECODERS, make_batch
 from tests.test_search import assert_beam_one_is_greedy
 
-SCORINGS = {
-    "additive": partial(AdditiveAttention, num_hiddens=6),
-    "scaled_dot": partial(DotProductAttention, scaled=True),
-    "dot": partial(DotProductAttention, scaled=False),
-    "general": GeneralAttention,
-}
+SCORINGS = {name: scoring_factory(name, {"num_hiddens": 6}) for name in SCORING_FUNCTIONS}
 
 
 def multi_head(name: str, heads: int = 4, size: int = 16, **sizes: int) -> MultiHeadAttention:

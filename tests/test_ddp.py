@@ -20,6 +20,7 @@ from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.pipeline import load_checkpoint, scoring_config
 from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
 from tests.configs import epoch_target_tokens
+from tests.scoring import SCORING_FUNCTIONS
 from tests.test_pipeline import compose_config, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def test_mixed_precision_trains_without_nans(tmp_path: Path, precision: str) -> 
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("attention", ["additive", "scaled_dot", "dot", "general"])
+@pytest.mark.parametrize("attention", SCORING_FUNCTIONS)
 def test_half_precision_autocast_gives_finite_loss_and_gradients(
     tiny_checkpoint: Path, dtype: torch.dtype, attention: str
 ) -> None:

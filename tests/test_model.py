@@ -12,17 +12,16 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import AdditiveAttention, DotProductAttention, GeneralAttention
+from seq2seq.attention import AdditiveAttention, GeneralAttention
 from seq2seq.models.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
 from seq2seq.models.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
+from tests.scoring import SCORING_FUNCTIONS, scoring_factory
 from tests.test_search import assert_beam_one_is_greedy
 
+# Every scoring function of conf/attention/, additive attention's hidden size made small.
 ATTENTIONS: dict[str, AttentionFactory] = {
-    "additive": partial(AdditiveAttention, num_hiddens=12),
-    "scaled_dot": partial(DotProductAttention, scaled=True),
-    "dot": partial(DotProductAttention, scaled=False),
-    "general": GeneralAttention,
+    name: scoring_factory(name, {"num_hiddens": 12}) for name in SCORING_FUNCTIONS
 }
 DECODERS: dict[str, DecoderFactory] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
 BOS, EOS, PAD = 2, 3, 0

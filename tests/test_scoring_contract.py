@@ -21,13 +21,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.attention import Attention, DotProductAttention, MultiHeadAttention, own_formula
-from seq2seq.data.tokenization import PAD_ID
 from seq2seq.inference.bundle import build_model
 from seq2seq.kernels import say_once
 from seq2seq.models import EncoderDecoder
-from seq2seq.search import beam_search, greedy_search
-from seq2seq.training.loss import DecoderLoss, teacher_forced_loss
-from tests.scoring import MODEL_OVERRIDES, SCORING_FUNCTIONS, model_config
+from tests.scoring import (
+    MODEL_OVERRIDES,
+    SCORING_FUNCTIONS,
+    assert_attention_follows_score,
+    model_config,
+)
 
 
 def cosine(queries: Tensor, projected_keys: Tensor) -> Tensor:
@@ -92,37 +94,6 @@ def models(family: str, scoring: str, kernels: str) -> tuple[EncoderDecoder, Enc
     return model, reference
 
 
-def batch() -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """src (B, S), src_lens (B,), tgt_in, tgt_out (B, T): sentences of different lengths."""
-    generator = torch.Generator().manual_seed(1)
-    src_lens = torch.tensor([7, 5, 3, 6])
-    src = torch.randint(4, 13, (4, 7), generator=generator)
-    src[torch.arange(7)[None, :] >= src_lens[:, None]] = PAD_ID
-    tgt_lens = torch.tensor([6, 4, 5, 2])
-    tgt = torch.randint(4, 11, (4, 6), generator=generator)
-    tgt[torch.arange(6)[None, :] >= tgt_lens[:, None]] = PAD_ID
-    tgt_in = torch.cat([torch.full((4, 1), 1), tgt[:, :-1]], dim=1)  # BOS, then the target
-    return src, src_lens, tgt_in, tgt
-
-
-def loss_through_score(model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor,
-                       tgt_out: Tensor) -> Tensor:  # fmt: skip
-    """The summed cross-entropy from the model's forward with the weights: every attention
-    computed by ``Attention.forward``, i.e. by ``score``."""
-    logits, _ = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V)
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-    )
-
-
-def gradients(model: EncoderDecoder) -> dict[str, Tensor]:
-    return {
-        name: parameter.grad.clone()
-        for name, parameter in model.named_parameters()
-        if parameter.grad is not None
-    }
-
-
 @pytest.mark.parametrize("kernels", ["auto", "off"])
 @pytest.mark.parametrize("scoring", CASES)
 @pytest.mark.parametrize("family", sorted(MODEL_OVERRIDES))
@@ -130,52 +101,7 @@ def test_training_validation_and_decoding_use_the_scoring_functions_score(
     family: str, scoring: str, kernels: str
 ) -> None:
     model, reference = models(family, scoring, kernels)
-    src, src_lens, tgt_in, tgt_out = batch()
-
-    # Training: the loss as LitSeq2Seq computes it (no weights asked for), and its gradients.
-    model.train()
-    reference.train()
-    loss = teacher_forced_loss(model, DecoderLoss(model.decoder), src, src_lens, tgt_in, tgt_out)
-    loss.backward()
-    expected = loss_through_score(reference, src, src_lens, tgt_in, tgt_out)
-    expected.backward()
-    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
-    ours, theirs = gradients(model), gradients(reference)
-    assert ours.keys() == theirs.keys()
-    for name in ours:
-        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-4, atol=1e-5, msg=name)
-
-    # Validation: the same loss in eval mode.
-    model.eval()
-    reference.eval()
-    with torch.no_grad():
-        loss = teacher_forced_loss(
-            model, DecoderLoss(model.decoder), src, src_lens, tgt_in, tgt_out
-        )
-        expected = loss_through_score(reference, src, src_lens, tgt_in, tgt_out)
-    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
-
-    # Decoding: greedy and beam search's outputs, and the attention each step used, are what the
-    # reference computes when it is fed those outputs.
-    greedy = greedy_search(model, src, src_lens, bos_id=1, eos_id=2, pad_id=PAD_ID, max_len_b=4)
-    beam = beam_search(
-        model, src, src_lens, bos_id=1, eos_id=2, pad_id=PAD_ID, beam_size=3, max_len_b=4
-    ).best
-    for hypotheses in (greedy, beam):
-        steps = hypotheses.tokens.shape[1]
-        fed = torch.cat([torch.full((4, 1), 1), hypotheses.tokens[:, :-1]], dim=1)  # (B, L)
-        with torch.no_grad():
-            logits, weights = reference(src, src_lens, fed, need_weights=True)
-        assert weights is not None
-        real = torch.arange(steps)[None, :] < hypotheses.lengths[:, None]  # (B, L)
-        if family == "transformer":
-            weights = weights.mean(dim=1) if weights.dim() == 4 else weights  # heads' mean
-        torch.testing.assert_close(
-            hypotheses.attention[real], weights[real].to(hypotheses.attention.dtype),
-            rtol=1e-4, atol=1e-5,
-        )  # fmt: skip
-        if hypotheses is greedy:
-            assert torch.equal(logits.argmax(-1)[real], hypotheses.tokens[real])
+    assert_attention_follows_score(model, reference, family)
 
 
 @pytest.mark.parametrize("heads", [1, 2])
