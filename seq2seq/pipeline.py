@@ -229,6 +229,9 @@ def build_module(
         bleu_tokenize=cfg.data.bleu_tokenize,
         cuda_graphs=cfg.cuda_graphs,
         label_smoothing=check_label_smoothing(cfg.optim.get("label_smoothing", 0.0)),
+        alignment_loss_weight=check_alignment_loss_weight(
+            cfg.optim.get("alignment_loss_weight", 0.0)
+        ),
     )
 
 
@@ -343,6 +346,17 @@ def trainer_config(cfg: DictConfig) -> DictConfig:
     """``cfg.trainer`` without the keys that are not ``pl.Trainer`` arguments."""
     keys = [str(key) for key in cfg.trainer if key not in NON_TRAINER_KEYS]
     return OmegaConf.masked_copy(cfg.trainer, keys)
+
+
+def check_alignment_loss_weight(value: Any) -> float:
+    """``optim.alignment_loss_weight`` (λ of guided alignment) as a float, or a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
+        raise ConfigError(
+            f"optim.alignment_loss_weight must be a number of at least 0 (the weight of the "
+            f"alignment cross-entropy in the training loss; 0 turns it off), got {value!r}; "
+            "e.g. optim.alignment_loss_weight=0.5."
+        )
+    return float(value)
 
 
 def check_label_smoothing(value: Any) -> float:
@@ -530,7 +544,7 @@ def _plain(config: Any, key: str) -> Any:
 
 # Keys added to the config since runs were first written, with the value that reproduces what
 # those runs did: a run or checkpoint without the key is the same as one with this value.
-ADDED_KEYS = {"initial_temperature": 1.0}
+ADDED_KEYS = {"initial_temperature": 1.0, "alignment_loss_weight": 0.0}
 
 
 def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:

@@ -1,4 +1,5 @@
-"""The training loss: summed token cross-entropy, with label smoothing as its formula says."""
+"""The training loss: summed token cross-entropy, with label smoothing as its formula says, and
+guided alignment's cross-entropy to the gold attention."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from seq2seq.training.loss import decoder_loss
+from seq2seq.training.loss import alignment_loss, decoder_loss, gold_attention, guided_loss
 from tests.test_model import make_batch, make_model
 from tests.test_transformer import make_transformer
 
@@ -34,3 +35,45 @@ def test_label_smoothing_is_its_formula(epsilon: float, kind: str) -> None:
     logits, _ = model(src, src_lens, tgt_in)
     expected = smoothed_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), epsilon)
     torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-5)
+
+
+# ---- guided alignment --------------------------------------------------------------------------
+
+
+def test_gold_attention_spreads_each_target_words_mass_over_its_links() -> None:
+    links = [((0, 0), (2, 0), (1, 1)), None, ((3, 2), (9, 9))]  # (source, target)
+    gold = gold_attention(links, src_steps=4, tgt_steps=3)  # (B, T, S)
+    assert gold.shape == (3, 3, 4)
+    torch.testing.assert_close(gold[0, 0], torch.tensor([0.5, 0.0, 0.5, 0.0]))  # two links
+    torch.testing.assert_close(gold[0, 1], torch.tensor([0.0, 1.0, 0.0, 0.0]))
+    assert (gold[0, 2] == 0).all()  # an unaligned target word: no target at all
+    assert (gold[1] == 0).all()  # no gold alignment
+    torch.testing.assert_close(gold[2, 2], torch.tensor([0.0, 0.0, 0.0, 1.0]))  # (9, 9) cut
+
+
+def test_alignment_loss_is_the_cross_entropy_to_the_gold_attention() -> None:
+    weights = torch.softmax(torch.randn(2, 3, 4), dim=-1)
+    weights[1, :, 3] = 0.0  # a padded key: weight exactly 0, never gold
+    gold = gold_attention([((0, 0), (1, 0), (2, 2)), ((2, 1),)], src_steps=4, tgt_steps=3)
+    expected = -(
+        0.5 * weights[0, 0, 0].log() + 0.5 * weights[0, 0, 1].log()
+        + weights[0, 2, 2].log() + weights[1, 1, 2].log()
+    )  # fmt: skip
+    torch.testing.assert_close(alignment_loss(weights, gold), expected)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_guided_loss_is_the_token_loss_plus_nothing_hidden(kind: str) -> None:
+    """One pass gives the token loss of decoder_loss and the alignment loss of forward's map."""
+    model = make_model("additive", dropout=0.0) if kind == "rnn" else make_transformer()
+    src, src_lens, tgt_in = make_batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), 3)], dim=1)
+    gold = gold_attention([((0, 0), (1, 1)), ((1, 0),), None], src.shape[1], tgt_in.shape[1])
+    token_loss, aligned = guided_loss(model, src, src_lens, tgt_in, tgt_out, gold, 0.1)
+    memory, summary = model.encoder(src, src_lens)
+    state = model.decoder.init_state(summary)
+    expected = decoder_loss(model.decoder, tgt_in, tgt_out, memory, src_lens, *state,
+                            label_smoothing=0.1)  # fmt: skip
+    torch.testing.assert_close(token_loss, expected, atol=1e-4, rtol=1e-5)
+    _, weights = model(src, src_lens, tgt_in)
+    torch.testing.assert_close(aligned, alignment_loss(weights, gold))

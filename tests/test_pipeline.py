@@ -16,12 +16,15 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import LuongDecoder
 from seq2seq.pipeline import build_optimizer, changed_keys, load_checkpoint, train
+from tests.configs import compose_config as compose_plain
+from tests.scoring import SCORING_FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-ATTENTIONS = ["additive", "scaled_dot", "dot", "general"]
+ATTENTIONS = SCORING_FUNCTIONS  # every YAML in conf/attention/
 # A few hundred sentences: enough to exercise every code path in seconds.
 SMALL = [
     "data.train_size=300",
@@ -274,3 +277,37 @@ def test_the_transformer_defaults_to_scaled_dot_and_the_command_line_wins(
     assert config.attention._target_ == f"seq2seq.attention.{scoring}"
     if scoring == "DotProductAttention":
         assert config.attention.scaled is True
+
+
+# Enough sentences that two epochs learn to attend at all (the parallel Luong decoder: seconds).
+GUIDED = ["data.train_size=1000", "trainer.max_epochs=2", "test_after_training=false"]
+
+
+def test_guided_alignment_pulls_the_attention_onto_the_gold_links(tmp_path: Path) -> None:
+    """optim.alignment_loss_weight adds the alignment cross-entropy to the loss the optimizer
+    sees: from the same start, the attention of the guided run lands on the gold links far more
+    often (val/aer), and train/alignment_loss is logged."""
+    settings = [*GUIDED, "model.decoder=luong", "attention=dot", "optim.optimizer.lr=0.01"]
+    runs = {
+        weight: run_training(
+            tmp_path / str(weight), [*settings, f"optim.alignment_loss_weight={weight}"]
+        )["metrics"]
+        for weight in (0.0, 5.0)
+    }
+    assert runs[5.0]["val/aer"] < runs[0.0]["val/aer"] - 0.2
+    assert runs[5.0]["train/alignment_loss"] > 0 and "train/alignment_loss" not in runs[0.0]
+
+
+def test_guided_alignment_without_gold_alignments_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for split in ("train", "val", "test"):
+        (root / f"{split}.xx").write_text("a b c\nb c\n" * 20, encoding="utf-8")
+        (root / f"{split}.yy").write_text("c b a\nc b\n" * 20, encoding="utf-8")
+    data = [
+        "data=parallel", f"data.root={root}", "data.src_lang=xx", "data.tgt_lang=yy",
+        "data.min_frequency=1", "optim.alignment_loss_weight=1",
+    ]  # fmt: skip
+    config = compose_plain([f"run_dir={tmp_path / 'run'}", *data, "logger=csv"])
+    with pytest.raises(ConfigError, match=r"optim\.alignment_loss_weight=1\.0 needs gold word"):
+        train(config)

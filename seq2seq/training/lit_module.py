@@ -34,13 +34,14 @@ from seq2seq.atomic import write_atomic
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, decode
+from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.models.model import EncoderDecoder
 from seq2seq.models.transformer import Transformer
 from seq2seq.search import greedy_search
 from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
 from seq2seq.training.distributed import gather_objects
-from seq2seq.training.loss import decoder_loss, teacher_forced_loss
+from seq2seq.training.loss import decoder_loss, gold_attention, guided_loss, teacher_forced_loss
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class LitSeq2Seq(pl.LightningModule):
         bleu_tokenize: str = "13a",
         cuda_graphs: bool = False,
         label_smoothing: float = 0.0,
+        alignment_loss_weight: float = 0.0,
     ) -> None:
         super().__init__()
         self.model = model
@@ -131,6 +133,9 @@ class LitSeq2Seq(pl.LightningModule):
         self.max_src_len = max_src_len
         self.bleu_tokenize = bleu_tokenize
         self.label_smoothing = label_smoothing
+        # λ of guided alignment: the training loss adds λ times the cross-entropy between the
+        # attention and the gold alignment (seq2seq.training.loss.alignment_loss); 0: off.
+        self.alignment_loss_weight = alignment_loss_weight
         # Training replays the decoder from CUDA graphs (seq2seq.training.cuda_graphs); a cache of
         # recordings, not a submodule: the parameters stay the model's.
         self.decoder_graphs = (
@@ -148,8 +153,20 @@ class LitSeq2Seq(pl.LightningModule):
         self.total_train_tokens = 0
         self.total_train_seconds = 0.0
 
-    def loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Summed token cross-entropy (in float32) and the number of target tokens."""
+    def loss(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Summed token cross-entropy (in float32), the number of target tokens and, with guided
+        alignment in training, the summed alignment cross-entropy (else None)."""
+        if self.alignment_loss_weight > 0 and self.training:
+            # The weights are needed: the pass that computes them (the kernels' fused training
+            # loops and CUDA graphs compute none, so they stand aside: on_fit_start says so).
+            gold = gold_attention(
+                self.training_links(batch), batch.src.shape[1], batch.tgt_in.shape[1]
+            ).to(batch.src.device)  # (B, T, S)
+            token_loss, aligned = guided_loss(
+                self.model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, gold,
+                label_smoothing=self.label_smoothing,
+            )  # fmt: skip
+            return token_loss, batch.tgt_lens.sum(), aligned
         decode: Callable[..., Tensor] = functools.partial(
             decoder_loss, self.model.decoder, label_smoothing=self.label_smoothing
         )
@@ -158,12 +175,37 @@ class LitSeq2Seq(pl.LightningModule):
         loss_sum = teacher_forced_loss(
             self.model, decode, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out
         )
-        return loss_sum, batch.tgt_lens.sum()
+        return loss_sum, batch.tgt_lens.sum(), None
+
+    def training_links(self, batch: Batch) -> list[Sequence[tuple[int, int]] | None]:
+        """The gold word links of ``batch``'s training sentences (checked to exist at the start
+        of training, ``check_alignment_loss``)."""
+        gold = self._gold_alignments("train")
+        assert gold is not None  # check_alignment_loss refused training without them
+        return [gold[index] for index in batch.indices.tolist()]
+
+    def check_alignment_loss(self) -> None:
+        """Guided alignment needs the training split's gold alignments, over the model's tokens."""
+        if self.alignment_loss_weight <= 0:
+            return
+        if self._gold_alignments("train") is None:
+            raise ConfigError(
+                f"optim.alignment_loss_weight={self.alignment_loss_weight} needs gold word "
+                "alignments of the training sentences, over whitespace tokens: the toy tasks "
+                "(data=toy, reverse, copy, sort) have them. Set optim.alignment_loss_weight=0 "
+                "for this data."
+            )
+        log.info(
+            "optim.alignment_loss_weight=%s: the training pass returns the attention weights, so "
+            "the paths that compute none (the C kernels' fused training loops, CUDA graphs) "
+            "stand aside for it.",
+            self.alignment_loss_weight,
+        )
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         if self._train_clock is None:  # training starts, resumes, or goes on after validation
             self._train_clock = time.perf_counter()
-        loss_sum, num_tokens = self.loss(batch)
+        loss_sum, num_tokens, aligned = self.loss(batch)
         self._train_tokens += num_tokens.detach()
         if logs_training_loss(self.trainer):
             # Over all ranks and weighted by tokens (each rank's gradient still uses its own batch
@@ -174,10 +216,19 @@ class LitSeq2Seq(pl.LightningModule):
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
             batch_size = len(batch.src_lens)
             self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=batch_size)
+            if aligned is not None:
+                # Per target token, as train/loss: the gold attention's cross-entropy.
+                totals = self.trainer.strategy.reduce(
+                    torch.stack([aligned.detach(), num_tokens.to(aligned.dtype)]), reduce_op="sum"
+                )  # (2,)
+                self.log("train/alignment_loss", totals[0] / totals[1], batch_size=batch_size)
+        if aligned is not None:
+            loss_sum = loss_sum + self.alignment_loss_weight * aligned
         return loss_sum / num_tokens
 
     def on_fit_start(self) -> None:
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
+        self.check_alignment_loss()
         if self.decoder_graphs is not None:
             trainer = self.trainer
             check_cuda_graphs(self.device, trainer.world_size, str(trainer.precision))

@@ -1,12 +1,13 @@
-"""The training loss: summed token cross-entropy under teacher forcing.
+"""The training loss: summed token cross-entropy under teacher forcing, and guided alignment.
 
 Shape legend: B batch, S source length, T target length, V target vocabulary, N scored tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -73,3 +74,54 @@ def teacher_forced_loss(
     memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
     state = model.decoder.init_state(summary)
     return decode(tgt_in, tgt_out, memory, src_lens, *state)
+
+
+def gold_attention(
+    links: Sequence[Sequence[tuple[int, int]] | None], src_steps: int, tgt_steps: int
+) -> Tensor:
+    """The attention each target step should have, (B, T, S), from gold (source, target) word
+    links: row j (the step that predicts target word j) spreads 1 evenly over the source words
+    linked to word j; rows of unlinked words, of EOS and of padding are all zeros (no target),
+    and so is every row of a sentence without a gold alignment (None)."""
+    gold = torch.zeros(len(links), tgt_steps, src_steps)  # (B, T, S)
+    for row, sentence in enumerate(links):
+        for source, target in sentence or ():
+            if source < src_steps and target < tgt_steps:  # a cut sentence keeps its first links
+                gold[row, target, source] = 1.0
+    return gold / gold.sum(dim=-1, keepdim=True).clamp(min=1.0)
+
+
+def alignment_loss(weights: Tensor, gold: Tensor) -> Tensor:
+    """Guided alignment (Garg et al., 2019; OpenNMT-py's ``lambda_align``): the cross-entropy
+    between each target step's gold attention and the model's, summed over the steps that have
+    gold links: ``-Σ_b Σ_t Σ_s gold[b,t,s] · log weights[b,t,s]``. weights, gold (B, T, S) -> ().
+
+    Weights are clamped away from 0 before the log: a padded key has weight exactly 0, and no
+    gold link points at one."""
+    log_weights = weights.float().clamp(min=torch.finfo(torch.float32).tiny).log()  # (B, T, S)
+    return -(gold.to(log_weights.device) * log_weights).sum()
+
+
+def guided_loss(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lens: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    gold: Tensor,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The summed token cross-entropy and ``alignment_loss`` of one teacher-forced pass that
+    returns the attention weights (B, T, S) (a Transformer's: its last layer's cross-attention,
+    averaged over the heads, the map that AER scores). src (B, S), tgt_in, tgt_out (B, T), gold
+    (B, T, S) -> ((), ())."""
+    logits, weights = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V), (B, T, S)
+    assert weights is not None  # asked for
+    token_loss = F.cross_entropy(
+        logits.float().flatten(0, 1),  # (B·T, V)
+        tgt_out.flatten(),  # (B·T,)
+        ignore_index=PAD_ID,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    return token_loss, alignment_loss(weights, gold)
