@@ -88,7 +88,7 @@ def plot_saturation(rows: list[SaturationRow], path: Path) -> None:
 def plot_xor(curves: list[XorCurve], num_keys: int, path: Path) -> None:
     figure, axes = plt.subplots(figsize=(6.5, 4))
     colours = {"additive": "tab:blue", "general": "tab:orange"}
-    labels = {"additive": "additive w_vᵀtanh(W_q q + W_k k)", "general": "bilinear qᵀWk"}
+    labels = {"additive": "additive w_vᵀtanh(W_q q + W_k k)", "general": "general qᵀWk"}
     for curve in curves:
         first_of_kind = curve.seed == min(c.seed for c in curves if c.scoring == curve.scoring)
         axes.plot(
@@ -272,7 +272,7 @@ def render_report(results: Results) -> str:
         "",
         sections["identifiability"],
         "",
-        "## 5. XOR alignment: additive attention learns it, bilinear attention cannot",
+        "## 5. XOR alignment: additive attention learns it, no bilinear score (general, dot) can",
         "",
         sections["xor"],
         "",
@@ -408,7 +408,7 @@ def _xor_table(results: Results) -> str:
     ]
     names = {
         "additive": f"additive, A = {settings.xor_hiddens}",
-        "general": "bilinear (general), qᵀWk",
+        "general": "general, qᵀWk",
     }
     for scoring in ("additive", "general"):
         curves = [curve for curve in results.xor if curve.scoring == scoring]

@@ -326,7 +326,7 @@ class MultiHeadAttention(nn.Module):
     chapter's single matrix per role, cut into heads, rather than separate per-head matrices:
     the same function, one GEMM). ``scoring`` scores each head's slices and is **shared across
     heads**, as in the d2l design: for dot-product scoring that changes nothing (it has no
-    parameters); bilinear scoring learns one ``W`` and additive scoring one ``W_q``, ``W_k`` and
+    parameters); general scoring learns one ``W`` and additive scoring one ``W_q``, ``W_k`` and
     ``w_v`` of the head's size that every head uses on its own slices (the heads still differ,
     through their slices of ``W_q``, ``W_k``, ``W_v``). Build ``scoring`` with
     ``query_size = key_size = num_hiddens / num_heads``.
@@ -350,11 +350,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads < 1 or num_hiddens % num_heads:
-            raise ConfigError(
-                f"attention.num_heads must be a positive divisor of the attention's size "
-                f"{num_hiddens} (each head gets an equal slice), got {num_heads}."
-            )
+        head_size(num_hiddens, num_heads, f"the attention's size {num_hiddens}")
         self.scoring = scoring
         self.num_heads = num_heads
         self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
@@ -447,6 +443,19 @@ class MultiHeadAttention(nn.Module):
         dot-product scoring without active dropout on the weights."""
         dropping = self.training and self.dropout.p > 0
         return scores_as(self.scoring, DotProductAttention) and not dropping
+
+
+def head_size(size: int, num_heads: object, what: str) -> int:
+    """``size // num_heads``, the features each head attends with, once ``num_heads``
+    (``model.num_heads``: the one key for the heads of every attention, RNN or Transformer) is
+    checked to be a positive integer that divides ``size`` (``what`` names it for the message)."""
+    if type(num_heads) is not int or num_heads < 1 or size % num_heads:
+        raise ConfigError(
+            f"model.num_heads={num_heads!r} must be a positive integer that divides {what} "
+            f"(each head attends with an equal slice of it; 1 is the scoring function alone). "
+            f"E.g. python train.py model.num_heads=4."
+        )
+    return size // num_heads
 
 
 # What decides the weights a scoring function computes: a subclass that overrides any of these

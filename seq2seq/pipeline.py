@@ -542,9 +542,10 @@ def _plain(config: Any, key: str) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
-# Keys added to the config since runs were first written, with the value that reproduces what
-# those runs did: a run or checkpoint without the key is the same as one with this value.
-ADDED_KEYS = {"initial_temperature": 1.0, "alignment_loss_weight": 0.0}
+# Keys added to (or moved within) the config since runs were first written, with the value that
+# reproduces what those runs did: a run or checkpoint without the key is the same as one with
+# this value (num_heads: attention.num_heads of RNN runs before it became model.num_heads).
+ADDED_KEYS = {"initial_temperature": 1.0, "alignment_loss_weight": 0.0, "num_heads": 1}
 
 
 def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
@@ -552,7 +553,7 @@ def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
         found: dict[str, tuple[Any, Any]] = {}
         for key in sorted(set(old) | set(new), key=str):
             default = ADDED_KEYS.get(str(key))
-            before, after = old.get(key, default), new.get(key, default)
+            before, after = (default if c.get(key) is None else c[key] for c in (old, new))
             found.update(_differences(before, after, f"{prefix}.{key}"))
         return found
     return {} if old == new else {prefix: (old, new)}
@@ -598,10 +599,8 @@ def check_model_sizes(cfg: DictConfig) -> None:
         "model.encoder_layers",
         "model.decoder_layers",
         "model.d_model",
-        "model.num_heads",
         "model.d_ff",
         "attention.num_hiddens",
-        "attention.num_heads",
     ):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and (type(value) is not int or value < 1):
@@ -616,6 +615,13 @@ def check_model_sizes(cfg: DictConfig) -> None:
         problems.append(
             f"model.fused_rnn={shown} (renamed: the C kernels are now chosen with model.kernels, "
             f"auto or off; use model.kernels={replacement})"
+        )
+    heads = OmegaConf.select(cfg, "attention.num_heads", default=None)
+    if heads is not None:
+        problems.append(
+            f"attention.num_heads={heads} (renamed: the heads of every attention, RNN or "
+            f"Transformer, are model.num_heads; use model.num_heads={heads}, and delete num_heads "
+            "from your attention YAML)"
         )
     kernels = OmegaConf.select(cfg, "model.kernels", default="auto")
     if kernels not in KERNEL_CHOICES:
@@ -642,7 +648,7 @@ def trusted_by_config(cfg: DictConfig) -> list[str]:
 
 def scoring_config(attention: DictConfig) -> dict[str, Any]:
     """The ``attention`` group's node as the scoring function's ``_partial_`` config, resolved:
-    without ``num_heads``, which the model reads (multi-head attention is built around it)."""
+    without ``num_heads`` (renamed ``model.num_heads``: ``check_model_sizes`` refuses it)."""
     config = OmegaConf.to_container(attention, resolve=True)
     assert isinstance(config, dict)
     return {str(key): value for key, value in config.items() if key != "num_heads"}
@@ -654,16 +660,9 @@ def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
     attention_config = scoring_config(cfg.attention)
     assert isinstance(model_config, dict)
     model_config.pop("fused_rnn", None)  # null unless set, and then check_model_sizes refused it
-    # attention.num_heads is the RNN models' (a constructor argument of theirs, not of the
-    # scoring function); absent from files of single-head models, as before it existed.
-    num_heads = OmegaConf.select(cfg, "attention.num_heads", default=1)
-    if num_heads != 1:
-        if model_kind(cfg) == "transformer":
-            raise ConfigError(
-                f"attention.num_heads={num_heads} is for the RNN models; a Transformer's heads "
-                f"are model.num_heads (now {cfg.model.num_heads}), e.g. model.num_heads=8."
-            )
-        model_config["num_heads"] = num_heads
+    if model_config.get("num_heads", 1) == 1 and model_kind(cfg) != "transformer":
+        # A single-head RNN model's files never held the key: they stay as they were.
+        model_config.pop("num_heads", None)
     model_config.update(
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,

@@ -121,7 +121,9 @@ def test_projections_computed_once_are_those_computed_inside() -> None:
 
 
 def test_heads_must_divide_the_size() -> None:
-    with pytest.raises(ConfigError, match=r"num_heads must be a positive divisor"):
+    with pytest.raises(
+        ConfigError, match=r"model\.num_heads=3 must be a positive integer that div"
+    ):
         MultiHeadAttention(DotProductAttention(), 3, 16, 16, 16, 16)
 
 
@@ -145,7 +147,7 @@ def make_multi_head_model(attention: str, decoder: str, lstm: bool = False) -> S
 def test_rnn_decoders_with_four_heads_step_as_they_teacher_force(
     attention: str, decoder: str
 ) -> None:
-    """``attention.num_heads=4`` in either RNN decoder: stepping equals teacher forcing (logits
+    """``model.num_heads=4`` in either RNN decoder: stepping equals teacher forcing (logits
     and the heads' average weights), beam 1 is greedy."""
     model = make_multi_head_model(attention, decoder)
     assert isinstance(model.decoder.attention, MultiHeadAttention)

@@ -272,7 +272,7 @@ def test_additive_context_through_the_sigmoid_is_the_references(
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("decoder", list(DECODERS))
 def test_multi_head_models_train_and_decode_as_the_reference(decoder: str, attention: str) -> None:
-    """``attention.num_heads=4``: the accelerated modules (the encoder's GRU, Luong's cell, the
+    """``model.num_heads=4``: the accelerated modules (the encoder's GRU, Luong's cell, the
     split input projection) around multi-head attention compute what the reference does."""
     torch.manual_seed(0)
     plain = Seq2Seq(

@@ -13,7 +13,7 @@ import pytest
 import sacrebleu
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.errors import ConfigError
@@ -311,3 +311,18 @@ def test_guided_alignment_without_gold_alignments_is_refused(tmp_path: Path) -> 
     config = compose_plain([f"run_dir={tmp_path / 'run'}", *data, "logger=csv"])
     with pytest.raises(ConfigError, match=r"optim\.alignment_loss_weight=1\.0 needs gold word"):
         train(config)
+
+
+def test_a_run_from_before_the_new_keys_resumes_with_todays_config(tmp_path: Path) -> None:
+    """Runs written before attention.initial_temperature, optim.alignment_loss_weight and
+    model.num_heads (then attention.num_heads) existed compare equal to today's defaults, so they
+    resume; a setting they did change still counts."""
+    config = compose_config(tmp_path, [])
+    saved = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(saved, dict)
+    del saved["attention"]["initial_temperature"], saved["optim"]["alignment_loss_weight"]
+    del saved["model"]["num_heads"]
+    saved["attention"]["num_heads"] = 1
+    assert changed_keys(OmegaConf.create(saved), config) == []
+    saved["attention"]["num_heads"] = 4  # an old multi-head run: not today's single head
+    assert changed_keys(OmegaConf.create(saved), config) == [("attention.num_heads", 4, 1)]

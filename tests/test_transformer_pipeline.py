@@ -64,7 +64,7 @@ def test_multi_head_attention_in_an_rnn_model_runs_and_reloads(
         tmp_path,
         [
             "model.hidden_size=32", "model.embedding_size=16", f"model.decoder={decoder}",
-            "attention=scaled_dot", "attention.num_heads=4", "trainer.max_epochs=1",
+            "attention=scaled_dot", "model.num_heads=4", "trainer.max_epochs=1",
         ],
     )  # fmt: skip
     trained = load(result["best_checkpoint"])
@@ -73,9 +73,32 @@ def test_multi_head_attention_in_an_rnn_model_runs_and_reloads(
     assert trained.model_config["num_heads"] == 4
 
 
-def test_attention_num_heads_is_refused_for_a_transformer(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model\.num_heads"):
-        run(tmp_path, [*TINY_TRANSFORMER, "attention.num_heads=4", "trainer.fast_dev_run=true"])
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_the_old_spelling_attention_num_heads_names_the_key_to_use(
+    tmp_path: Path, model: str
+) -> None:
+    """One key for the heads of every attention: attention.num_heads (the RNN models' key before)
+    stops the run with a message naming model.num_heads, for either model family."""
+    settings = TINY_TRANSFORMER if model == "transformer" else ["model.hidden_size=32"]
+    with pytest.raises(ConfigError, match=r"attention\.num_heads=4 \(renamed.*model\.num_heads=4"):
+        run(tmp_path, [*settings, "attention.num_heads=4", "trainer.fast_dev_run=true"])
+
+
+@pytest.mark.parametrize(
+    ("settings", "what"),
+    [
+        (["model=transformer", "model.num_heads=3"], "model.d_model=128"),
+        (["model=gru", "model.hidden_size=32", "model.num_heads=3"], "encoder's output size 32"),
+        (["model=gru", "model.hidden_size=32", "model.num_heads=0"], "encoder's output size 32"),
+    ],
+)
+def test_heads_that_do_not_divide_the_size_get_one_message(
+    tmp_path: Path, settings: list[str], what: str
+) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"model\.num_heads=\d must be a positive integer .*{what}"
+    ):
+        run(tmp_path, [*settings, "trainer.fast_dev_run=true"])
 
 
 def test_a_transformer_checkpoint_exports_to_a_bundle_that_translates_alike(

@@ -10,7 +10,7 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 - ``csrc/gru.c``, and ``library``: its build (on first use, with ``$CC``), checks and loading;
 - ``gru``: the GRU recurrence (encoder layers, the Luong decoder's cell, decoding steps);
 - ``bahdanau``: the Bahdanau decoder's loop with additive attention, as one autograd node;
-- ``product_attention``: dot-product and bilinear attention over packed rows and decoding steps;
+- ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one call;
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
 - ``dropout`` and ``splitmix``: the keep mask from a counter-based hash;

@@ -2,7 +2,7 @@
 
 ``csrc/gru.c`` holds every kernel of this package: the GRU cell's forward and backward passes
 and the loops over a layer's steps (``seq2seq.kernels.gru``), the additive attention steps of
-the Bahdanau decoder (``seq2seq.kernels.bahdanau``), dot-product and bilinear attention
+the Bahdanau decoder (``seq2seq.kernels.bahdanau``), dot-product and general attention
 (``seq2seq.kernels.product_attention``), the Luong decoder's greedy loop
 (``seq2seq.kernels.greedy``) and the dropout keep mask (``seq2seq.kernels.dropout``).
 

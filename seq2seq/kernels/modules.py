@@ -17,7 +17,7 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
   ``W_ih [e; c] = W_ie e + W_ic c``, so the embedding part of all T steps is one GEMM before
   the loop.
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
-  real tokens, with dot, scaled-dot and bilinear attention from the packed rows
+  real tokens, with dot, scaled-dot and general attention from the packed rows
   (``PackedProductAttention``); decoding steps with the attention and cell in C, from tables
   built once per batch (each token's embedding gates; W_c1 applied to the memory), and greedy
   decoding of a whole batch in one C call (``greedy.luong_greedy``).
@@ -73,7 +73,7 @@ TABLE_TOKENS_PER_SENTENCE = 8
 
 def product_scale(attention: Attention | MultiHeadAttention, query_size: int) -> float | None:
     """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
-    (dot-product and bilinear scoring at a fixed temperature), else None: what
+    (dot-product and general scoring at a fixed temperature), else None: what
     ``seq2seq.kernels.product_attention`` computes. A subclass with its own ``score`` is neither
     (``scores_as``)."""
     is_dot = scores_as(attention, DotProductAttention)

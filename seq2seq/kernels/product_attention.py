@@ -1,11 +1,11 @@
-"""Dot-product or bilinear attention on the CPU in C: a decoding step's, without autograd, and
+"""Dot-product or general attention on the CPU in C: a decoding step's, without autograd, and
 teacher forcing's over packed query rows, with its backward pass.
 
 The Luong decoder's decoding step attends with one query per row: the scores (a bmm), the
 padding mask (built from the lengths at every step), the softmax and the weighted average (a
 second bmm) are half a dozen small ATen kernels, each a few microseconds of fixed cost at B = 64.
 Here they are one pass of ``csrc/gru.c`` over the rows (``seq2seq_product_forward``), split over
-torch's threads like the GRU's. Dot, scaled dot and general ("bilinear") scoring all score
+torch's threads like the GRU's. Dot, scaled dot and general (qᵀWk) scoring all score
 ``scale · q · k'`` with k' the projected keys (W k for general, the keys themselves otherwise),
 which is what ``Attention.product_scale`` reports.
 

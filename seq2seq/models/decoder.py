@@ -33,8 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.backends.cudnn import rnn as cudnn_rnn
 
-from seq2seq.attention import Attention, MultiHeadAttention
-from seq2seq.errors import ConfigError
+from seq2seq.attention import Attention, MultiHeadAttention, head_size
 from seq2seq.models.embedding import Embedding
 
 AttentionFactory = Callable[..., Attention]
@@ -91,17 +90,11 @@ def attention_module(
     attention: AttentionFactory, num_heads: int, query_size: int, memory_size: int
 ) -> Attention | MultiHeadAttention:
     """The scoring function built for the decoder's sizes, or with ``num_heads`` > 1, a
-    multi-head attention of the memory's size around it (``attention.num_heads``)."""
+    multi-head attention of the memory's size around it (``model.num_heads``)."""
+    size = head_size(memory_size, num_heads, f"the encoder's output size {memory_size}")
     if num_heads == 1:
         return attention(query_size=query_size, key_size=memory_size)
-    if type(num_heads) is not int or num_heads < 1 or memory_size % num_heads:
-        raise ConfigError(
-            f"attention.num_heads={num_heads!r} must be a positive divisor of the encoder's "
-            f"output size {memory_size} (each head reads an equal slice), e.g. "
-            "attention.num_heads=4."
-        )
-    head_size = memory_size // num_heads
-    scoring = attention(query_size=head_size, key_size=head_size)
+    scoring = attention(query_size=size, key_size=size)
     return MultiHeadAttention(
         scoring, num_heads, query_size, memory_size, memory_size, memory_size,
         dropout=scoring.dropout.p,

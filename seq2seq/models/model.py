@@ -62,7 +62,8 @@ class Seq2Seq(EncoderDecoder):
     the sizes below and the recurrent ``cell``. ``hidden_size`` is the decoder's state size; each
     encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so the encoder's
     output has the decoder's size). ``num_heads`` > 1 makes the attention a multi-head attention
-    around the scoring function (``attention.num_heads``; 1 is the single scoring function).
+    around the scoring function (``model.num_heads``, as in a Transformer; 1 is the single scoring
+    function).
     """
 
     def __init__(

@@ -16,7 +16,7 @@ feed-forward size (``d_ff``), h heads, d = D / h, V target vocabulary, L layers.
   output layer's weight when ``tie_embeddings`` (Press and Wolf, 2017).
 
 Every attention is a ``MultiHeadAttention`` around the ``attention=`` group's scoring function
-(scaled dot-product by default; additive, dot and bilinear too). Decoding caches each layer's
+(scaled dot-product by default; additive, dot and general too). Decoding caches each layer's
 self-attention keys and values (``decode_step``: one new position per step, the prefix never
 recomputed) and projects the encoder's outputs into every layer's cross-attention keys and values
 once per batch (``prepare_source``).
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, MultiHeadAttention
+from seq2seq.attention import Attention, MultiHeadAttention, head_size
 from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import select_sentences
 from seq2seq.models.embedding import Embedding
@@ -87,8 +87,8 @@ def multi_head(
     attention: AttentionFactory, num_heads: int, d_model: int, dropout: float
 ) -> MultiHeadAttention:
     """A multi-head attention of the model's size around a scoring function of the head's size."""
-    head_size = d_model // num_heads
-    scoring = attention(query_size=head_size, key_size=head_size)
+    size = head_size(d_model, num_heads, f"model.d_model={d_model}")
+    scoring = attention(query_size=size, key_size=size)
     return MultiHeadAttention(
         scoring, num_heads, d_model, d_model, d_model, d_model, bias=True, dropout=dropout
     )
@@ -445,16 +445,13 @@ class Transformer(EncoderDecoder):
                 f"(Xavier-uniform weights, zero biases), got {init!r}."
             )
         for name, size in [
-            ("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff),
+            ("d_model", d_model), ("d_ff", d_ff),
             ("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers),
         ]:  # fmt: skip
             if type(size) is not int or size < 1:
                 raise ConfigError(f"model.{name} must be a positive integer, got {size!r}.")
-        if d_model % num_heads:
-            raise ConfigError(
-                f"model.num_heads={num_heads} must divide model.d_model={d_model}: each head "
-                f"attends with d_model / num_heads features. E.g. model.num_heads=4."
-            )
+        # Checked before anything is built; multi_head checks it the same way for every layer.
+        head_size(d_model, num_heads, f"model.d_model={d_model}")
         weights_dropout = dropout if attention_dropout is None else attention_dropout
         common = (attention, d_model, num_heads, d_ff)
         self.encoder = TransformerEncoder(
