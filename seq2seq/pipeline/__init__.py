@@ -1,0 +1,226 @@
+"""Entry points behind ``train.py`` and the scripts: build everything from the config and run it.
+
+``train`` mostly instantiates; each job it needs has its module: ``checks`` (config values checked
+before anything is built), ``building`` (the model config, the LightningModule, the optimizer),
+``resume`` (the run directory, and a resumed run checked against its checkpoint), ``callbacks``
+(the callbacks the config asks for) and ``reporting`` (tracker names, ``summary.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from seq2seq.analysis.diagnostics import AttentionDiagnostics
+from seq2seq.data.datamodule import Seq2SeqDataModule
+from seq2seq.errors import ConfigError
+from seq2seq.inference.bundle import load
+from seq2seq.pipeline.building import (
+    build_model_config,
+    build_module,
+    build_optimizer,
+    model_kind,
+    scoring_config,
+    trainer_config,
+    trusted_by_config,
+)
+from seq2seq.pipeline.callbacks import early_stopping, kept_checkpoints, reliability_callbacks
+from seq2seq.pipeline.checks import check_cpu_precision, check_model_sizes, missing_keys
+from seq2seq.pipeline.reporting import describe_run, log_effective_batch, write_summary
+from seq2seq.pipeline.resume import (
+    changed_keys,
+    check_same_model,
+    hydra_run_dir,
+    prepare_run_dir,
+    read_resume_checkpoint,
+    resolve_run_dir,
+)
+from seq2seq.training.callbacks import ValidationExamples
+from seq2seq.training.checkpointing import (
+    AtomicCheckpointIO,
+    SignalFlag,
+    TrainingInterruptedError,
+    last_checkpoint_every_epoch,
+)
+from seq2seq.training.console import drop_lightning_tips, lightning_quietly
+from seq2seq.training.distributed import is_nonzero_rank_from_env
+from seq2seq.training.lit_module import LitSeq2Seq
+from seq2seq.training.loggers import csv_logger, finish
+from seq2seq.training.runtime import freeze_startup_objects, tune_allocator
+
+# What scripts, benchmarks and tests import from here.
+__all__ = [
+    "build_model_config",
+    "build_module",
+    "build_optimizer",
+    "changed_keys",
+    "describe_run",
+    "hydra_run_dir",
+    "load_checkpoint",
+    "missing_keys",
+    "model_kind",
+    "resolve_run_dir",
+    "scoring_config",
+    "train",
+    "trusted_by_config",
+]
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics.
+
+    Under DDP every rank runs this; only rank zero writes files.
+    """
+    missing = missing_keys(cfg)
+    if missing:
+        raise ConfigError(
+            f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
+            f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
+        )
+    check_cpu_precision(cfg)
+    run_dir = resolve_run_dir(cfg)
+    is_rank_zero = not is_nonzero_rank_from_env()
+    resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
+    if is_rank_zero:
+        prepare_run_dir(run_dir, resuming=resumed is not None)
+    if is_rank_zero and resumed is None:  # a resumed run keeps the config.yaml it started with
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    pl.seed_everything(cfg.seed, workers=True)
+    tune_allocator()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+    # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
+    tokenizers = {}
+    if resumed is not None:
+        tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
+    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
+    datamodule.setup("fit")
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    if is_rank_zero:
+        datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
+        datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
+
+    model_config = build_model_config(
+        cfg,
+        datamodule.src_tokenizer.get_vocab_size(),
+        datamodule.tgt_tokenizer.get_vocab_size(),
+    )
+    if resumed is not None:
+        check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
+    check_model_sizes(cfg)
+    module = build_module(cfg, datamodule, model_config)
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="best",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    last = last_checkpoint_every_epoch(run_dir / "checkpoints")  # after `checkpoint`: see there
+    stop_flag = SignalFlag()
+    run = describe_run(cfg, run_dir)
+    drop_lightning_tips()  # before the Trainer, which prints its tip when it is built
+    # A resumed run is in its original directory, so the tracker finds its run id there.
+    tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
+    loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
+    trainer: pl.Trainer = instantiate(
+        trainer_config(cfg),
+        default_root_dir=str(run_dir),
+        # Lightning counts an epoch's batches once, when it loads the data, and then validates
+        # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)
+        # number differently in every epoch: without a reload, an epoch one batch short skips its
+        # validation and one batch long loses its last batch.
+        reload_dataloaders_every_n_epochs=1 if cfg.data.get("max_tokens") else 0,
+        callbacks=[
+            checkpoint,
+            last,
+            *kept_checkpoints(cfg, run_dir / "checkpoints"),
+            *early_stopping(cfg),
+            *reliability_callbacks(cfg, run_dir, stop_flag),
+            ValidationExamples(run_dir, **cfg.examples),
+            AttentionDiagnostics(),
+        ],
+        logger=loggers,
+        plugins=[AtomicCheckpointIO()],
+    )
+    log_effective_batch(cfg, trainer)
+    for logger in loggers:
+        logger.log_hyperparams(run.config)
+    freeze_startup_objects()
+    with stop_flag.installed(), lightning_quietly(), warnings.catch_warnings():
+        # Resuming into its own checkpoints/ is the point, not a mistake to warn about.
+        warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    if stop_flag.signum is not None:  # it came during the last validation: the run is complete
+        raise TrainingInterruptedError(
+            f"stopped by {signal.Signals(stop_flag.signum).name} after the last epoch; the run is "
+            f"complete and {last.best_model_path} holds its final state.",
+            stop_flag.signum,
+        )
+
+    metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    best_score = checkpoint.best_model_score
+    # Read before testing: loading best.ckpt for the test restores the checkpoint callback's state
+    # as it was when best.ckpt was written, before last.ckpt existed.
+    result = {
+        "best_val_bleu": float(best_score) if best_score is not None else None,
+        "best_checkpoint": checkpoint.best_model_path or None,
+        "last_checkpoint": last.best_model_path or None,
+        "metrics": metrics,
+        "run_dir": str(run_dir),
+    }
+    if cfg.test_after_training and "test" in datamodule.datasets and result["best_checkpoint"]:
+        # The best checkpoint on the test split, logged as test/* at the last step. Its path is
+        # named: "best" would make Lightning warn that it picks the first of two checkpoint
+        # callbacks (best and last), which is the one meant.
+        with lightning_quietly():
+            tested = trainer.test(
+                module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path
+            )
+        for name, value in tested[0].items():
+            metrics[name] = float(value)
+    finish(loggers)
+    if trainer.is_global_zero:
+        write_summary(run_dir, run, module, result)
+        print(
+            f"Best val BLEU: {result['best_val_bleu']}\n"
+            f"Best checkpoint: {result['best_checkpoint']}"
+        )
+    return result
+
+
+def load_checkpoint(
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    trust_modules: list[str] | None = None,
+) -> LitSeq2Seq:
+    """Rebuild the trained module from a checkpoint alone (weights, config and vocabularies).
+
+    The checkpoint is read with ``weights_only=True``: loading it runs no code from the file, nor
+    from any module it names but the ``trust_modules`` (``seq2seq.inference.plugins``).
+    """
+    trained = load(path, map_location, trust_modules=trust_modules or ())
+    module = LitSeq2Seq(
+        model=trained.model,
+        src_tokenizer=trained.src_tokenizer,
+        tgt_tokenizer=trained.tgt_tokenizer,
+        model_config=trained.model_config,
+        max_len_a=trained.decoding["max_len_a"],
+        max_len_b=trained.decoding["max_len_b"],
+        max_src_len=trained.decoding["max_src_len"],
+    )
+    return module.eval()

@@ -1,0 +1,92 @@
+"""The Lightning callbacks the config asks for: kept checkpoints, early stopping, and the
+reliability set (periodic checkpoints, clean stops, the non-finite guard, resume state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+from seq2seq.errors import ConfigError
+from seq2seq.pipeline.resume import resume_command
+from seq2seq.training.checkpointing import (
+    NonFiniteGuard,
+    PeriodicCheckpoint,
+    ResumeState,
+    SignalFlag,
+    StopOnSignal,
+    ValidateAtMaxSteps,
+)
+
+
+class KeptCheckpoints(ModelCheckpoint):
+    """A ``ModelCheckpoint`` told apart from the best-checkpoint one by its file names too:
+    Lightning keys a checkpoint callback's saved state by its monitor and cadence alone, which
+    ``keep_best`` shares with ``best.ckpt``'s."""
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, filename=self.filename)
+
+
+def kept_checkpoints(cfg: DictConfig, directory: Path) -> list[pl.Callback]:
+    """``checkpoint.keep_last`` / ``keep_best``: the checkpoints of the last N validations and of
+    the N best by val/bleu, which ``scripts/average_checkpoints.py`` averages."""
+    callbacks: list[pl.Callback] = []
+    for key, prefix, monitor in (("keep_last", "val", "step"), ("keep_best", "top", "val/bleu")):
+        count = cfg.checkpoint.get(key, 0) or 0
+        if type(count) is not int or count < 0:
+            raise ConfigError(
+                f"checkpoint.{key} must be a whole number of checkpoints (0: none), got {count!r}."
+            )
+        if count:
+            callbacks.append(
+                KeptCheckpoints(
+                    dirpath=directory,
+                    filename=prefix + "-step={step}",
+                    monitor=monitor,  # "step": the latest N (Lightning logs the global step)
+                    mode="max",
+                    save_top_k=count,
+                    auto_insert_metric_name=False,
+                    enable_version_counter=False,
+                )
+            )
+    return callbacks
+
+
+def early_stopping(cfg: DictConfig) -> list[pl.Callback]:
+    """``early_stopping.patience``: stop when val/bleu has not improved for that many
+    validations."""
+    settings = cfg.get("early_stopping") or {}
+    patience = settings.get("patience")
+    if patience is None:
+        return []
+    if type(patience) is not int or patience < 1:
+        raise ConfigError(
+            f"early_stopping.patience must be a positive number of validations (or null: never "
+            f"stop early), got {patience!r}."
+        )
+    return [
+        EarlyStopping(
+            monitor="val/bleu", mode="max", patience=patience,
+            min_delta=float(settings.get("min_delta", 0.0)), check_finite=True,
+        )
+    ]  # fmt: skip
+
+
+def reliability_callbacks(
+    cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag
+) -> list[pl.Callback]:
+    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, validation at max_steps, the non-finite
+    guard, resume state."""
+    directory = run_dir / "checkpoints"
+    command = resume_command()
+    return [
+        PeriodicCheckpoint(directory, cfg.checkpoint.every_n_steps),
+        StopOnSignal(stop_flag, directory, command),
+        ValidateAtMaxSteps(),
+        NonFiniteGuard(bool(cfg.trainer.get("skip_nonfinite", False)), directory, command),
+        ResumeState(),
+    ]

@@ -1,0 +1,110 @@
+"""Config values checked before anything is built: one paragraph per problem, naming the key."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.errors import ConfigError
+from seq2seq.kernels import KERNEL_CHOICES
+from seq2seq.onednn_guard import bf16_error
+from seq2seq.onednn_guard import report as onednn_report
+from seq2seq.training.distributed import is_nonzero_rank_from_env
+
+log = logging.getLogger("seq2seq.pipeline")
+
+
+def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Keys whose value is ``???``, found without resolving interpolations (which would fail)."""
+    missing = []
+    for key in map(str, cfg):
+        if OmegaConf.is_missing(cfg, key):
+            missing.append(f"{prefix}{key}")
+            continue
+        child = cfg._get_node(key)  # the node itself: reading the value would resolve it
+        if isinstance(child, DictConfig) and not OmegaConf.is_interpolation(cfg, key):
+            missing.extend(missing_keys(child, f"{prefix}{key}."))
+    return missing
+
+
+def check_model_sizes(cfg: DictConfig) -> None:
+    """Sizes that cannot build a working model, named by their config key before torch sees them."""
+    problems = []
+    for key in (
+        "model.embedding_size",
+        "model.hidden_size",
+        "model.encoder_hidden_size",
+        "model.encoder_layers",
+        "model.decoder_layers",
+        "model.d_model",
+        "model.d_ff",
+        "attention.num_hiddens",
+    ):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) is not int or value < 1):
+            problems.append(f"{key}={value} (it must be a positive integer)")
+    for key in ("model.dropout", "model.attention_dropout", "attention.dropout"):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and (type(value) not in (int, float) or not 0 <= value < 1):
+            problems.append(f"{key}={value} (a probability: at least 0, below 1)")
+    fused = OmegaConf.select(cfg, "model.fused_rnn", default=None)
+    if fused is not None:
+        replacement, shown = ("auto", "true") if fused is True else ("off", str(fused).lower())
+        problems.append(
+            f"model.fused_rnn={shown} (renamed: the C kernels are now chosen with model.kernels, "
+            f"auto or off; use model.kernels={replacement})"
+        )
+    heads = OmegaConf.select(cfg, "attention.num_heads", default=None)
+    if heads is not None:
+        problems.append(
+            f"attention.num_heads={heads} (renamed: the heads of every attention, RNN or "
+            f"Transformer, are model.num_heads; use model.num_heads={heads}, and delete num_heads "
+            "from your attention YAML)"
+        )
+    kernels = OmegaConf.select(cfg, "model.kernels", default="auto")
+    if kernels not in KERNEL_CHOICES:
+        problems.append(f"model.kernels={kernels} (auto: the C kernels where they apply; off)")
+    if problems:
+        raise ConfigError(
+            f"the model cannot be built with {'; '.join(problems)}. Set "
+            f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
+            "python train.py model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
+        )
+
+
+def check_cpu_precision(cfg: DictConfig) -> None:
+    """Say what the oneDNN guard decided (``seq2seq.onednn_guard``), and refuse bf16 autocast on
+    a CPU where it would die of an illegal instruction."""
+    message = onednn_report()
+    if message is not None and not is_nonzero_rank_from_env():
+        log.info(message)
+    precision = str(OmegaConf.select(cfg, "trainer.precision", default="32"))
+    on_cpu = OmegaConf.select(cfg, "trainer.accelerator", default="auto") == "cpu" or not (
+        torch.cuda.is_available()
+    )
+    error = bf16_error()
+    if precision.startswith("bf16") and on_cpu and error is not None:
+        raise ConfigError(error)
+
+
+def check_label_smoothing(value: Any) -> float:
+    if type(value) not in (int, float) or not 0 <= value < 1:
+        raise ConfigError(
+            f"optim.label_smoothing must be at least 0 and below 1 (the probability mass spread "
+            f"over the vocabulary), got {value!r}; e.g. optim.label_smoothing=0.1."
+        )
+    return float(value)
+
+
+def check_alignment_loss_weight(value: Any) -> float:
+    """``optim.alignment_loss_weight`` (λ of guided alignment) as a float, or a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
+        raise ConfigError(
+            f"optim.alignment_loss_weight must be a number of at least 0 (the weight of the "
+            f"alignment cross-entropy in the training loss; 0 turns it off), got {value!r}; "
+            "e.g. optim.alignment_loss_weight=0.5."
+        )
+    return float(value)

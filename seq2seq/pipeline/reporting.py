@@ -1,0 +1,101 @@
+"""What a run says about itself: its name, group and tags for the trackers, the effective
+batch, and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from seq2seq.analysis.compare import SUMMARY_FILE
+from seq2seq.atomic import write_atomic
+from seq2seq.pipeline.building import model_kind
+from seq2seq.training.lit_module import LitSeq2Seq
+from seq2seq.training.loggers import RunInfo
+
+log = logging.getLogger("seq2seq.pipeline")
+
+
+def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
+    """Tracker name, group and tags from the chosen config options (``additive-gru-toy``); in a
+    Hydra multirun the group is the sweep directory, so one sweep is one W&B group."""
+    choices: dict[str, Any] = {}
+    group = None
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        choices = dict(hydra.runtime.choices)
+        if hydra.mode == RunMode.MULTIRUN:
+            group = str(hydra.sweep.dir)
+    # Outside a Hydra app (the compose API in tests and notebooks): the classes' names.
+    attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
+    model = choices.get("model") or model_kind(cfg)
+    data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()
+    # BahdanauDecoder -> bahdanau; named only when it is not the default, so names stay short.
+    decoder_node = OmegaConf.select(cfg, "model.decoder._target_", default=None)
+    decoder = (
+        str(decoder_node).rsplit(".", 1)[-1].removesuffix("Decoder").lower()
+        if decoder_node
+        else "transformer"
+    )
+    model_name = model if decoder in ("bahdanau", "transformer") else f"{model}-{decoder}"
+    if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.run_dir = str(run_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    return RunInfo(
+        name=f"{attention}-{model_name}-{data}",
+        group=group,
+        tags=(str(attention), str(model), str(data), decoder),
+        config={str(key): value for key, value in config.items()},
+    )
+
+
+def log_effective_batch(cfg: DictConfig, trainer: pl.Trainer) -> None:
+    """State how many sentences (or tokens) one optimizer step sees over all processes."""
+    accumulate = trainer.accumulate_grad_batches
+    processes = trainer.num_devices * trainer.num_nodes
+    unit, size = (
+        ("padded tokens", cfg.data.max_tokens)
+        if cfg.data.max_tokens
+        else ("sentences", cfg.data.batch_size)
+    )
+    log.info(
+        "effective batch: %s %s per process x %d process(es) x %d accumulation step(s) = %s %s "
+        "per optimizer step",
+        size,
+        unit,
+        processes,
+        accumulate,
+        size * processes * accumulate,
+        unit,
+    )
+
+
+def write_summary(run_dir: Path, run: RunInfo, module: LitSeq2Seq, result: dict[str, Any]) -> None:
+    """``RUN/summary.json``: what ``scripts/compare_runs.py`` puts in its table."""
+    metrics = result["metrics"]
+    summary = {
+        "name": run.name,
+        "attention": run.tags[0] if run.tags else None,
+        "model": run.tags[1] if len(run.tags) > 1 else None,
+        "data": run.tags[2] if len(run.tags) > 2 else None,
+        "parameters": sum(parameter.numel() for parameter in module.model.parameters()),
+        "best_val_bleu": result["best_val_bleu"],
+        "test_bleu": metrics.get("test/bleu"),
+        "test_aer": metrics.get("test/aer"),
+        "train_seconds": module.total_train_seconds,
+        "train_tokens": module.total_train_tokens,
+        "train_tokens_per_s": module.total_train_tokens / module.total_train_seconds
+        if module.total_train_seconds
+        else None,
+    }
+    text = json.dumps(summary, indent=2) + "\n"
+    write_atomic(run_dir / SUMMARY_FILE, lambda path: path.write_text(text, encoding="utf-8"))
