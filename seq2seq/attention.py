@@ -270,8 +270,8 @@ class DotProductAttention(Attention):
         projected_values: Tensor | None = None,
     ) -> Tensor:
         """The same context through PyTorch's fused ``F.scaled_dot_product_attention`` (flash or
-        memory-efficient kernels on a GPU; equal to the path above in time on the CPU, measured),
-        where no dropout is active on the weights."""
+        memory-efficient kernels on a GPU), where no dropout is active on the weights and the
+        score is this class's own."""
         if projected_values is not None:
             values = projected_values
         if (self.training and self.dropout.p > 0) or not scores_as(self, DotProductAttention):

@@ -2,8 +2,8 @@
 
 The reference model (``seq2seq.models``, ``seq2seq.attention``) is plain PyTorch. On the CPU in
 float32, a dozen small ATen kernels per recurrent step dominate its time at the sizes this
-toolkit trains; the C kernels here compute the same functions in fewer passes (2.2-2.5x the
-reference's training speed: docs/performance.md). Nothing outside this package imports it
+toolkit trains; the C kernels here compute the same functions in fewer passes (how much faster:
+docs/performance.md). Nothing outside this package imports it
 except the place where a model is built (``seq2seq.inference.bundle.build_model``, for training
 and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``auto``:
 

@@ -1,16 +1,16 @@
 """Dropout whose CPU mask is a counter-based hash instead of ``nn.Dropout``'s serial draws.
 
 On the CPU, ``nn.Dropout`` draws one Bernoulli sample per element from torch's (serial) Mersenne
-Twister generator: about 12 % of a training step on the peers' benchmark. Here each call draws
-one 64-bit seed from torch's default generator (so ``seed_everything`` makes the masks
-reproducible, like ``nn.Dropout``'s), and element i is dropped when the top 16 bits of output i
-of SplitMix64 seeded with it (``seq2seq.kernels.splitmix``) are below ``round(p * 65536)``.
-Output i is a pure function of (seed, i), so the C pass (``csrc/gru.c``'s
-``seq2seq_dropout_mask``, float32 inputs) computes every element at once, vectorised and split
-over the threads: 26-48 us for the benchmark's (64, 18, 128)-(64, 18, 256) masks, against
-530-760 us for one 16-bit lane of a Mersenne Twister draw per element (2 threads, the project's
-AMD EPYC). Where the library is not built, under ``torch.compile`` or for other dtypes, torch's
-int64 ops compute the same bits (``splitmix64``), so the mask never depends on which path ran.
+Twister generator, a serial loop over every element (its share of a step: docs/performance.md).
+Here each call draws one 64-bit seed from torch's default generator (so ``seed_everything`` makes
+the masks reproducible, like ``nn.Dropout``'s), and element i is dropped when the top 16 bits of
+output i of SplitMix64 seeded with it (``seq2seq.kernels.splitmix``) are below ``round(p *
+65536)``. Output i is a pure function of (seed, i), so the C pass (``csrc/gru.c``'s
+``seq2seq_dropout_mask``, float32 inputs) computes every element at once, vectorised and split over
+the threads, an order of magnitude faster than a Mersenne Twister draw per element
+(docs/performance.md). Where the library is not built, under ``torch.compile`` or for other dtypes,
+torch's int64 ops compute the same bits (``splitmix64``), so the mask never depends on which path
+ran.
 
 The drop probability is therefore ``round(p * 65536) / 65536`` (0.1 becomes 0.100006), and kept
 elements are scaled by the inverse of that exact keep probability, so the expected output still

@@ -7,8 +7,8 @@ Here a step is one GEMM and one pass of ``csrc/gru.c`` over the step's rows, and
 pass is the same by hand, with the recurrent weight's gradient as one GEMM over all steps after
 the loop (torch's). The loop over a layer's steps runs in C, with the library's own kernel for
 the steps' small GEMMs (a step's 1-64 rows by W_hh, packed once per call into cache-resident
-panels: 1.5x torch's mm at 64 rows, 2.7x at 8, see csrc/gru.c), without ~9 us of Python,
-ctypes and dispatch per step; ``c_loops`` checks it once against the Python loop over torch's
+panels, faster than torch's mm at these few rows: see csrc/gru.c), without the Python, ctypes
+and dispatch of every step; ``c_loops`` checks it once against the Python loop over torch's
 GEMMs, which runs where it disagrees. Where torch has one thread per direction, a bidirectional
 layer's two directions run at once, each on its own thread (``_concurrent``). The parameters are
 ``nn.GRU``'s own, so checkpoints do not change.
@@ -540,7 +540,7 @@ class _Tanh(torch.autograd.Function):
 
 def tanh_with_grad_(values: Tensor) -> Tensor:
     """``tanh_`` as an autograd node: the Luong decoder's attentional layer in training, where
-    ``torch.tanh`` took 410 us at the benchmark's (64, 16, 256), about 1 % of a training step.
+    ``torch.tanh``'s CPU kernel is several times slower than this one's (docs/performance.md).
     ``values`` must be contiguous, ``usable``, and not needed by autograd as it was (a layer's
     fresh output): it is overwritten."""
     result: Tensor = _Tanh.apply(values)

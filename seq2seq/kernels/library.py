@@ -89,9 +89,9 @@ def compile_flags(openmp: bool = True) -> list[str]:
     if capability in ("AVX2", "AVX512"):
         flags += ["-mavx2", "-mfma"]
     if capability == "AVX512":
-        # zmm loops: the GRU's forward pass is about 2x faster than on ymm. Torch reports AVX512
-        # only where the CPU also has AVX-512 DQ (and BW, VL), whose 64-bit multiply the dropout
-        # mask's hash needs: about 2x faster than the multiply emulated on 32-bit lanes.
+        # zmm loops: twice the lanes of ymm for the GRU's loops. Torch reports AVX512 only where
+        # the CPU also has AVX-512 DQ (and BW, VL), whose 64-bit multiply the dropout mask's hash
+        # needs (else emulated on 32-bit lanes).
         flags += ["-mavx512f", "-mavx512dq"]
     return flags
 

@@ -22,7 +22,7 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
   built once per batch (each token's embedding gates; W_c1 applied to the memory), and greedy
   decoding of a whole batch in one C call (``greedy.luong_greedy``).
 - ``FastAdditiveAttention``: the context without the weights (training) through
-  ``tanh(x) = 2σ(2x) - 1``: torch's CPU tanh costs about four times its sigmoid.
+  ``tanh(x) = 2σ(2x) - 1``: torch's CPU tanh costs several times its sigmoid.
 - ``Dropout``: the keep mask from a counter-based hash in C (``seq2seq.kernels.dropout``).
 
 Shape legend: B batch, S source length, T target length, E embedding size, H hidden size, M memory
@@ -546,8 +546,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, Tensor]:
         """Over the N real target tokens where the cell runs in C: the embedding, the cell's input
-        projection and steps, W_c and the output layer skip the padding, which is up to 40 % of
-        a batch of mixed lengths. Product scoring (dot, scaled dot, general) attends from the
+        projection and steps, W_c and the output layer skip the padding, much of a batch of mixed
+        lengths. Product scoring (dot, scaled dot, general) attends from the
         rows too, each over its sentence's keys (``PackedProductAttention``); other scoring
         reads the states back on the padded grid, one (B, T, S) product."""
         params = self.cell_parameters()

@@ -1,7 +1,7 @@
 """A padded batch's real tokens in a ``PackedSequence``'s row order, for computing on them alone.
 
-In a batch of sentences of mixed lengths, padding is up to 40 % of a (B, T) grid (the reverse
-task's 5-25 tokens, drawn at random). Packing the token ids (integers, before the embedding) lets
+In a batch of sentences of mixed lengths, much of a (B, T) grid is padding (the reverse task's
+5-25 tokens, drawn at random). Packing the token ids (integers, before the embedding) lets
 the embedding, the input projections, the recurrences and the output layer run on the N real
 tokens only; what needs the padded grid (attention over a sentence's memory) gets it back with one
 ``pad``, and leaves it with one ``select``.

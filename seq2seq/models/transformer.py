@@ -401,11 +401,9 @@ def xavier_init(model: nn.Module) -> None:
     embeddings keep N(0, 1/D), seq2seq.models.embedding), as Joey NMT and tensor2tensor start
     a Transformer (``model.init=xavier``). ``nn.Linear``'s own U(±1/√fan_in) (``init=pytorch``)
     is narrower: a standard deviation √3 times smaller in the D × D projections, 2.2 times in
-    the FFN's W_2 at F = 4D. Neither wins everywhere (docs/performance.md, one seed, val BLEU):
-    Xavier learned the reverse task faster (76.3 against 38.4 after 2 epochs, d_model 128) and
-    the toy task slower (scaled dot 77.2 against 93.8; unscaled dot 12.4 against 85.5, claim 1's
-    saturation: q·k grows with the square of the projections' scale), and Multi30k too (6.5
-    against 23.0 after 4 epochs of the recipe, d_model 256)."""
+    the FFN's W_2 at F = 4D. Neither wins everywhere (docs/performance.md): unscaled dot products
+    suffer most from the wider start (claim 1's saturation: q·k grows with the square of the
+    projections' scale)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)

@@ -4,13 +4,12 @@ Shape legend: B batch, S source length, T target length, V target vocabulary.
 
 At the sizes this toolkit trains, a GPU waits for the CPU to launch kernels: the Bahdanau decoder
 launches a handful per target step, forward and backward. A CUDA graph records those launches once
-and replays them as one, which made its training step 3.6–6.2× faster on an H100
-(docs/performance.md). A graph holds one shape, so ``DecoderGraphs`` records one per batch
-shape (B, T, S) the first time it comes; length bucketing keeps those few (22 in an epoch of the
-reverse task), but a real corpus has many more (Multi30k's RNN recipe: over 128). Each graph keeps
-its own activations, 0.4–0.5 GiB at that recipe's sizes, so recording stops at a count and at a
-share of the GPU's memory, and later shapes run eager. The encoder stays eager: packing needs the
-source lengths on the host.
+and replays them as one (what it gains on an H100: docs/performance.md). A graph holds one shape,
+so ``DecoderGraphs`` records one per batch shape (B, T, S) the first time it comes; length
+bucketing keeps those few (22 in an epoch of the reverse task), but a real corpus has many more
+(Multi30k's RNN recipe: over 128). Each graph keeps its own activations (their size at that
+recipe's: docs/multi30k.md), so recording stops at a count and at a share of the GPU's memory, and
+later shapes run eager. The encoder stays eager: packing needs the source lengths on the host.
 
 The graphs replay the kernels eager PyTorch would launch, so a step computes what eager does.
 Their limits, which ``check_cuda_graphs`` turns into one-paragraph errors: one GPU (recording

@@ -84,8 +84,8 @@ def clip_grad_norm_on_cpu(grads: list[Tensor], max_norm: float) -> Tensor:
 
     Torch multiplies every gradient by the clamped factor on every step, so that a GPU never
     waits for the norm; on the CPU the norm is at hand, and the multiply is skipped on the many
-    steps where it is 1: about 1 % of a Luong training step at the benchmark's size, with the
-    norms taken in one ``_foreach_norm`` instead of one call per parameter.
+    steps where it is 1, with the norms taken in one ``_foreach_norm`` instead of one call per
+    parameter.
     """
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     factor = max_norm / (float(norm) + 1e-6)
@@ -210,8 +210,8 @@ class LitSeq2Seq(pl.LightningModule):
         if logs_training_loss(self.trainer):
             # Over all ranks and weighted by tokens (each rank's gradient still uses its own batch
             # mean; DDP averages those). Not at every step: each self.log deep-copies Lightning's
-            # metadata for the value (with the data module's batch transfer, 1.7 % of a benchmark
-            # step: docs/performance.md), and the reduce is a collective under DDP.
+            # metadata for the value (a visible share of a small step: docs/performance.md), and
+            # the reduce is a collective under DDP.
             totals = torch.stack([loss_sum.detach(), num_tokens.to(loss_sum.dtype)])  # (2,)
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
             batch_size = len(batch.src_lens)

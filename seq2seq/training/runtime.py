@@ -3,10 +3,9 @@
 glibc's ``malloc`` serves every block above a (dynamic, initially 128 KiB) threshold with a fresh
 ``mmap`` and hands it back with ``munmap`` when freed, and it trims the top of the heap back to
 the kernel. A training step allocates hundreds of short-lived tensors of 0.1 to 4 MB, so on the
-CPU each of them paid for page faults and for the kernel zeroing its pages: an elementwise op
-on a (64, 16, 256) float tensor took about 0.5 ms instead of 0.03 ms. Raising both thresholds
-keeps those blocks in the heap for reuse. On the peers' benchmark (docs/performance.md) this
-made a training step about 15 % faster.
+CPU each of them paid for page faults and for the kernel zeroing its pages, many times the cost
+of the op itself. Raising both thresholds keeps those blocks in the heap for reuse (what it
+gains: docs/performance.md).
 
 PyTorch's CPU performance guide suggests the same cure through jemalloc or tcmalloc
 (``LD_PRELOAD``); this needs nothing installed. ``SEQ2SEQ_MALLOC_TUNING=0`` turns it off.
