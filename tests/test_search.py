@@ -15,12 +15,14 @@ from torch import Tensor, nn
 from seq2seq.attention import AdditiveAttention, DotProductAttention
 from seq2seq.models.decoder import AttentionFactory, DecoderState, EncodedSource
 from seq2seq.models.model import Seq2Seq
+from seq2seq.models.transformer import Transformer
 from seq2seq.search import (
     beam_search,
     greedy_search,
     length_penalty_factor,
     max_output_lengths,
 )
+from seq2seq.search_reference import beam_search_reference
 
 ATTENTIONS: dict[str, AttentionFactory] = {
     "additive": partial(AdditiveAttention, num_hiddens=12),
@@ -424,3 +426,41 @@ def test_ranks_without_a_hypothesis_are_empty_slots() -> None:
     assert (result.tokens[:, 4] == PAD).all() and (result.attention[:, 4] == 0).all()
     for b in range(2):
         assert sorted(result.tokens[b, :4, 0].tolist()) == [0, 1, 2, 3]
+
+
+# ---- the batched search against the plain one ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("beam_size", "alpha", "n_best"), [(1, 0.0, 1), (3, 0.6, 2), (5, 1.0, 5), (4, -0.3, 3)]
+)
+@pytest.mark.parametrize("family", ["bahdanau", "transformer"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batched_beam_search_is_the_plain_one(
+    family: str, seed: int, beam_size: int, alpha: float, n_best: int
+) -> None:
+    """``beam_search`` (B sentences × K beams as rows, candidates coded as integers, sentences
+    dropped when done) returns what ``beam_search_reference`` (a list of hypotheses per
+    sentence, the steps named) does: the same N best, their scores, lengths and attention."""
+    model: nn.Module = (
+        make_model(seed, eos_bias=2.0) if family == "bahdanau" else make_tiny_transformer(seed)
+    )
+    model = model.double()  # no near-tie flips between batched and one-sentence arithmetic
+    src, src_lens = make_batch(seed, [6, 2, 5, 4])
+    settings = dict(beam_size=beam_size, length_penalty=alpha, n_best=n_best, max_len_b=4)
+    fast = beam_search(model, src, src_lens, BOS, EOS, PAD, **settings)
+    plain = beam_search_reference(model, src, src_lens, BOS, EOS, PAD, **settings)
+    assert torch.equal(fast.lengths, plain.lengths)
+    longest = fast.tokens.shape[2]
+    assert torch.equal(fast.tokens, plain.tokens[:, :, :longest])
+    torch.testing.assert_close(fast.scores, plain.scores)
+    torch.testing.assert_close(fast.attention, plain.attention[:, :, :longest])
+    assert torch.equal(fast.best.tokens, plain.best.tokens)
+
+
+def make_tiny_transformer(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return Transformer(
+        src_vocab_size=13, tgt_vocab_size=11, attention=ATTENTIONS["dot"], d_model=16,
+        num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2, dropout=0.0,
+    ).eval()  # fmt: skip
