@@ -577,9 +577,16 @@ def summarize_run(run_dir: Path) -> RunSummary:
     def numbers(row: dict[str, str], prefixes: tuple[str, ...]) -> dict[str, float]:
         return {k: float(v) for k, v in row.items() if v and k.startswith(prefixes)}
 
+    # The names of the config options (files from before GeneralAttention say Multiplicative...).
     attention = str(config.attention._target_).rsplit(".", 1)[-1]
-    if attention == "DotProductAttention":  # the names of the config options
+    if attention == "DotProductAttention":
         attention = "scaled_dot, q·k/√d" if config.attention.get("scaled", True) else "dot, q·k"
+    else:
+        attention = {
+            "AdditiveAttention": "additive, w_vᵀtanh(W_q q + W_k k)",
+            "GeneralAttention": "general, qᵀWk",
+            "MultiplicativeAttention": "general, qᵀWk",
+        }.get(attention, attention)
     model = (
         f"Transformer, d_model {config.model.d_model}"
         if "d_model" in config.model

@@ -356,3 +356,43 @@ def test_hydra_instantiates_corpora_and_rejects_unknown_keys(tmp_path: Path) -> 
     assert corpus == Multi30k(root=str(tmp_path), max_src_len=50)
     with pytest.raises(InstantiationException, match="max_source_len"):
         instantiate({"_target_": "seq2seq.data.corpora.Tatoeba", "max_source_len": 50})
+
+
+# ---- gold alignments of file corpora (data.align) ---------------------------------------------
+
+
+def write_aligned(root: Path, align: dict[str, str]) -> None:
+    """train/val/test of three pairs each, with the Pharaoh lines of ``align`` (default: one
+    link per word)."""
+    for split in ("train", "val", "test"):
+        (root / f"{split}.xx").write_text("a b c\nd e\nf g h i j k\n", encoding="utf-8")
+        (root / f"{split}.yy").write_text("C B A\nE D\nK J I H G F\n", encoding="utf-8")
+        lines = align.get(split, "0-2 1-1 2-0\n0-1 1-0\n0-5 5-0\n")
+        (root / f"{split}.al").write_text(lines, encoding="utf-8")
+
+
+def test_alignment_files_give_each_kept_pair_its_links(tmp_path: Path) -> None:
+    write_aligned(tmp_path, {})
+    corpus = ParallelCorpus(str(tmp_path), "xx", "yy", align="al", max_src_len=5)
+    splits = corpus.splits()
+    # The third training pair (6 words) is dropped by max_src_len, and its links with it.
+    assert [ex.alignment for ex in splits["train"]] == [((0, 2), (1, 1), (2, 0)), ((0, 1), (1, 0))]
+    assert splits["test"][2].alignment == ((0, 5), (5, 0))
+    assert tmp_path / "train.al" in corpus.source_files()  # the data cache hashes it too
+    without = ParallelCorpus(str(tmp_path), "xx", "yy").splits()
+    assert all(ex.alignment is None for ex in without["val"])
+
+
+@pytest.mark.parametrize(
+    ("val", "expected"),
+    [
+        ("0-0\n", r"val\.al has 1 lines but its sentence files have 3"),
+        ("0-0\n1-p-1\n\n", r"val\.al:2: .*sure links i-j only"),
+        ("0-0\n0-2\n\n", r"val\.al:2: link 0-2 is outside its sentence pair of 2 source and 2"),
+        ("0:0\n\n\n", r"val\.al:1: .*'0:0'"),
+    ],
+)
+def test_a_bad_alignment_file_names_its_line(tmp_path: Path, val: str, expected: str) -> None:
+    write_aligned(tmp_path, {"val": val})
+    with pytest.raises(DataError, match=expected):
+        ParallelCorpus(str(tmp_path), "xx", "yy", align="al").splits()

@@ -135,6 +135,21 @@ def test_the_compare_experiment_sweeps_the_users_yaml_too(user_dir: Path) -> Non
     assert sorted(swept) == sorted([*SCORING_FUNCTIONS, "cosine"])
 
 
+def test_the_example_trains_under_ddp(user_dir: Path) -> None:
+    """Two CPU processes: each rank imports the user's module (PYTHONPATH is inherited) and the
+    run writes a checkpoint that names it."""
+    result = run(
+        user_dir, "train.py", "--config-dir", "conf", "attention=cosine", *TINY,
+        "data.train_size=128", "trainer.max_epochs=1", "trainer=ddp", "trainer.accelerator=cpu",
+        "trainer.devices=2", "threads=1", "logger=csv", "test_after_training=false",
+        "hydra.run.dir=ddp",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = torch.load(user_dir / "ddp" / "checkpoints" / "last.ckpt", weights_only=True)
+    target = checkpoint["seq2seq"]["model_config"]["attention"]["_target_"]
+    assert target == "cosine_attention.CosineAttention"
+
+
 def test_nothing_is_imported_from_an_untrusted_file(
     user_dir: Path, trained: dict[str, Path], tmp_path: Path
 ) -> None:

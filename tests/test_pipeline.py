@@ -326,3 +326,27 @@ def test_a_run_from_before_the_new_keys_resumes_with_todays_config(tmp_path: Pat
     assert changed_keys(OmegaConf.create(saved), config) == []
     saved["attention"]["num_heads"] = 4  # an old multi-head run: not today's single head
     assert changed_keys(OmegaConf.create(saved), config) == [("attention.num_heads", 4, 1)]
+
+
+def test_a_file_corpus_with_gold_alignments_gets_aer_and_guided_training(tmp_path: Path) -> None:
+    """data.align: the toy task written as files with its Pharaoh alignments trains with
+    optim.alignment_loss_weight and scores val/aer, as the generated task does; with a tokenizer
+    whose tokens are not the alignment's words it is refused."""
+    data = tmp_path / "toy"
+    subprocess.run(
+        [sys.executable, "scripts/make_toy_data.py", "--out", str(data), "--train-size", "300",
+         "--val-size", "40", "--test-size", "40"],
+        cwd=ROOT, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    files = [
+        "data=parallel", f"data.root={data}", "data.src_lang=src", "data.tgt_lang=tgt",
+        "data.align=align", "data.min_frequency=1", "data.batch_size=32",
+    ]  # fmt: skip
+    model = ["model.hidden_size=32", "model.embedding_size=16", "logger=csv"]
+    overrides = [f"run_dir={tmp_path / 'run'}", *files, *model, "trainer.max_epochs=1"]
+    with pytest.raises(ConfigError, match=r"data\.align=align .* data\.tokenizer=word"):
+        train(compose_plain(overrides))
+    overrides += ["data.tokenizer=whitespace", "optim.alignment_loss_weight=1"]
+    metrics = train(compose_plain(overrides))["metrics"]
+    assert 0 <= metrics["val/aer"] <= 1 and 0 <= metrics["test/aer"] <= 1
+    assert metrics["train/alignment_loss"] > 0

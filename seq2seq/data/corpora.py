@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from seq2seq.data.toy import Example
+from seq2seq.data.toy import Alignment, Example, parse_pharaoh
 from seq2seq.errors import ConfigError, Seq2SeqError
 
 log = logging.getLogger(__name__)
@@ -320,8 +320,46 @@ def _tsv_locator(path: Path, line_numbers: Sequence[int]) -> Callable[[int], str
     return lambda index: f"{path}:{line_numbers[index]}"
 
 
-def _examples(pairs: Sequence[Pair]) -> list[Example]:
-    return [Example(src, tgt, None) for src, tgt in pairs]
+def _examples(
+    pairs: Sequence[Pair], alignments: Sequence[Alignment | None] | None = None
+) -> list[Example]:
+    links = alignments if alignments is not None else [None] * len(pairs)
+    return [
+        Example(src, tgt, alignment) for (src, tgt), alignment in zip(pairs, links, strict=True)
+    ]
+
+
+def _read_alignments(path: Path, pairs: Sequence[Pair], what: str) -> list[Alignment]:
+    """The gold links of ``pairs`` from the Pharaoh file ``path``, line-parallel with them: sure
+    links ``i-j`` between 0-based whitespace-separated words, source first, each checked to lie
+    inside its sentence pair."""
+    lines = read_lines(
+        path, what, "Write one line of links per sentence pair, or set data.align=null."
+    )
+    if len(lines) != len(pairs):
+        raise DataError(
+            f"{path} has {len(lines)} lines but its sentence files have {len(pairs)}: an "
+            "alignment file needs one line per sentence pair (an empty line for none)."
+        )
+    alignments = []
+    for number, (line, (src, tgt)) in enumerate(zip(lines, pairs, strict=True), 1):
+        try:
+            links = parse_pharaoh(line)
+        except ValueError as error:
+            raise DataError(
+                f"{path}:{number}: {error}. data.align reads sure links i-j only (0-based, source "
+                "word first); possible links (i-p-j) are for scripts/alignment.py's AER."
+            ) from None
+        sizes = len(src.split()), len(tgt.split())
+        for i, j in links:
+            if not (i < sizes[0] and j < sizes[1]):
+                raise DataError(
+                    f"{path}:{number}: link {i}-{j} is outside its sentence pair of {sizes[0]} "
+                    f"source and {sizes[1]} target words. Links are 0-based, source first; check "
+                    "that the file is line-parallel with the sentence files."
+                )
+        alignments.append(links)
+    return alignments
 
 
 @dataclass(frozen=True)
@@ -342,6 +380,9 @@ class ParallelCorpus:
     max_src_len: int | None = None
     max_tgt_len: int | None = None
     strict: bool = False
+    # The suffix of each split's gold alignment file, {root}/{split}.{align} (Pharaoh, sure links
+    # i-j between whitespace-separated words); None: no gold alignments.
+    align: str | None = None
 
     # The scripts/download_data.py name of this corpus, for the missing-file message.
     download_name: ClassVar[str | None] = None
@@ -360,10 +401,11 @@ class ParallelCorpus:
         The data cache hashes their contents, so they must be exactly what ``splits`` opens.
         """
         root = Path(self.root).expanduser().absolute()
+        suffixes = [self.src_lang, self.tgt_lang] + ([self.align] if self.align else [])
         return [
-            root / f"{file_stem}.{lang}"
+            root / f"{file_stem}.{suffix}"
             for file_stem in (self.train, self.val, self.test)
-            for lang in (self.src_lang, self.tgt_lang)
+            for suffix in suffixes
         ]
 
     def splits(self) -> dict[str, list[Example]]:
@@ -378,8 +420,12 @@ class ParallelCorpus:
             kind = f"the {name} {_SPLIT_NAMES[key]}"
             what = (f"{kind} source file {src_path.name}", f"{kind} target file {tgt_path.name}")
             pairs = _read_parallel(src_path, tgt_path, self.decode_html, what, how_to_get)
+            alignments = None
+            if self.align:
+                align_path = root / f"{file_stem}.{self.align}"
+                alignments = _read_alignments(align_path, pairs, f"{kind} alignment file")
             training = key == "train"
-            kept = filter_pairs(
+            kept_indices = _filter_indices(
                 pairs,
                 self.max_src_len if training else None,
                 self.max_tgt_len if training else None,
@@ -387,13 +433,15 @@ class ParallelCorpus:
                 f"{name} {key}",
                 _parallel_locator(src_path, tgt_path),
             )
+            kept = [pairs[i] for i in kept_indices]
             if training and not kept:
                 raise DataError(
                     f"no training pairs left in {src_path} and {tgt_path} (read {len(pairs)}, "
                     "all dropped or none there): check that the files hold sentences, and that "
                     "max_src_len/max_tgt_len are not too small."
                 )
-            splits[key] = _examples(kept)
+            kept_links = None if alignments is None else [alignments[i] for i in kept_indices]
+            splits[key] = _examples(kept, kept_links)
         return splits
 
 

@@ -34,7 +34,12 @@ from seq2seq.pipeline.building import (
     trusted_by_config,
 )
 from seq2seq.pipeline.callbacks import early_stopping, kept_checkpoints, reliability_callbacks
-from seq2seq.pipeline.checks import check_cpu_precision, check_model_sizes, missing_keys
+from seq2seq.pipeline.checks import (
+    check_alignment_data,
+    check_cpu_precision,
+    check_model_sizes,
+    missing_keys,
+)
 from seq2seq.pipeline.reporting import describe_run, log_effective_batch, write_summary
 from seq2seq.pipeline.resume import (
     changed_keys,
@@ -89,6 +94,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
         )
     check_cpu_precision(cfg)
+    check_alignment_data(cfg)
     run_dir = resolve_run_dir(cfg)
     is_rank_zero = not is_nonzero_rank_from_env()
     resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None

@@ -108,3 +108,16 @@ def check_alignment_loss_weight(value: Any) -> float:
             "e.g. optim.alignment_loss_weight=0.5."
         )
     return float(value)
+
+
+def check_alignment_data(cfg: DictConfig) -> None:
+    """Gold alignments of files (``data.align``) link whitespace-separated words: they are the
+    model's tokens only with ``data.tokenizer=whitespace``."""
+    align = OmegaConf.select(cfg, "data.align", default=None)
+    tokenizer = OmegaConf.select(cfg, "data.tokenizer", default=None)
+    if align and tokenizer != "whitespace":
+        raise ConfigError(
+            f"data.align={align} gives gold links between whitespace-separated words, but "
+            f"data.tokenizer={tokenizer} makes other tokens, so the links would point at the wrong "
+            "positions. Use data.tokenizer=whitespace on pre-tokenized text, or data.align=null."
+        )
