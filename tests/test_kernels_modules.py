@@ -12,6 +12,7 @@ Shape legend: B batch, S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import copy
+import warnings
 from functools import partial
 
 import pytest
@@ -289,3 +290,58 @@ def test_multi_head_models_train_and_decode_as_the_reference(decoder: str, atten
             for m in (fast, plain)
         ]
         assert torch.equal(results[0].tokens, results[1].tokens)
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_luong_decoder_moves_between_dtypes_on_the_cpu(lstm: bool) -> None:
+    """``FastLuongDecoder._apply`` (every ``.to``, ``.double``) lays the cell out for cuDNN only on
+    a GPU: on the CPU the parameters stay separate tensors of the new dtype, and the model computes
+    what it did."""
+    model = accelerate(make_model("dot", lstm=lstm, decoder="luong"))
+    src, src_lens, tgt_in = make_batch()
+    expected = model(src, src_lens, tgt_in)[0]  # (B, T, V)
+    model.double()
+    params = model.decoder.cell_parameters()
+    assert all(p.dtype == torch.float64 for p in params)
+    assert len({p.untyped_storage().data_ptr() for p in params}) == len(params)
+    torch.testing.assert_close(model(src, src_lens, tgt_in)[0].float(), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's weight layout needs a GPU")
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_luong_cell_is_one_cudnn_buffer_on_the_gpu(
+    lstm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``.cuda()`` the Luong cell's parameters are views of one buffer, so cuDNN reads them
+    in place (no "not part of single contiguous chunk" warning); the function, the parameters'
+    names and values, and a CPU round trip are what they were."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # compare in full fp32
+    # Training mode (cuDNN's RNN has no backward otherwise) without dropout, whose masks would
+    # differ between the devices.
+    model = accelerate(make_model("dot", lstm=lstm, decoder="luong", dropout=0.0)).train()
+    src, src_lens, tgt_in = make_batch()
+    cpu_state = {name: value.clone() for name, value in model.state_dict().items()}
+    expected = model(src, src_lens, tgt_in)[0]
+    expected.sum().backward()
+    expected_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+
+    model.cuda()
+    cell_params = model.decoder.cell_parameters()
+    storage = cell_params[0].untyped_storage().data_ptr()
+    assert all(p.untyped_storage().data_ptr() == storage for p in cell_params)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logits = model(src.cuda(), src_lens.cuda(), tgt_in.cuda())[0]
+        logits.sum().backward()
+    assert not [w for w in caught if "contiguous chunk" in str(w.message)]
+    torch.testing.assert_close(logits.cpu(), expected, atol=1e-5, rtol=1e-4)
+    for param, grad in zip(model.parameters(), expected_grads, strict=True):
+        torch.testing.assert_close(param.grad.cpu(), grad, atol=1e-4, rtol=1e-3)
+
+    state = model.state_dict()
+    assert state.keys() == cpu_state.keys()
+    for name, value in cpu_state.items():
+        torch.testing.assert_close(state[name].cpu(), value)
+    model.cpu()  # back on the CPU: plain, separate tensors again
+    assert len({p.data_ptr() for p in model.decoder.cell_parameters()}) == len(cell_params)

@@ -31,11 +31,13 @@ size, V vocabulary, G gates (3H for a GRU, 4H for an LSTM), N real target tokens
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.backends.cudnn import rnn as cudnn_rnn
 
 from seq2seq.attention import (
     AdditiveAttention,
@@ -468,10 +470,84 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         return not self.is_lstm and usable(*tensors)
 
     def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
+        """The reference's loop over the cell in one call: the C kernel where it applies, else
+        ATen's (cuDNN's on a GPU)."""
         params = self.cell_parameters()
         if self.cell_runs_fused(embedded, *params):
             return gru_steps(embedded, state[0], params)  # (B, T, H)
-        return super().run_cell(embedded, state)
+        return self.aten_cell(embedded, state)
+
+    def cell_parameters(self) -> list[Tensor]:
+        """The cell's parameters in ``torch.gru`` / ``torch.lstm``'s order for one layer."""
+        cell = self.cell
+        params = [cell.weight_ih, cell.weight_hh]
+        if cell.bias_ih is not None:
+            params += [cell.bias_ih, cell.bias_hh]
+        return params
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> FastLuongDecoder:
+        """Every device or dtype move (``.to``, ``.cuda``, ``.half``) re-lays the cell out for
+        cuDNN afterwards, as ``nn.GRU`` does (``flatten_cell``)."""
+        moved = super()._apply(fn, recurse)
+        self.flatten_cell()
+        return moved
+
+    def flatten_cell(self) -> None:
+        """On a GPU, make the cell's parameters views of one buffer in cuDNN's layout (what
+        ``nn.GRU.flatten_parameters`` does for its own). ``aten_cell``'s ``torch.gru`` then reads
+        them in place; otherwise cuDNN copies them into such a buffer at every call and warns
+        ("RNN module weights are not part of single contiguous chunk of memory"). The parameters
+        keep their names and shapes, so checkpoints and the decoding step are unaffected.
+        """
+        params = self.cell_parameters()
+        first = params[0]
+        if not (first.is_cuda and torch.backends.cudnn.is_acceptable(first)):
+            return
+        if any(p.dtype != first.dtype for p in params):
+            return
+        with torch.cuda.device_of(first), torch.no_grad():
+            # Arguments: weight stride (parameters per layer), input size, mode, hidden size,
+            # projection size, layers, batch_first, bidirectional.
+            torch._cudnn_rnn_flatten_weight(
+                params,
+                len(params),
+                self.cell.input_size,
+                cudnn_rnn.get_cudnn_mode("LSTM" if self.is_lstm else "GRU"),
+                self.cell.hidden_size,
+                0,
+                1,
+                True,
+                False,
+            )
+
+    def aten_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
+        """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
+
+        ``torch.gru`` / ``torch.lstm`` are the kernels behind ``nn.GRU`` / ``nn.LSTM``; a one-layer
+        unidirectional RNN has exactly the parameters of its cell, so this is
+        ``for t: h_t = cell(e_t, h_{t-1})``, looped in C++ (cuDNN on a GPU) instead of Python.
+        """
+        params = self.cell_parameters()
+        has_biases = len(params) == 4
+        # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
+        # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).
+        if self.is_lstm:
+            outputs, _, _ = torch.lstm(
+                embedded,
+                (state[0][None], state[1][None]),
+                params,
+                has_biases,
+                1,
+                0.0,
+                self.training,
+                False,
+                True,
+            )
+        else:
+            outputs, _ = torch.gru(
+                embedded, state[0][None], params, has_biases, 1, 0.0, self.training, False, True
+            )
+        return outputs  # (B, T, H)
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """The reference's readout with the C pass's tanh where it applies."""

@@ -14,8 +14,9 @@ out:
   s_0 = tanh(W_b summary), and its output layer reads ``[s_t; c_t; e_{t-1}]`` (the paper's deep
   output without the maxout).
 - ``LuongDecoder`` (Luong et al., 2015, without input feeding): h_t = cell(e_{t-1}, h_{t-1}) does
-  not depend on the attention, so teacher forcing runs the cell over all T steps in one call, and
-  the T states then attend as T queries in one batched operation. It starts from the encoder's
+  not depend on the attention, so teacher forcing runs the cell over all T steps first (one call
+  in the kernels' subclass: C on the CPU, cuDNN on a GPU), and the T states then attend as T
+  queries in one batched operation. It starts from the encoder's
   summary itself when that has the state's size, and reads out the attentional state
   ``tanh(W_c [c_t; h_t])`` (eq. 5–6).
 
@@ -31,7 +32,6 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch.backends.cudnn import rnn as cudnn_rnn
 
 from seq2seq.attention import Attention, MultiHeadAttention, head_size
 from seq2seq.models.embedding import Embedding
@@ -347,77 +347,15 @@ class LuongDecoder(AttentionDecoder):
         self.attentional = nn.Linear(memory_size + hidden_size, hidden_size, bias=False)
         self.output_layer = nn.Linear(hidden_size, vocab_size)
 
-    def cell_parameters(self) -> list[Tensor]:
-        """The cell's parameters in ``torch.gru`` / ``torch.lstm``'s order for one layer."""
-        cell = self.cell
-        params = [cell.weight_ih, cell.weight_hh]
-        if cell.bias_ih is not None:
-            params += [cell.bias_ih, cell.bias_hh]
-        return params
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> LuongDecoder:
-        """Every device or dtype move (``.to``, ``.cuda``, ``.half``) re-lays the cell out for
-        cuDNN afterwards, as ``nn.GRU`` does (``flatten_cell``)."""
-        moved = super()._apply(fn, recurse)
-        self.flatten_cell()
-        return moved
-
-    def flatten_cell(self) -> None:
-        """On a GPU, make the cell's parameters views of one buffer in cuDNN's layout (what
-        ``nn.GRU.flatten_parameters`` does for its own). ``run_cell``'s ``torch.gru`` then reads
-        them in place; otherwise cuDNN copies them into such a buffer at every call and warns
-        ("RNN module weights are not part of single contiguous chunk of memory"). The parameters
-        keep their names and shapes, so checkpoints and the decoding step are unaffected.
-        """
-        params = self.cell_parameters()
-        first = params[0]
-        if not (first.is_cuda and torch.backends.cudnn.is_acceptable(first)):
-            return
-        if any(p.dtype != first.dtype for p in params):
-            return
-        with torch.cuda.device_of(first), torch.no_grad():
-            # Arguments: weight stride (parameters per layer), input size, mode, hidden size,
-            # projection size, layers, batch_first, bidirectional.
-            torch._cudnn_rnn_flatten_weight(
-                params,
-                len(params),
-                self.cell.input_size,
-                cudnn_rnn.get_cudnn_mode("LSTM" if self.is_lstm else "GRU"),
-                self.cell.hidden_size,
-                0,
-                1,
-                True,
-                False,
-            )
-
     def run_cell(self, embedded: Tensor, state: DecoderState) -> Tensor:
-        """The cell over every step in one call: embedded (B, T, E) -> states (B, T, H).
-
-        ``torch.gru`` / ``torch.lstm`` are the kernels behind ``nn.GRU`` / ``nn.LSTM``; a one-layer
-        unidirectional RNN has exactly the parameters of its cell, so this is
-        ``for t: h_t = cell(e_t, h_{t-1})``, looped in C++ (cuDNN on a GPU) instead of Python.
-        """
-        params = self.cell_parameters()
-        has_biases = len(params) == 4
-        # Arguments after params: has_biases, num_layers, dropout, train, bidirectional,
-        # batch_first. The initial state gets a layer axis: (B, H) -> (1, B, H).
-        if self.is_lstm:
-            outputs, _, _ = torch.lstm(
-                embedded,
-                (state[0][None], state[1][None]),
-                params,
-                has_biases,
-                1,
-                0.0,
-                self.training,
-                False,
-                True,
-            )
-        else:
-            outputs, _ = torch.gru(
-                embedded, state[0][None], params, has_biases, 1, 0.0, self.training, False, True
-            )
-        return outputs  # (B, T, H)
+        """The cell over every step, h_t = cell(e_t, h_{t-1}): embedded (B, T, E) -> states
+        (B, T, H). The cell does not read the attention, so no step waits for one (the kernels'
+        subclass runs the same loop in one call: ``seq2seq.kernels.modules.FastLuongDecoder``)."""
+        hiddens = []
+        for step in embedded.unbind(dim=1):  # (B, E) each
+            state = self.step_cell(step, state)
+            hiddens.append(state[0])
+        return torch.stack(hiddens, dim=1)  # (B, T, H)
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
