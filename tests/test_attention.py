@@ -525,3 +525,17 @@ def test_knobs_round_trip_through_checkpoint_and_bundle(tmp_path: Path, knobs: l
     torch.testing.assert_close(
         from_bundle.model(src, src_lens, tgt_in)[0], from_checkpoint.model(src, src_lens, tgt_in)[0]
     )
+
+
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
+def test_a_learnable_temperature_starts_at_initial_temperature(name: str) -> None:
+    settings = {"num_hiddens": 8, "temperature": "learnable", "initial_temperature": 0.25}
+    attention = scoring_factory(name, settings)(query_size=6, key_size=6)
+    with torch.no_grad():
+        assert float(attention.temperature) == pytest.approx(0.25)
+    queries, keys = torch.randn(2, 3, 6), torch.randn(2, 5, 6)
+    scores = attention.score(queries, attention.project_keys(keys))
+    torch.testing.assert_close(attention(queries, keys, keys)[1], torch.softmax(scores / 0.25, -1))
+    fixed = {**settings, "temperature": 1.0}
+    with pytest.raises(ConfigError, match=r"initial_temperature=0\.25 is where a learned"):
+        scoring_factory(name, fixed)(query_size=6, key_size=6)
