@@ -86,6 +86,28 @@ def select_sentences(tensor: Tensor, indices: Tensor, sentences: int) -> Tensor:
     return tensor.index_select(0, rows.reshape(-1))
 
 
+def queries_per_sentence(queries: Tensor, sentences: int) -> Tensor:
+    """Hypothesis rows as one sentence's queries: (R, Tq, D) with R = B · K (row b · K + k is
+    hypothesis k of sentence b, as search lays out beams) -> (B, K · Tq, D), so that each
+    sentence's source is read once per step, never copied per hypothesis. R = B: unchanged."""
+    rows = queries.shape[0]
+    if rows % sentences:
+        raise ValueError(
+            f"{rows} query rows for {sentences} source sentences: the rows must be a whole "
+            "number of hypotheses per sentence, in the order b · K + k."
+        )
+    return queries.reshape(sentences, -1, queries.shape[2])  # sentence b's rows are contiguous
+
+
+def per_hypothesis(x: Tensor, rows: int, steps: int, dim: int = 1) -> Tensor:
+    """The inverse of ``queries_per_sentence`` for a result whose query axis is ``dim``:
+    (B, ..., K · Tq, ...) -> (B · K, ..., Tq, ...), e.g. contexts (B, K·Tq, M) -> (R, Tq, M) or
+    multi-head weights (B, h, K·Tq, S) -> (R, h, Tq, S)."""
+    hypotheses = rows // x.shape[0]
+    x = x.unflatten(dim, (hypotheses, steps))  # (B, ..., K, Tq, ...)
+    return x.movedim(dim, 1).flatten(0, 1)  # (B, K, ..., Tq, ...) -> (B·K, ..., Tq, ...)
+
+
 def attention_module(
     attention: AttentionFactory, num_heads: int, query_size: int, memory_size: int
 ) -> Attention | MultiHeadAttention:
@@ -187,15 +209,7 @@ class AttentionDecoder(nn.Module):
         With ``need_weights=False`` only the context is computed (``Attention.context``).
         """
         rows, num_queries = queries.shape[:2]
-        sentences = source.memory.shape[0]
-        if rows != sentences:
-            if rows % sentences:
-                raise ValueError(
-                    f"{rows} query rows for {sentences} source sentences: the rows must be a "
-                    "whole number of hypotheses per sentence, in the order b · K + k."
-                )
-            # (B·K, Tq, H) -> (B, K·Tq, H): the queries of sentence b are contiguous rows.
-            queries = queries.reshape(sentences, -1, queries.shape[2])
+        queries = queries_per_sentence(queries, source.memory.shape[0])  # (B, K·Tq, H)
         arguments = (queries, source.keys, source.memory, source.src_lens)
         keys, values = source.projected_keys, source.projected_values
         weights: Tensor | None = None
@@ -209,10 +223,9 @@ class AttentionDecoder(nn.Module):
             context = self.attention.context(
                 *arguments, projected_keys=keys, projected_values=values
             )
-        if rows != sentences:  # (B, K·Tq, ...) -> (B·K, Tq, ...)
-            context = context.reshape(rows, num_queries, context.shape[2])
-            if weights is not None:
-                weights = weights.reshape(rows, num_queries, weights.shape[2])
+        context = per_hypothesis(context, rows, num_queries)  # (R, Tq, M)
+        if weights is not None:
+            weights = per_hypothesis(weights, rows, num_queries)  # (R, Tq, S)
         return context, weights
 
     def step_cell(self, cell_input: Tensor, state: DecoderState) -> DecoderState:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHeadAttention, head_size
 from seq2seq.errors import ConfigError
-from seq2seq.models.decoder import select_sentences
+from seq2seq.models.decoder import per_hypothesis, queries_per_sentence, select_sentences
 from seq2seq.models.embedding import Embedding
 from seq2seq.models.model import EncoderDecoder
 
@@ -68,6 +69,9 @@ class PositionWiseFFN(nn.Module):
         return self.W_2(self.dropout(torch.relu(self.W_1(x))))  # (..., F) inside
 
 
+Extra = TypeVar("Extra")
+
+
 class Residual(nn.Module):
     """A sublayer's residual connection and LayerNorm, post-norm or pre-norm."""
 
@@ -78,9 +82,19 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x + sublayer(x)``, normed after (post-norm) or the sublayer's input normed before."""
+        return self.around(x, lambda y: (sublayer(y), None))[0]
+
+    def around(
+        self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Extra]]
+    ) -> tuple[Tensor, Extra]:
+        """``forward`` for a sublayer that also returns something besides its output (attention
+        weights, a cache): (x + sublayer(x), that)."""
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            output, extra = sublayer(self.norm(x))
+            return x + self.dropout(output), extra
+        output, extra = sublayer(x)
+        return self.norm(x + self.dropout(output)), extra
 
 
 def multi_head(
@@ -113,16 +127,14 @@ class TransformerEncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, S, D), src_lens (B,) -> (B, S, D), self-attention weights (B, h, S, S)."""
-        weights: list[Tensor] = []
+        x, weights = self.attention_residual.around(x, lambda y: self.attend(y, src_lens))
+        return self.ffn_residual(x, self.ffn), weights
 
-        def attend(y: Tensor) -> Tensor:
-            context, layer_weights = self.self_attention(y, y, y, src_lens)  # Q = K = V
-            assert layer_weights is not None
-            weights.append(layer_weights)
-            return context
-
-        x = self.attention_residual(x, attend)
-        return self.ffn_residual(x, self.ffn), weights[0]
+    def attend(self, y: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+        """Self-attention, Q = K = V = y (B, S, D) -> context (B, S, D), weights (B, h, S, S)."""
+        context, weights = self.self_attention(y, y, y, src_lens)
+        assert weights is not None  # asked for by default
+        return context, weights
 
 
 class TransformerEncoder(nn.Module):
@@ -232,47 +244,48 @@ class TransformerDecoderLayer(nn.Module):
         keys (R, h, t, ·) and values (R, h, t, d) of the t positions before them (decoding), or
         None (teacher forcing, t = 0). -> (R, Tq, D), the cross-attention weights (R, h, Tq, S)
         or None, and the keys and values of all t + Tq positions (the next step's cache)."""
+        x, keys_values = self.self_residual.around(
+            x, lambda y: self.attend_self(y, self_lens, cache)
+        )
+        x, weights = self.cross_residual.around(
+            x, lambda y: self.attend_source(y, source, layer, need_weights)
+        )
+        return self.ffn_residual(x, self.ffn), weights, keys_values
+
+    def attend_self(
+        self, y: Tensor, self_lens: Tensor, cache: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Causal self-attention of the Tq new positions y (R, Tq, D) over the cached ones and
+        themselves -> context (R, Tq, D), and the keys (R, h, t + Tq, ·) and values
+        (R, h, t + Tq, d) of all positions so far (the next step's cache)."""
         attention = self.self_attention
-        heads = attention.num_heads
-        caches: list[tuple[Tensor, Tensor]] = []
+        keys, values = attention.project_keys(y), attention.project_values(y)  # (R·h, Tq, ·)
+        if cache is not None:
+            keys = torch.cat([cache[0].flatten(0, 1), keys], dim=1)  # (R·h, t + Tq, ·)
+            values = torch.cat([cache[1].flatten(0, 1), values], dim=1)
+        context, _ = attention(
+            y, y, y, self_lens, projected_keys=keys, projected_values=values, need_weights=False
+        )
+        heads = (y.shape[0], attention.num_heads)
+        return context, (keys.unflatten(0, heads), values.unflatten(0, heads))
 
-        def self_attend(y: Tensor) -> Tensor:
-            # The new positions' keys and values (R·h, Tq, ·), after the cached ones.
-            keys, values = attention.project_keys(y), attention.project_values(y)
-            if cache is not None:
-                keys = torch.cat([cache[0].flatten(0, 1), keys], dim=1)  # (R·h, t + Tq, ·)
-                values = torch.cat([cache[1].flatten(0, 1), values], dim=1)
-            rows = y.shape[0]
-            caches.append((keys.unflatten(0, (rows, heads)), values.unflatten(0, (rows, heads))))
-            context, _ = attention(
-                y, y, y, self_lens, projected_keys=keys, projected_values=values,
-                need_weights=False,
-            )  # fmt: skip
-            return context
-
-        weights: list[Tensor | None] = []
-
-        def cross_attend(y: Tensor) -> Tensor:
-            # R may be K hypotheses per sentence (beam search, rows b·K + k): each sentence's K·Tq
-            # queries read its one copy of the source, as K·Tq queries of it.
-            rows, steps = y.shape[:2]
-            sentences = source.src_lens.shape[0]
-            queries = y.reshape(sentences, -1, y.shape[2])  # (B, K·Tq, D)
-            context, layer_weights = self.cross_attention(
-                queries, queries, queries, source.src_lens,
-                projected_keys=source.cross_keys[layer],
-                projected_values=source.cross_values[layer],
-                need_weights=need_weights,
-            )  # fmt: skip
-            if layer_weights is not None:  # (B, h, K·Tq, S) -> (R, h, Tq, S)
-                layer_weights = layer_weights.unflatten(2, (rows // sentences, steps))
-                layer_weights = layer_weights.transpose(1, 2).flatten(0, 1)
-            weights.append(layer_weights)
-            return context.reshape(rows, steps, -1)  # (R, Tq, D)
-
-        x = self.self_residual(x, self_attend)
-        x = self.cross_residual(x, cross_attend)
-        return self.ffn_residual(x, self.ffn), weights[0], caches[0]
+    def attend_source(
+        self, y: Tensor, source: TransformerSource, layer: int, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention of y (R, Tq, D) over the source's keys and values of this layer ->
+        context (R, Tq, D), weights (R, h, Tq, S) or None. R may be K hypotheses per sentence
+        (beam search): they read their sentence's one copy of the source."""
+        rows, steps = y.shape[:2]
+        queries = queries_per_sentence(y, source.src_lens.shape[0])  # (B, K·Tq, D)
+        context, weights = self.cross_attention(
+            queries, queries, queries, source.src_lens,
+            projected_keys=source.cross_keys[layer],
+            projected_values=source.cross_values[layer],
+            need_weights=need_weights,
+        )  # fmt: skip
+        if weights is not None:  # (B, h, K·Tq, S) -> (R, h, Tq, S)
+            weights = per_hypothesis(weights, rows, steps, dim=2)
+        return per_hypothesis(context, rows, steps), weights
 
 
 class TransformerDecoder(nn.Module):
