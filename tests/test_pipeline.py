@@ -350,3 +350,12 @@ def test_a_file_corpus_with_gold_alignments_gets_aer_and_guided_training(tmp_pat
     metrics = train(compose_plain(overrides))["metrics"]
     assert 0 <= metrics["val/aer"] <= 1 and 0 <= metrics["test/aer"] <= 1
     assert metrics["train/alignment_loss"] > 0
+
+
+def test_kept_checkpoints_keep_the_state_key_of_runs_written_before() -> None:
+    """Their callback state is stored under this key in every checkpoint: the format of
+    Lightning's own keys, which runs from before wrote, so that resuming them restores it."""
+    from seq2seq.pipeline.callbacks import KeptCheckpoints
+
+    kept = KeptCheckpoints(filename="top-step={step}", monitor="val/bleu", mode="max")
+    assert kept.state_key == "KeptCheckpoints{'monitor': 'val/bleu', 'filename': 'top-step={step}'}"

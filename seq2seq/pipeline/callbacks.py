@@ -28,7 +28,10 @@ class KeptCheckpoints(ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, filename=self.filename)
+        # The format of Lightning's own keys (its private _generate_state_key), so that runs
+        # written before keep their callbacks' state when they resume.
+        keys = {"monitor": self.monitor, "filename": self.filename}
+        return f"{type(self).__qualname__}{keys!r}"
 
 
 def kept_checkpoints(cfg: DictConfig, directory: Path) -> list[pl.Callback]:

@@ -69,13 +69,23 @@ def logs_training_loss(trainer: pl.Trainer) -> bool:
     in a fast_dev_run), and at the last batch of an epoch or of max_steps, so that the progress bar
     and the run's final metrics have the latest loss. The loggers get what logging at every step
     gave them; the progress bar's loss changes at those steps only."""
-    # Lightning's own test, a property of its (private) logger connector; where a version lacks
-    # it, every step logs, as before this test.
-    connector = getattr(trainer, "_logger_connector", None)
-    # fast_dev_run too is set on the trainer at init without being declared on the class.
-    if getattr(connector, "should_update_logs", True) or getattr(trainer, "fast_dev_run", False):
+    # Lightning's own test (its logger connector's should_update_logs) from public attributes: the
+    # step about to be taken, counted in optimizer steps, is a multiple of log_every_n_steps, or
+    # training is stopping. fast_dev_run is set on the trainer without being declared on the class.
+    every = int(getattr(trainer, "log_every_n_steps", 50))  # set at init, not declared either
+    if getattr(trainer, "fast_dev_run", False) or trainer.should_stop:
+        return True
+    if every > 0 and (trainer.global_step + 1) % every == 0:
         return True
     return trainer.is_last_batch or 0 < trainer.max_steps <= trainer.global_step + 1
+
+
+def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
+    """The module's Trainer, or None outside one (``module.trainer`` raises there)."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
 
 
 def clip_grad_norm_on_cpu(grads: list[Tensor], max_norm: float) -> Tensor:
@@ -337,7 +347,7 @@ class LitSeq2Seq(pl.LightningModule):
 
     def _gold_alignments(self, split: str) -> Sequence[Sequence[tuple[int, int]] | None] | None:
         """Gold word alignments of ``split`` (the toy tasks have them) when tokens are words."""
-        datamodule = getattr(self._trainer, "datamodule", None)
+        datamodule = getattr(attached_trainer(self), "datamodule", None)
         if not isinstance(datamodule, Seq2SeqDataModule):
             return None
         # Alignments link words; with a subword tokenizer token positions are not word positions.
@@ -469,7 +479,8 @@ class LitSeq2Seq(pl.LightningModule):
         # Resuming: the training before the checkpoint, counted once (what a killed run trained
         # after it is trained again, and counted then). Checkpoints older than the key start at 0.
         # Only when fitting: testing the best checkpoint after training loads it too.
-        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+        trainer = attached_trainer(self)
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:
             return
         totals = checkpoint.get(THROUGHPUT_KEY, {})
         self.total_train_tokens = int(totals.get("target_tokens", 0))
@@ -477,14 +488,15 @@ class LitSeq2Seq(pl.LightningModule):
 
     def _metrics_for_checkpoint(self) -> dict[str, float]:
         """The latest logged metrics, and the best val BLEU so far, as plain floats."""
-        if self._trainer is None:
+        trainer = attached_trainer(self)
+        if trainer is None:
             return {}
         metrics = {
             name: float(value)
-            for name, value in self.trainer.callback_metrics.items()
+            for name, value in trainer.callback_metrics.items()
             if value.numel() == 1
         }
-        best = self.trainer.checkpoint_callback
+        best = trainer.checkpoint_callback
         if best is not None and getattr(best, "best_model_score", None) is not None:
             metrics["best/val_bleu"] = float(best.best_model_score)  # type: ignore[attr-defined]
         return metrics
