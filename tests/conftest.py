@@ -11,8 +11,20 @@ import torch
 
 from seq2seq.pipeline import train
 from tests.configs import TINY, compose_config
+from tests.kernels_required import REQUIRE_KERNELS, kernels_missing
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With ``SEQ2SEQ_REQUIRE_KERNELS=1`` (``.ci/run`` sets it on x86-64 Linux with a C compiler,
+    where they must build), kernels that fail to build or load stop the suite with the reason,
+    instead of turning every kernel test into a skip and the module tests into comparisons of
+    the reference with itself."""
+    if os.environ.get(REQUIRE_KERNELS) == "1":
+        missing = kernels_missing()
+        if missing is not None:
+            pytest.exit(f"{REQUIRE_KERNELS}=1, but {missing}.", returncode=1)
 
 
 @pytest.fixture(scope="session", autouse=True)
