@@ -94,7 +94,7 @@ def resolve(target: str, trusted: frozenset[str], origin: str) -> type[Attention
     module_name, _, class_name = target.rpartition(".")
     if not module_name or not is_trusted(module_name, trusted):
         raise PluginError(
-            f"{origin} names the class {target!r}, which is not built into seq2seq. Building it "
+            f"{origin}: the class {target!r} is not built into seq2seq. Building it "
             f"would import and run the code of the module {module_name or target!r}, so it is "
             f"refused unless you trust that module: pass --trust-module {module_name or target} "
             f"({HOW_TO_TRUST}). Trust only code you "
@@ -104,14 +104,15 @@ def resolve(target: str, trusted: frozenset[str], origin: str) -> type[Attention
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise PluginError(
-            f"{origin} names {target!r}, and {module_name!r} is trusted, but it cannot be "
+            f"{origin}: {target!r} is in the trusted module {module_name!r}, which cannot be "
             f"imported ({error}). Put the directory that holds it on PYTHONPATH (e.g. "
-            "PYTHONPATH=. python ...), or trust the file itself: --trust-module path/to/file.py."
+            "PYTHONPATH=. python ...), or trust the file itself (--trust-module path/to/file.py, "
+            "or trust_modules=[path/to/file.py] when training)."
         ) from None
     found = getattr(module, class_name, None)
     if not (isinstance(found, type) and issubclass(found, Attention)):
         raise PluginError(
-            f"{origin} names {target!r}, which is not a scoring function (a subclass of "
+            f"{origin}: {target!r} is not a scoring function (a subclass of "
             "seq2seq.attention.Attention): only scoring functions can be plugged in. Check the "
             "_target_ of the attention config."
         )
