@@ -47,6 +47,7 @@ from seq2seq.attention import (
 from seq2seq.cli import run
 from seq2seq.models.model import Seq2Seq
 from seq2seq.pipeline import load_checkpoint, train
+from tests.scoring import SCORING_FUNCTIONS, scoring_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,14 +71,12 @@ def test_softmax_jacobian_norm_matches_autograd() -> None:
     assert float(softmax_jacobian_norm(torch.softmax(scores, -1))) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("name", ["additive", "general", "scaled_dot"])
+@pytest.mark.parametrize("name", SCORING_FUNCTIONS)
 def test_statistics_use_valid_pairs_only_and_match_a_direct_computation(name: str) -> None:
     torch.manual_seed(0)
-    attention = {
-        "additive": AdditiveAttention(6, 6, num_hiddens=8, temperature=0.7),
-        "general": GeneralAttention(6, 6),
-        "scaled_dot": DotProductAttention(),
-    }[name]
+    # A temperature other than 1, which the statistics must see through.
+    settings = {"num_hiddens": 8, "temperature": 0.7}
+    attention = scoring_factory(name, settings)(query_size=6, key_size=6)
     queries, keys = torch.randn(3, 4, 6), torch.randn(3, 5, 6)
     valid_lens = torch.tensor([5, 2, 3])
     query_mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)

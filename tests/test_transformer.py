@@ -6,16 +6,11 @@ Shape legend: B batch, S source length, T target length, D model size, V vocabul
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import (
-    AdditiveAttention,
-    DotProductAttention,
-    GeneralAttention,
     MultiHeadAttention,
 )
 from seq2seq.errors import ConfigError
@@ -27,14 +22,11 @@ from seq2seq.models.transformer import (
     TransformerSource,
 )
 from seq2seq.search import beam_search, greedy_search
+from tests.scoring import SCORING_FUNCTIONS, scoring_factory
 from tests.test_model import BOS, EOS, PAD, make_batch
 
-SCORINGS = {
-    "scaled_dot": partial(DotProductAttention, scaled=True),
-    "additive": partial(AdditiveAttention, num_hiddens=6),
-    "dot": partial(DotProductAttention, scaled=False),
-    "general": GeneralAttention,
-}
+# Every scoring function of conf/attention/, additive attention's hidden size made small.
+SCORINGS = {name: scoring_factory(name, {"num_hiddens": 6}) for name in SCORING_FUNCTIONS}
 D, HEADS, FF = 16, 4, 32
 
 
