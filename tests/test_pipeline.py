@@ -359,3 +359,45 @@ def test_kept_checkpoints_keep_the_state_key_of_runs_written_before() -> None:
 
     kept = KeptCheckpoints(filename="top-step={step}", monitor="val/bleu", mode="max")
     assert kept.state_key == "KeptCheckpoints{'monitor': 'val/bleu', 'filename': 'top-step={step}'}"
+
+
+# The generated toy tasks of conf/data/ (no files): every one composes and trains.
+TOY_TASKS = sorted(
+    path.stem
+    for path in (CONF / "data").glob("*.yaml")
+    if "seq2seq.data.toy." in path.read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("task", TOY_TASKS)
+def test_every_toy_task_composes_trains_and_scores_alignments(tmp_path: Path, task: str) -> None:
+    result = run_training(tmp_path, [f"data={task}", "trainer.fast_dev_run=true"])
+    metrics = result["metrics"]
+    assert metrics["train/loss"] > 0 and 0 <= metrics["val/bleu"] <= 100
+    assert 0 <= metrics["val/aer"] <= 1  # every toy task has gold alignments
+
+
+def test_average_checkpoints_cli_writes_the_mean_that_every_script_takes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_training(run_dir, ["trainer.max_epochs=3", "checkpoint.keep_last=2"])
+    out = tmp_path / "avg.ckpt"
+    averaged = subprocess.run(
+        [sys.executable, "scripts/average_checkpoints.py", "--run", str(run_dir), "--last", "2",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert averaged.returncode == 0, averaged.stderr[-2000:]
+    kept = sorted((run_dir / "checkpoints").glob("val-step=*.ckpt"))
+    assert len(kept) == 2
+    states = [torch.load(path, weights_only=True)["state_dict"] for path in kept]
+    mean = torch.load(out, weights_only=True)["state_dict"]
+    for name, value in mean.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, (states[0][name] + states[1][name]) / 2)
+    sentences = tmp_path / "in.txt"
+    sentences.write_text("the dog sees a cat .\n", encoding="utf-8")
+    translated = subprocess.run(
+        [sys.executable, "scripts/translate.py", "--model", str(out), "--input", str(sentences)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
