@@ -401,3 +401,34 @@ def test_average_checkpoints_cli_writes_the_mean_that_every_script_takes(tmp_pat
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
+
+
+def validations(run_dir: Path) -> list[dict[str, str]]:
+    """The metrics.csv rows of the run's validations, in order."""
+    with open(run_dir / "metrics.csv", newline="", encoding="utf-8") as file:
+        return [row for row in csv.DictReader(file) if row.get("val/bleu")]
+
+
+def test_early_stopping_fires_when_val_bleu_stops_improving(tmp_path: Path) -> None:
+    """With a learning rate of 0 val/bleu never improves: patience 1 stops the run after its
+    second validation, of max_epochs' 4."""
+    frozen = ["optim.optimizer.lr=0.0", "optim.scheduler=null", "trainer.max_epochs=4"]
+    run_training(tmp_path / "stopped", [*frozen, "early_stopping.patience=1"])
+    run_training(tmp_path / "full", frozen)
+    assert len(validations(tmp_path / "stopped")) == 2
+    assert len(validations(tmp_path / "full")) == 4
+
+
+def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> None:
+    """trainer.max_time ends a run long before max_epochs; its last step is validated and
+    checkpointed, as for max_steps."""
+    run_dir = tmp_path / "run"
+    result = run_training(
+        run_dir, ["data.train_size=2000", "trainer.max_epochs=1000", "trainer.max_time=00:00:00:03"]
+    )
+    rows = validations(run_dir)
+    assert 1 <= len(rows) < 1000 and int(rows[-1]["epoch"]) < 999
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    # The last validation scored the run's last update (logged at step N - 1 of N updates).
+    assert last["global_step"] == int(rows[-1]["step"]) + 1
+    assert result["best_checkpoint"] is not None
