@@ -13,6 +13,7 @@ import pytest
 import sacrebleu
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -432,3 +433,29 @@ def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> No
     # The last validation scored the run's last update (logged at step N - 1 of N updates).
     assert last["global_step"] == int(rows[-1]["step"]) + 1
     assert result["best_checkpoint"] is not None
+
+
+def test_val_loss_stays_the_plain_cross_entropy_under_label_smoothing(tmp_path: Path) -> None:
+    """optim.label_smoothing changes the training targets only: the logged val/loss equals the
+    plain token cross-entropy of the validation split, recomputed from last.ckpt (written at the
+    epoch's end, after that validation), and differs from the smoothed one."""
+    run_dir = tmp_path / "run"
+    config = compose_config(run_dir, ["trainer.max_epochs=1", "optim.label_smoothing=0.3"])
+    train(config)
+    logged = float(validations(run_dir)[-1]["val/loss"])
+    module = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    datamodule = instantiate(config.data.module)
+    datamodule.setup("fit")
+    totals = {0.0: 0.0, 0.3: 0.0}
+    tokens = 0
+    with torch.no_grad():
+        for batch in datamodule.val_dataloader():
+            logits, _ = module.model(batch.src, batch.src_lens, batch.tgt_in)
+            for epsilon in totals:
+                totals[epsilon] += float(torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0,
+                    reduction="sum", label_smoothing=epsilon,
+                ))  # fmt: skip
+            tokens += int(batch.tgt_lens.sum())
+    assert logged == pytest.approx(totals[0.0] / tokens, rel=1e-4)
+    assert abs(logged - totals[0.3] / tokens) > 1e-2
