@@ -182,6 +182,39 @@ def test_skip_nonfinite_skips_the_batch_counts_it_and_keeps_the_model_finite(
     assert counts[:5] == [0.0] * 5 and set(counts[5:]) == {1.0}
 
 
+class InfiniteGradient(torch.autograd.Function):
+    """The identity forward; backward, every gradient through it times infinity."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: torch.Tensor) -> torch.Tensor:
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf")
+
+
+def test_an_infinite_gradient_with_a_finite_loss_stops_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard checks the gradients' norm too: a finite loss whose backward pass overflows
+    stops the run at that step, naming the gradients and the finite loss."""
+    original = LitSeq2Seq.training_step
+
+    def training_step(self: LitSeq2Seq, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = original(self, batch, batch_idx)
+        return InfiniteGradient.apply(loss) if self.trainer.global_step == 5 else loss
+
+    monkeypatch.setattr(LitSeq2Seq, "training_step", training_step)
+    with pytest.raises(NonFiniteLossError) as caught:
+        train(compose_config([f"run_dir={tmp_path}", *TINY]))
+    message = str(caught.value)
+    assert (
+        "stopped at step 5 (epoch 0, batch 5): the gradients are not finite (the loss is" in message
+    )
+    assert checkpoint_step(tmp_path / "checkpoints" / "last.ckpt") == 4
+
+
 def test_a_checkpoint_with_nan_weights_is_never_written(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
