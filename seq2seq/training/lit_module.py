@@ -202,8 +202,8 @@ class LitSeq2Seq(pl.LightningModule):
             raise ConfigError(
                 f"optim.alignment_loss_weight={self.alignment_loss_weight} needs gold word "
                 "alignments of the training sentences, over whitespace tokens: the toy tasks "
-                "(data=toy, reverse, copy, sort) have them. Set optim.alignment_loss_weight=0 "
-                "for this data."
+                "(data=toy, reverse, copy, sort) have them, and file corpora with data.align and "
+                "data.tokenizer=whitespace. Set optim.alignment_loss_weight=0 for this data."
             )
         log.info(
             "optim.alignment_loss_weight=%s: the training pass returns the attention weights, so "

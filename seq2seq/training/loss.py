@@ -33,6 +33,12 @@ def decoder_loss(
     """
     source = decoder.prepare_source(memory, src_lens)
     logits, targets = decoder.teacher_forced_logits(tgt_in, tgt_out, state, source)  # (N, V)
+    return token_cross_entropy(logits, targets, label_smoothing)
+
+
+def token_cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """The summed cross-entropy (in float32) of logits (N, V) against targets (N,), PAD excluded,
+    with label smoothing ε as ``decoder_loss`` says."""
     return F.cross_entropy(
         logits.float(),
         targets,
@@ -117,11 +123,6 @@ def guided_loss(
     (B, T, S) -> ((), ())."""
     logits, weights = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V), (B, T, S)
     assert weights is not None  # asked for
-    token_loss = F.cross_entropy(
-        logits.float().flatten(0, 1),  # (B·T, V)
-        tgt_out.flatten(),  # (B·T,)
-        ignore_index=PAD_ID,
-        reduction="sum",
-        label_smoothing=label_smoothing,
-    )
+    # (B, T, V) -> (B·T, V) against (B·T,) targets
+    token_loss = token_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), label_smoothing)
     return token_loss, alignment_loss(weights, gold)
