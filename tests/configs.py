@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -23,6 +25,17 @@ TINY = [
 ]
 
 
+# The smallest Transformer: one layer each side, two heads of 8.
+TINY_TRANSFORMER = [
+    "model=transformer",
+    "model.d_model=16",
+    "model.num_heads=2",
+    "model.d_ff=32",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+]
+
+
 # Wall-clock measurements: they differ between any two runs, however deterministic.
 TIMINGS = frozenset({"train/tokens_per_s"})
 
@@ -39,3 +52,14 @@ def epoch_target_tokens(config: DictConfig) -> int:
     datamodule = instantiate(config.data.module)
     datamodule.setup("fit")
     return sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
+
+
+def write_toy_files(directory: Path, train: int, val: int, test: int) -> Path:
+    """The toy task's splits as files ({split}.src, .tgt, .align), as a user writes them with
+    scripts/make_toy_data.py; returns ``directory``."""
+    subprocess.run(
+        [sys.executable, "scripts/make_toy_data.py", "--out", str(directory),
+         "--train-size", str(train), "--val-size", str(val), "--test-size", str(test)],
+        cwd=ROOT, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return directory

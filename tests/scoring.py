@@ -19,7 +19,7 @@ from seq2seq.models import EncoderDecoder
 from seq2seq.pipeline import build_model_config, scoring_config
 from seq2seq.search import beam_search, greedy_search
 from seq2seq.training.loss import DecoderLoss, teacher_forced_loss
-from tests.configs import ROOT, compose_config
+from tests.configs import ROOT, TINY_TRANSFORMER, compose_config
 
 ATTENTION_CONF = ROOT / "conf" / "attention"
 
@@ -35,16 +35,7 @@ MODEL_OVERRIDES = {
         "model.embedding_size=8",
         "model.dropout=0.0",
     ],
-    "transformer": [
-        "model=transformer",
-        "model.d_model=16",
-        "model.num_heads=2",
-        "model.d_ff=32",
-        "model.encoder_layers=1",
-        "model.decoder_layers=1",
-        "model.dropout=0.0",
-        "model.attention_dropout=0.0",
-    ],
+    "transformer": [*TINY_TRANSFORMER, "model.dropout=0.0", "model.attention_dropout=0.0"],
 }
 
 

@@ -19,7 +19,7 @@ from seq2seq.analysis.metrics import corpus_metrics
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.pipeline import load_checkpoint, scoring_config
 from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
-from tests.configs import epoch_target_tokens
+from tests.configs import epoch_target_tokens, write_toy_files
 from tests.scoring import SCORING_FUNCTIONS
 from tests.test_pipeline import compose_config, run_training
 
@@ -60,15 +60,7 @@ def test_ddp_val_bleu_equals_single_process_evaluate_script(
     ddp_run: tuple[Path, str], tmp_path: Path
 ) -> None:
     run_dir, _ = ddp_run
-    data = tmp_path / "toy"
-    subprocess.run(
-        [
-            sys.executable, "scripts/make_toy_data.py", "--out", str(data),
-            "--train-size", str(SIZES["train"]), "--val-size", str(SIZES["val"]),
-            "--test-size", str(SIZES["test"]),
-        ],
-        cwd=ROOT, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    data = write_toy_files(tmp_path / "toy", SIZES["train"], SIZES["val"], SIZES["test"])
     completed = subprocess.run(
         [
             sys.executable, "scripts/evaluate.py",

@@ -16,18 +16,10 @@ from omegaconf import OmegaConf
 
 from seq2seq.inference.bundle import build_model, load
 from seq2seq.inference.plugins import PluginError
-from tests.configs import ROOT, TINY
+from tests.configs import ROOT, TINY, TINY_TRANSFORMER
 from tests.scoring import SCORING_FUNCTIONS, assert_attention_follows_score, model_config
 
 EXAMPLE = ROOT / "examples" / "cosine_attention"
-TRANSFORMER = [
-    "model=transformer",
-    "model.d_model=32",
-    "model.num_heads=2",
-    "model.d_ff=64",
-    "model.encoder_layers=1",
-    "model.decoder_layers=1",
-]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,10 @@ def trained(user_dir: Path) -> dict[str, Path]:
     """One small epoch of each model family with ``attention=cosine``: their best checkpoints."""
     checkpoints = {}
     data_and_trainer = [override for override in TINY if not override.startswith("model.")]
-    for family, overrides in [("rnn", TINY), ("transformer", [*data_and_trainer, *TRANSFORMER])]:
+    for family, overrides in [
+        ("rnn", TINY),
+        ("transformer", [*data_and_trainer, *TINY_TRANSFORMER]),
+    ]:
         result = run(
             user_dir, "train.py", "--config-dir", "conf", "attention=cosine",
             *overrides, "trainer.max_epochs=1", "logger=csv", f"hydra.run.dir={family}",

@@ -21,6 +21,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import LuongDecoder
 from seq2seq.pipeline import build_optimizer, changed_keys, load_checkpoint, train
 from tests.configs import compose_config as compose_plain
+from tests.configs import write_toy_files
 from tests.scoring import SCORING_FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -333,12 +334,7 @@ def test_a_file_corpus_with_gold_alignments_gets_aer_and_guided_training(tmp_pat
     """data.align: the toy task written as files with its Pharaoh alignments trains with
     optim.alignment_loss_weight and scores val/aer, as the generated task does; with a tokenizer
     whose tokens are not the alignment's words it is refused."""
-    data = tmp_path / "toy"
-    subprocess.run(
-        [sys.executable, "scripts/make_toy_data.py", "--out", str(data), "--train-size", "300",
-         "--val-size", "40", "--test-size", "40"],
-        cwd=ROOT, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    data = write_toy_files(tmp_path / "toy", train=300, val=40, test=40)
     files = [
         "data=parallel", f"data.root={data}", "data.src_lang=src", "data.tgt_lang=tgt",
         "data.align=align", "data.min_frequency=1", "data.batch_size=32",

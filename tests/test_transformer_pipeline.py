@@ -21,6 +21,7 @@ from seq2seq.inference.averaging import average_checkpoints, kept_checkpoints
 from seq2seq.inference.bundle import export_bundle, load, read_checkpoint
 from seq2seq.models import Transformer
 from seq2seq.pipeline import train
+from tests.configs import TINY_TRANSFORMER, write_toy_files
 from tests.test_pipeline import ATTENTIONS, CONF, ROOT
 
 DATA = [
@@ -30,14 +31,6 @@ DATA = [
     "data.batch_size=32",
     "trainer.enable_progress_bar=false",
     "logger=csv",
-]
-TINY_TRANSFORMER = [
-    "model=transformer",
-    "model.d_model=16",
-    "model.num_heads=2",
-    "model.d_ff=32",
-    "model.encoder_layers=1",
-    "model.decoder_layers=1",
 ]
 SENTENCES = ["the dog sees a cat .", "my friends do not sing .", ""]
 
@@ -182,12 +175,7 @@ def test_a_transformer_trains_under_ddp_on_two_cpu_processes(tmp_path: Path) -> 
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-4000:]
-    data = tmp_path / "toy"
-    subprocess.run(
-        [sys.executable, "scripts/make_toy_data.py", "--out", str(data), "--train-size", "300",
-         "--val-size", "40", "--test-size", "40"],
-        cwd=ROOT, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    data = write_toy_files(tmp_path / "toy", train=300, val=40, test=40)
     evaluated = subprocess.run(
         [sys.executable, "scripts/evaluate.py", "--model", str(run_dir / "checkpoints/last.ckpt"),
          "--src", str(data / "val.src"), "--ref", str(data / "val.tgt"), "--beam-size", "1",
