@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +65,20 @@ def write_toy_files(directory: Path, train: int, val: int, test: int) -> Path:
         cwd=ROOT, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     return directory
+
+
+def evaluate_script(model: Path, data: Path, split: str, hypotheses: Path, *extra: str) -> float:
+    """BLEU of ``scripts/evaluate.py --model MODEL`` on ``data/{split}.src|tgt``, its translations
+    written to ``hypotheses``. One thread, batches of 16, greedy: what the training runs of the
+    tests that compare with it use, so that a near-tie argmax of a barely trained model cannot
+    flip between two summation orders."""
+    completed = subprocess.run(
+        [sys.executable, "scripts/evaluate.py", "--model", str(model),
+         "--src", str(data / f"{split}.src"), "--ref", str(data / f"{split}.tgt"),
+         "--beam-size", "1", "--batch-size", "16", "--hyp-out", str(hypotheses), "--json", *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    score: float = json.loads(completed.stdout)["score"]
+    return score

@@ -27,6 +27,7 @@ from seq2seq.training.checkpointing import (
 from seq2seq.training.lit_module import LitSeq2Seq
 from tests.configs import TIMINGS, compose_config
 from tests.configs import TINY as BASE
+from tests.paused_train import start_paused
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,17 +55,12 @@ def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
 ) -> None:
     run = tmp_path / "run"
     overrides = [*TINY, "checkpoint.every_n_steps=null", "trainer.max_epochs=3"]
-    process = subprocess.Popen(
-        [sys.executable, "train.py", f"hydra.run.dir={run}", *overrides],
-        cwd=ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 300
-    while not (run / "metrics.csv").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the first row is written after the first training step
+    # Paused after step 3 (its signal check done): the signal is handled there, the run stops at
+    # the end of step 4 whatever the machine's load.
+    process = start_paused(run, overrides, "step:3", subprocess_env())
     process.send_signal(signum)
+    logged(run, f"received {signal.Signals(signum).name}")
+    (run / "go").touch()
     _, stderr = process.communicate(timeout=300)
     message = stderr.decode()
     assert process.returncode == status, message[-3000:]
@@ -72,7 +68,7 @@ def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
     assert f"stopped by {signal.Signals(signum).name} at step" in message
     last = run / "checkpoints" / "last.ckpt"
     step = checkpoint_step(last)
-    assert step is not None and 0 < step < 19  # mid-epoch: every_n_steps is off
+    assert step == 4  # mid-epoch: every_n_steps is off
     command = message.split("Resume with: ")[1].strip().splitlines()[0]
     assert command.endswith(f"ckpt_path={last}")
     if signum == signal.SIGINT:  # paste it: the run goes on to the end
@@ -81,6 +77,28 @@ def test_a_signal_saves_last_ckpt_and_prints_a_resume_command_that_works(
         )
         assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
         assert torch.load(last, weights_only=True)["global_step"] == 3 * 19
+
+
+def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    overrides = [*TINY, "checkpoint.every_n_steps=null"]
+    process = start_paused(run, overrides, "step:3", subprocess_env())
+    process.send_signal(signal.SIGINT)
+    logged(run, "received SIGINT")
+    process.send_signal(signal.SIGINT)  # the run is still paused in step 3: it never goes on
+    _, stderr = process.communicate(timeout=120)
+    message = stderr.decode()
+    assert process.returncode == 130, message[-3000:]
+    assert "Traceback" not in message and "stopped by SIGINT" in message
+    assert not (run / "checkpoints" / "last.ckpt").exists()
+
+
+def logged(run: Path, text: str) -> None:
+    """Wait until the run's log (Hydra's RUN/train.log, flushed at every record) holds ``text``."""
+    deadline = time.monotonic() + 120
+    while text not in (run / "train.log").read_text():
+        assert time.monotonic() < deadline, f"the run never logged {text!r}"
+        time.sleep(0.01)
 
 
 # --- a full disk --------------------------------------------------------------------------------

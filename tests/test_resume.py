@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +25,7 @@ from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
 from tests.configs import TIMINGS, compose_config, epoch_target_tokens
 from tests.configs import TINY as BASE
+from tests.paused_train import start_paused
 
 ROOT = Path(__file__).resolve().parents[1]
 # 600 pairs in batches of 32: 19 steps an epoch, last.ckpt every 5 steps, a train row every 2.
@@ -127,22 +124,13 @@ def test_resume_writes_into_the_checkpoints_run_directory(tmp_path: Path) -> Non
 
 
 def start_and_kill(run_dir: Path, overrides: list[str]) -> int:
-    """Start train.py, SIGKILL it right after its first mid-epoch last.ckpt; the checkpoint step."""
-    process = subprocess.Popen(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *overrides],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    last = run_dir / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 300
-    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """Run train.py until its first mid-epoch last.ckpt is written, SIGKILL it there; the
+    checkpoint's step."""
+    process = start_paused(run_dir, overrides, "checkpoint:1")
     process.send_signal(signal.SIGKILL)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL, stderr.decode()[-3000:]
-    step = checkpoint_step(last)
+    step = checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
     assert step is not None, "last.ckpt must always be readable"
     return step
 
@@ -188,7 +176,7 @@ def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -
 
     killed = tmp_path / "killed"
     step = start_and_kill(killed, TINY)
-    assert 0 < step < 19, "the kill must land mid-epoch"
+    assert step == 5, "the kill lands right after the first periodic checkpoint"
     last = killed / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)["seq2seq_throughput"]
     resumed = train(compose_config([*TINY, f"ckpt_path={last}"]))  # run_dir from ckpt_path

@@ -4,7 +4,6 @@ real config: training, checkpoints, bundles, averaging."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from seq2seq.inference.averaging import average_checkpoints, kept_checkpoints
 from seq2seq.inference.bundle import export_bundle, load, read_checkpoint
 from seq2seq.models import Transformer
 from seq2seq.pipeline import train
-from tests.configs import TINY_TRANSFORMER, write_toy_files
+from tests.configs import TINY_TRANSFORMER, evaluate_script, write_toy_files
 from tests.test_pipeline import ATTENTIONS, CONF, ROOT
 
 DATA = [
@@ -176,16 +175,12 @@ def test_a_transformer_trains_under_ddp_on_two_cpu_processes(tmp_path: Path) -> 
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-4000:]
     data = write_toy_files(tmp_path / "toy", train=300, val=40, test=40)
-    evaluated = subprocess.run(
-        [sys.executable, "scripts/evaluate.py", "--model", str(run_dir / "checkpoints/last.ckpt"),
-         "--src", str(data / "val.src"), "--ref", str(data / "val.tgt"), "--beam-size", "1",
-         "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert evaluated.returncode == 0, evaluated.stderr
+    hypotheses = tmp_path / "hypotheses.txt"
+    single_process = evaluate_script(run_dir / "checkpoints/last.ckpt", data, "val", hypotheses)
+    assert hypotheses.read_text() == (run_dir / "val_hypotheses.txt").read_text()
     with open(run_dir / "metrics.csv", newline="") as file:
         logged = [float(row["val/bleu"]) for row in csv.DictReader(file) if row.get("val/bleu")]
-    assert logged[-1] == pytest.approx(json.loads(evaluated.stdout)["score"], abs=1e-3)
+    assert logged[-1] == pytest.approx(single_process, abs=1e-3)
 
 
 def test_onnx_export_of_a_transformer_is_refused_with_a_message(transformer_bundle: Path) -> None:
