@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +27,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         missing = kernels_missing()
         if missing is not None:
             pytest.exit(f"{REQUIRE_KERNELS}=1, but {missing}.", returncode=1)
+
+
+@pytest.fixture(autouse=True)
+def seeded() -> None:
+    """Every test starts from the same random state, whichever tests ran before it: a test that
+    draws random data then passes or fails alone as in the whole suite."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
 
 
 @pytest.fixture(scope="session", autouse=True)

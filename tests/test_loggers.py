@@ -3,17 +3,22 @@ heatmap PNGs with token labels, the W&B mode and run id, and compare_runs.py on 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import socket
 import struct
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import pytest
 import torch
+import wandb
 
 from seq2seq.analysis import compare
 from seq2seq.analysis.compare import RunRecord, run_labels
@@ -239,15 +244,50 @@ def test_missing_wandb_package_is_a_config_error_that_offers_csv(
         wandb_logger(tmp_path, RunInfo("x"))
 
 
-@pytest.mark.slow
+@pytest.fixture
+def silent_server() -> Iterator[tuple[str, list[socket.socket]]]:
+    """An address that accepts connections and never answers (a firewall that swallows packets,
+    a proxy that hangs): W&B waits for init_timeout there, not for a refused connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])  # held open, never read, never answered
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", held
+    stop.set()
+    thread.join()
+    for connection in [*held, listener]:
+        connection.close()
+
+
+@pytest.mark.parametrize("server", ["refuses", "never answers"])
 def test_unreachable_server_falls_back_to_offline(
-    monkeypatch: pytest.MonkeyPatch, no_wandb_credentials: None, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    no_wandb_credentials: None,
+    tmp_path: Path,
+    server: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Credentials but no network: the run starts offline after init_timeout, no failure."""
     monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
-    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
-    logger = wandb_logger(tmp_path, RunInfo("x"), init_timeout=5)
+    # Port 9 (discard): nothing listens there on a test machine, the connection is refused.
+    address, held = "http://127.0.0.1:9", []
+    if server == "never answers":
+        address, held = request.getfixturevalue("silent_server")
+    monkeypatch.setenv("WANDB_BASE_URL", address)
+    wandb.teardown()  # W&B's service outlives a run and keeps the server it was started with
+    logger = wandb_logger(tmp_path, RunInfo("x"), init_timeout=1)
     assert logger.experiment.settings.mode == "offline"
+    assert bool(held) == (server == "never answers")  # W&B did reach the silent server
     logger.experiment.finish()
     assert list(tmp_path.glob("wandb/offline-run-*"))
 
