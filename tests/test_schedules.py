@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from seq2seq.errors import ConfigError
+from seq2seq.pipeline import train
 from seq2seq.training.schedules import InverseSquareRootSchedule
+from tests.configs import TINY, compose_config
 
 
 def learning_rates(
@@ -47,3 +52,24 @@ def test_it_steps_every_update_and_refuses_bad_settings() -> None:
         InverseSquareRootSchedule(optimizer, warmup_steps=0)
     with pytest.raises(ConfigError, match="warmup_init_lr must lie in"):
         InverseSquareRootSchedule(optimizer, warmup_steps=10, warmup_init_lr=1.0)
+
+
+def test_the_plateau_schedule_steps_at_the_epochs_that_validate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With trainer.check_val_every_n_epoch=2 the plateau schedule, which watches val/bleu, steps
+    after epochs 2 and 4, on their val/bleu (Lightning would stop with an error at epoch 1, which
+    has no val/bleu)."""
+    seen: list[float] = []
+    step = torch.optim.lr_scheduler.ReduceLROnPlateau.step
+
+    def record(self: torch.optim.lr_scheduler.ReduceLROnPlateau, metrics: Any) -> None:
+        seen.append(float(metrics))
+        step(self, metrics)
+
+    monkeypatch.setattr(torch.optim.lr_scheduler.ReduceLROnPlateau, "step", record)
+    overrides = [*TINY, "trainer.max_epochs=4", "+trainer.check_val_every_n_epoch=2"]
+    train(compose_config([*overrides, f"run_dir={tmp_path}", "logger=csv"]))
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        logged = [float(row["val/bleu"]) for row in csv.DictReader(file) if row.get("val/bleu")]
+    assert len(logged) == 2 and seen == pytest.approx(logged)

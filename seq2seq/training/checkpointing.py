@@ -432,8 +432,9 @@ class ResumeState(pl.Callback):
             self._catch_up_plateau_schedulers(trainer, epochs_done=trainer.current_epoch + 1)
 
     def _catch_up_plateau_schedulers(self, trainer: pl.Trainer, epochs_done: int) -> None:
-        """Step each epoch-interval ``ReduceLROnPlateau`` that has taken fewer steps than
-        ``epochs_done`` (an unbroken run steps it once at the end of every epoch)."""
+        """Step each epoch-interval ``ReduceLROnPlateau`` that has taken fewer steps than an
+        unbroken run would have after ``epochs_done`` epochs: one at the end of every epoch that
+        validates (every ``frequency``-th)."""
         for config in trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if not (config.reduce_on_plateau and config.interval == "epoch"):
@@ -441,7 +442,7 @@ class ResumeState(pl.Callback):
             monitor = config.monitor or ""
             value = trainer.callback_metrics.get(monitor)
             current = float(value) if value is not None else self._saved_metrics.get(monitor)
-            while current is not None and scheduler.last_epoch < epochs_done:
+            while current is not None and scheduler.last_epoch < epochs_done // config.frequency:
                 scheduler.step(current)  # type: ignore[arg-type]  # ReduceLROnPlateau: the metric
 
 

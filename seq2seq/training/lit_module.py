@@ -440,6 +440,9 @@ class LitSeq2Seq(pl.LightningModule):
         config = {"scheduler": scheduler, "interval": getattr(scheduler, "interval", "epoch")}
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             config["monitor"] = "val/bleu"
+            # At the epochs that validate: every one, or every N-th with
+            # trainer.check_val_every_n_epoch=N (Lightning stops at an epoch without val/bleu).
+            config["frequency"] = self.trainer.check_val_every_n_epoch or 1
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def configure_gradient_clipping(
