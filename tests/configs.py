@@ -56,11 +56,11 @@ def epoch_target_tokens(config: DictConfig) -> int:
     return sum(len(example.tgt_ids) + 1 for example in datamodule.datasets["train"].examples)
 
 
-def write_toy_files(directory: Path, train: int, val: int, test: int) -> Path:
+def write_toy_files(directory: Path, train: int, val: int, test: int, task: str = "toy") -> Path:
     """The toy task's splits as files ({split}.src, .tgt, .align), as a user writes them with
     scripts/make_toy_data.py; returns ``directory``."""
     subprocess.run(
-        [sys.executable, "scripts/make_toy_data.py", "--out", str(directory),
+        [sys.executable, "scripts/make_toy_data.py", "--out", str(directory), "--task", task,
          "--train-size", str(train), "--val-size", str(val), "--test-size", str(test)],
         cwd=ROOT, check=True, capture_output=True, timeout=120,
     )  # fmt: skip

@@ -298,7 +298,9 @@ class FastDecoder(AttentionDecoder):
         both = torch.sigmoid(input_gates[:, : 2 * size] + recurrent[:, : 2 * size])  # (B, 2H)
         reset, update = both.chunk(2, dim=-1)  # (B, H) each
         new = torch.tanh(torch.addcmul(input_gates[:, 2 * size :], reset, recurrent[:, 2 * size :]))
-        return (torch.lerp(new, hidden, update),)  # n + z (h - n) = (1 - z) n + z h
+        # n + z (h - n) = (1 - z) n + z h. Under autocast the gates are in the low precision
+        # while the first state (the encoder's, in float32) is not, and lerp takes one dtype.
+        return (torch.lerp(new, hidden.to(new.dtype), update),)
 
     def pack_targets(self, tgt_in: Tensor, tgt_out: Tensor) -> tuple[PackedTokens, Tensor]:
         """tgt_in's real tokens packed (``pack_tokens``; a sentence's length is its count of
