@@ -33,9 +33,9 @@ COPY = [
     "threads=2",
 ]
 RNN = ["model.hidden_size=64", "model.embedding_size=32", "optim.optimizer.lr=0.01"]
-RNN_EPOCHS = ["trainer.max_epochs=6", "+trainer.check_val_every_n_epoch=3"]
+RNN_EPOCHS = ["trainer.max_epochs=8", "+trainer.check_val_every_n_epoch=2"]
 MODELS = {
-    # 32 updates an epoch: 192 in all, 2 validations.
+    # 32 updates an epoch: 256 in all, 4 validations.
     "bahdanau": [*RNN, *RNN_EPOCHS, "model.decoder=bahdanau", "attention=additive"],
     "luong": [*RNN, *RNN_EPOCHS, "model.decoder=luong", "attention=dot"],
     # 640 updates, 4 validations. Pre-norm at a constant rate: the paper's warm-up schedule and
