@@ -19,7 +19,7 @@ from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode_batch
 from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.models import Transformer
-from seq2seq.search import Hypotheses, beam_search, greedy_search
+from seq2seq.search import BeamOutput, Hypotheses, beam_search, greedy_search
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ class Translation:
     src_tokens: list[str] | None = None
     tgt_tokens: list[str] | None = None
     attention: Tensor | None = None  # (len(tgt_tokens), len(src_tokens)), rows sum to 1
+    # Beam search's log P(Y) / lp(Y) of ``text``, when scores were asked for.
+    score: float | None = None
+    # The n best (text, score), best first (``text`` and ``score`` are the first), when asked for.
+    n_best: list[tuple[str, float]] | None = None
 
 
 class Translator:
@@ -47,6 +51,7 @@ class Translator:
         self.max_len_b = int(trained.decoding["max_len_b"])
         self.max_src_len = int(trained.decoding["max_src_len"])
         self.metrics = trained.metrics
+        self.model_config = trained.model_config
 
     @classmethod
     def load(
@@ -81,13 +86,21 @@ class Translator:
         length_penalty: float = 0.6,
         batch_size: int = 64,
         with_attention: bool = False,
+        n_best: int | None = None,
+        with_scores: bool = False,
     ) -> list[Translation]:
-        """Like ``translate``, with truncation flags and, if asked, tokens and attention weights.
+        """Like ``translate``, with truncation flags and, if asked, tokens and attention weights,
+        the score of each translation (``with_scores``) and the ``n_best`` best of the beam.
 
-        Sentences are sorted by length into batches (less padding) and put back in input order.
+        Scores and n-best lists come from beam search, which ranks by log P(Y) / lp(Y): with
+        ``beam_size=1`` that is a beam of one (greedy search's tokens where the length penalty
+        is 0). Sentences are sorted by length into batches (less padding) and put back in input
+        order.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        if n_best is not None and not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be from 1 to beam_size ({beam_size}), got {n_best}.")
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
         # Blank lines (no tokens) are answered without the model: an RNN cannot encode nothing.
@@ -95,7 +108,12 @@ class Translator:
             batch = [src_ids[i][: self.max_src_len] for i in indices]
             src = pad(batch).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
-            hypotheses = self._search(src, src_lens, beam_size, length_penalty)
+            if n_best is None and not with_scores:
+                hypotheses = self._search(src, src_lens, beam_size, length_penalty)
+                ranked = None
+            else:
+                ranked = self._beam(src, src_lens, beam_size, length_penalty, n_best or 1)
+                hypotheses = ranked.best
             # One conversion per batch instead of one per row.
             token_rows, lengths = hypotheses.tokens.tolist(), hypotheses.lengths.tolist()
             for row, index in enumerate(indices):
@@ -110,6 +128,10 @@ class Translator:
                     result.tgt_tokens = _tokens(self.tgt_tokenizer, ids[:n_out])
                     src_len = len(batch[row])
                     result.attention = hypotheses.attention[row, :n_out, :src_len].cpu()
+                if ranked is not None:
+                    alternatives = self._ranked(ranked, row)
+                    result.score = alternatives[0][1]
+                    result.n_best = alternatives if n_best is not None else None
                 results[index] = result
         return results
 
@@ -165,13 +187,9 @@ class Translator:
         weights = self.model.decoder.cross_attention_weights(tgt_in, encoded)  # (1, L, h, T+1, S)
         return weights[0, :, :, : len(tgt_ids)].cpu()
 
-    def _search(
-        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float
-    ) -> Hypotheses:
-        if beam_size == 1:
-            return greedy_search(
-                self.model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, self.max_len_a, self.max_len_b
-            )
+    def _beam(
+        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float, n_best: int
+    ) -> BeamOutput:
         return beam_search(
             self.model,
             src,
@@ -183,7 +201,26 @@ class Translator:
             length_penalty=length_penalty,
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
-        ).best
+            n_best=n_best,
+        )
+
+    def _ranked(self, output: BeamOutput, row: int) -> list[tuple[str, float]]:
+        """Sentence ``row``'s n best (text, score), best first."""
+        tokens, lengths = output.tokens[row].tolist(), output.lengths[row].tolist()  # (N, L), (N,)
+        scores = output.scores[row].tolist()  # (N,)
+        return [
+            (decode(self.tgt_tokenizer, ids[:length]), score)
+            for ids, length, score in zip(tokens, lengths, scores, strict=True)
+        ]
+
+    def _search(
+        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float
+    ) -> Hypotheses:
+        if beam_size == 1:
+            return greedy_search(
+                self.model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, self.max_len_a, self.max_len_b
+            )
+        return self._beam(src, src_lens, beam_size, length_penalty, n_best=1).best
 
 
 def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:

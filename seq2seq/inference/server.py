@@ -1,0 +1,345 @@
+"""The translation server: an HTTP JSON API over models fixed at start-up.
+
+    POST /translate  {"model", "src": [...], "beam_size", "length_penalty", "n_best",
+                      "return_attention", "return_scores"} -> one result per sentence
+    GET  /models     name, architecture, scoring function, parameters, backend, vocabularies
+    GET  /health     200 once every model is loaded, 503 before
+
+FastAPI and uvicorn (the ``serve`` extra) with our own micro-batcher (``batching``), not LitServe:
+a request here carries a list of sentences with its own search options, and what batches well is
+sentences with equal options, sorted by length, in the process that holds the model; LitServe
+batches whole requests in worker processes that each load their own copy of every model (twice
+the memory on a 2-core machine) and answers errors in its own format. docs/serving.md has more.
+
+Every client mistake is a 4xx with ``{"error": "<one sentence naming the field>"}``; a model that
+fails is a 500 with its message; neither stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from seq2seq.inference.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
+from seq2seq.inference.translator import Translation, Translator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; more is a 4xx naming the limit."""
+
+    max_sentences: int = 64
+    max_chars: int = 2000  # per sentence
+    max_body_bytes: int = 1_000_000
+    max_beam_size: int = 16
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model the server loads at start-up: a name clients use and a bundle or checkpoint."""
+
+    name: str
+    path: Path
+    trust_modules: tuple[str, ...] = ()
+
+
+class TranslateRequest(BaseModel):
+    """The body of POST /translate (OpenNMT-py's REST names where it has them)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None  # may be left out when one model is served
+    src: list[str]
+    beam_size: int = 1
+    length_penalty: float = 0.6
+    n_best: int | None = None
+    return_attention: bool = False
+    return_scores: bool = False
+
+
+class ClientError(Exception):
+    """A request the server refuses: its HTTP status and one sentence naming the field."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class ServerState:
+    sources: list[ModelSource]
+    limits: Limits
+    batching: BatchingOptions
+    api_key: str | None
+    translators: dict[str, Translator] = field(default_factory=dict)
+    batchers: dict[str, MicroBatcher] = field(default_factory=dict)
+    ready: bool = False
+    load_error: str | None = None  # why a model could not be loaded (the server then stops)
+
+
+def describe(name: str, translator: Translator, backend: str) -> dict[str, Any]:
+    """What GET /models says of a model."""
+    config = translator.model_config
+    decoder = config.get("decoder", {}).get("_target_", "") if "decoder" in config else ""
+    attention = config.get("attention", {})
+    scoring = attention.get("_target_", "").rsplit(".", 1)[-1]
+    return {
+        "name": name,
+        "architecture": config.get("_target_", "").rsplit(".", 1)[-1],
+        "decoder": decoder.rsplit(".", 1)[-1] or None,
+        "scoring": scoring,
+        "scaled": attention.get("scaled"),
+        "num_heads": config.get("num_heads"),
+        "parameters": sum(p.numel() for p in translator.model.parameters()),
+        "backend": backend,
+        "src_vocab_size": translator.src_tokenizer.get_vocab_size(),
+        "tgt_vocab_size": translator.tgt_tokenizer.get_vocab_size(),
+    }
+
+
+def translate_with(translator: Translator) -> Translate:
+    """The batcher's call into ``translator`` (run in the batcher's worker thread)."""
+
+    def translate(
+        sentences: list[str], options: SearchOptions, batch_size: int
+    ) -> list[Translation]:
+        return translator.translate_detailed(
+            sentences,
+            beam_size=options.beam_size,
+            length_penalty=options.length_penalty,
+            batch_size=batch_size,
+            with_attention=options.attention,
+            n_best=options.n_best,
+            with_scores=options.scores,
+        )
+
+    return translate
+
+
+def create_app(
+    sources: list[ModelSource],
+    limits: Limits | None = None,
+    batching: BatchingOptions | None = None,
+    api_key: str | None = None,
+    on_load_error: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """The app; models load in a worker thread once it starts (GET /health says when), and
+    ``on_load_error`` hears why one could not be."""
+    state = ServerState(sources, limits or Limits(), batching or BatchingOptions(), api_key)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.get_running_loop().create_task(load_models(state, on_load_error))
+        yield
+        loading.cancel()
+        for batcher in state.batchers.values():
+            await batcher.close()
+
+    app = FastAPI(
+        title="seq2seq translation server", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
+    app.state.seq2seq = state
+
+    @app.exception_handler(ClientError)
+    async def refuse(request: Request, error: ClientError) -> JSONResponse:
+        return JSONResponse({"error": str(error)}, status_code=error.status)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.load_error is not None:
+            return JSONResponse({"status": "failed", "error": state.load_error}, status_code=503)
+        if not state.ready:
+            loaded = len(state.translators)
+            status = f"loading ({loaded} of {len(state.sources)} models loaded)"
+            return JSONResponse({"status": status}, status_code=503)
+        pending = {name: batcher.pending for name, batcher in state.batchers.items()}
+        return JSONResponse(
+            {"status": "ready", "models": [s.name for s in state.sources], "pending": pending}
+        )
+
+    @app.get("/models")
+    async def models(request: Request) -> JSONResponse:
+        authorize(request, state)
+        ready(state)
+        backend = "torch"
+        return JSONResponse(
+            {
+                "models": [
+                    describe(s.name, state.translators[s.name], backend) for s in state.sources
+                ]
+            }
+        )
+
+    @app.post("/translate")
+    async def translate(request: Request) -> JSONResponse:
+        authorize(request, state)
+        body = parse(await read_body(request, state.limits.max_body_bytes), state.limits, state)
+        ready(state)
+        name = body.model or state.sources[0].name
+        options = SearchOptions(
+            body.beam_size,
+            body.length_penalty,
+            body.n_best,
+            body.return_attention,
+            body.return_scores,
+        )
+        try:
+            translations = await state.batchers[name].submit(body.src, options)
+        except Exception as error:
+            log.exception("model %s failed on a request of %d sentences", name, len(body.src))
+            message = f"model {name!r} failed: {error}" if str(error) else f"model {name!r} failed"
+            return JSONResponse({"error": message}, status_code=500)
+        results = [
+            result(source, t, options) for source, t in zip(body.src, translations, strict=True)
+        ]
+        return JSONResponse({"model": name, "results": results})
+
+    return app
+
+
+async def load_models(state: ServerState, on_load_error: Callable[[str], None] | None) -> None:
+    loop = asyncio.get_running_loop()
+    for source in state.sources:
+        load = partial(Translator.load, source.path, trust_modules=source.trust_modules)
+        try:
+            translator = await loop.run_in_executor(None, load)
+        except Exception as error:
+            state.load_error = f"model {source.name!r} ({source.path}) could not be loaded: {error}"
+            log.error("%s", state.load_error)
+            if on_load_error is not None:
+                on_load_error(state.load_error)
+            return
+        state.translators[source.name] = translator
+        batcher = MicroBatcher(translate_with(translator), state.batching)
+        batcher.start()
+        state.batchers[source.name] = batcher
+    state.ready = True
+    log.info("ready: %s", ", ".join(s.name for s in state.sources))
+
+
+def authorize(request: Request, state: ServerState) -> None:
+    if state.api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        token.encode(), state.api_key.encode()
+    ):
+        raise ClientError(401, "this server needs an API key: send 'Authorization: Bearer KEY'.")
+
+
+def ready(state: ServerState) -> None:
+    if not state.ready:
+        raise ClientError(503, "the models are still loading: retry when GET /health says ready.")
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ClientError(413, f"the body has {declared} bytes; the limit is {max_bytes}.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise ClientError(413, f"the body is over the limit of {max_bytes} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
+    """The request, checked field by field; a ClientError naming the first field at fault."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ClientError(400, f"the body is not valid UTF-8 (byte {error.start}).") from None
+    try:
+        data = json.loads(text, parse_constant=refuse_constant)
+    except json.JSONDecodeError as error:
+        raise ClientError(
+            400,
+            f"the body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).",
+        ) from None
+    if not isinstance(data, dict):
+        raise ClientError(422, "the body must be a JSON object with at least a 'src' list.")
+    try:
+        body = TranslateRequest.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise ClientError(422, f"{where}: {first['msg']}.") from None
+    check(body, limits, state)
+    return body
+
+
+def refuse_constant(name: str) -> float:
+    raise ClientError(422, f"{name} is not a number a request may hold.")
+
+
+def check(body: TranslateRequest, limits: Limits, state: ServerState) -> None:
+    served = [s.name for s in state.sources]
+    if body.model is None and len(served) > 1:
+        raise ClientError(422, f"model: this server has several models, name one of {served}.")
+    if body.model is not None and body.model not in served:
+        raise ClientError(404, f"model: no model {body.model!r} here; the models are {served}.")
+    if not body.src:
+        raise ClientError(422, "src: the list is empty; send at least one sentence.")
+    if len(body.src) > limits.max_sentences:
+        raise ClientError(
+            422, f"src: {len(body.src)} sentences; the limit is {limits.max_sentences} a request."
+        )
+    for i, sentence in enumerate(body.src):
+        if len(sentence) > limits.max_chars:
+            raise ClientError(
+                422, f"src.{i}: {len(sentence)} characters; the limit is {limits.max_chars}."
+            )
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ClientError(
+                422, f"src.{i}: the sentence holds a lone surrogate escape, not valid Unicode."
+            ) from None
+    if not 1 <= body.beam_size <= limits.max_beam_size:
+        raise ClientError(
+            422, f"beam_size: {body.beam_size}; it must be from 1 to {limits.max_beam_size}."
+        )
+    if body.n_best is not None and not 1 <= body.n_best <= body.beam_size:
+        raise ClientError(
+            422, f"n_best: {body.n_best}; it must be from 1 to beam_size ({body.beam_size})."
+        )
+    if not (math.isfinite(body.length_penalty) and 0 <= body.length_penalty <= 10):
+        raise ClientError(422, f"length_penalty: {body.length_penalty}; it must be from 0 to 10.")
+
+
+def result(source: str, translation: Translation, options: SearchOptions) -> dict[str, Any]:
+    answer: dict[str, Any] = {"src": source, "tgt": translation.text}
+    if translation.truncated:
+        answer["truncated"] = True
+    if options.scores:
+        answer["pred_score"] = translation.score
+    if options.n_best is not None:  # a blank sentence has none
+        alternatives = translation.n_best or []
+        answer["n_best"] = [{"tgt": text, "pred_score": score} for text, score in alternatives]
+    if options.attention:
+        weights = translation.attention
+        answer["attention"] = {
+            "src_tokens": translation.src_tokens or [],
+            "tgt_tokens": translation.tgt_tokens or [],
+            # (len(tgt_tokens), len(src_tokens)): row j is where target token j looked.
+            "weights": [] if weights is None else weights.tolist(),
+        }
+    return answer

@@ -1,0 +1,311 @@
+"""scripts/serve.py as a client sees it: a real server on 127.0.0.1, answers checked against the
+Translator's, every client mistake a 4xx naming the field, and the server serving on after it.
+
+The models are the learning tests' Luong and Transformer trained on the copy task: decisive
+enough that merging requests into other batches (other padding, other summation orders) cannot
+flip a near-tie, so answers are compared exactly.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from seq2seq import Translator
+from seq2seq.inference.bundle import export_bundle, load
+from seq2seq.pipeline import train
+from tests.configs import ROOT, compose_config
+from tests.test_learning import COPY, MODELS
+
+SENTENCES = ["w3 w14 w7", "w1 w2 w3 w4 w5 w6 w7 w8", "w40", "", "w9 w9 w9 w10 w11"]
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """name -> bundle of a Luong and a Transformer that copy."""
+    made = {}
+    for name in ["luong", "transformer"]:
+        run_dir = tmp_path_factory.mktemp(f"{name}_run")
+        result = train(compose_config([*COPY, *MODELS[name], f"run_dir={run_dir}"]))
+        made[name] = export_bundle(load(result["best_checkpoint"]), run_dir / "bundle")
+    return made
+
+
+class Server:
+    """A scripts/serve.py process and a client for it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log: Path, port: int) -> None:
+        self.process, self.log, self.port = process, log, port
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    def translate(self, payload: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        return self.request("POST", "/translate", json.dumps(payload).encode(), headers)
+
+
+def start_server(arguments: list[str], log: Path, env: dict[str, str] | None = None) -> Server:
+    """Start serve.py on a free port; return once GET /health says ready."""
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "scripts/serve.py", "--port", "0", "--threads", "2", *arguments],
+            cwd=ROOT,
+            env={**(env or os.environ), "PYTHONPATH": str(ROOT)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while not (found := re.search(r"running on http://127\.0\.0\.1:(\d+)", log.read_text())):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the server did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    server = Server(process, log, int(found.group(1)))
+    while server.request("GET", "/health")[0] != 200:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    return server
+
+
+def stop(server: Server) -> int:
+    server.process.send_signal(signal.SIGTERM)
+    return server.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("server") / "log"
+    models = [f"--model={name}={path}" for name, path in bundles.items()]
+    running = start_server([*models, "--max-sentences", "8", "--max-beam-size", "6"], log)
+    yield running
+    assert stop(running) == 0, log.read_text()[-3000:]
+
+
+def test_health_and_models_describe_what_is_served(
+    server: Server, bundles: dict[str, Path]
+) -> None:
+    status, health = server.request("GET", "/health")
+    assert status == 200 and health["status"] == "ready"
+    assert health["models"] == ["luong", "transformer"]
+    status, described = server.request("GET", "/models")
+    assert status == 200
+    by_name = {model["name"]: model for model in described["models"]}
+    for name, path in bundles.items():
+        translator = Translator.load(path)
+        model = by_name[name]
+        assert model["parameters"] == sum(p.numel() for p in translator.model.parameters())
+        assert model["src_vocab_size"] == translator.src_tokenizer.get_vocab_size()
+        assert model["tgt_vocab_size"] == translator.tgt_tokenizer.get_vocab_size()
+        assert model["backend"] == "torch"
+    assert by_name["luong"]["architecture"] == "Seq2Seq"
+    assert by_name["luong"]["decoder"] == "LuongDecoder"
+    assert by_name["luong"]["scoring"] == "DotProductAttention"
+    assert by_name["transformer"]["architecture"] == "Transformer"
+    assert by_name["transformer"]["num_heads"] == 4
+    assert "listening" not in server.log.read_text()  # no warning: it listens on 127.0.0.1
+
+
+@pytest.mark.parametrize("name", ["luong", "transformer"])
+def test_translations_scores_n_best_and_attention_are_the_translators(
+    server: Server, bundles: dict[str, Path], name: str
+) -> None:
+    translator = Translator.load(bundles[name])
+    status, answer = server.translate({"model": name, "src": SENTENCES})
+    assert status == 200 and answer["model"] == name
+    assert [r["tgt"] for r in answer["results"]] == translator.translate(SENTENCES)
+    assert [r["src"] for r in answer["results"]] == SENTENCES
+
+    payload = {"model": name, "src": SENTENCES, "beam_size": 4, "n_best": 3}
+    status, answer = server.translate({**payload, "return_scores": True, "length_penalty": 1.0})
+    expected = translator.translate_detailed(
+        SENTENCES, beam_size=4, length_penalty=1.0, n_best=3, with_scores=True
+    )
+    assert status == 200
+    for got, want in zip(answer["results"], expected, strict=True):
+        assert got["tgt"] == want.text
+        assert got["pred_score"] == pytest.approx(want.score, abs=1e-5)
+        assert [a["tgt"] for a in got["n_best"]] == [text for text, _ in want.n_best or []]
+        scores = [score for _, score in want.n_best or []]
+        assert [a["pred_score"] for a in got["n_best"]] == pytest.approx(scores, abs=1e-5)
+
+    status, answer = server.translate({"model": name, "src": SENTENCES, "return_attention": True})
+    expected = translator.translate_detailed(SENTENCES, with_attention=True)
+    for got, want in zip(answer["results"], expected, strict=True):
+        attention = got["attention"]
+        assert attention["src_tokens"] == (want.src_tokens or [])
+        assert attention["tgt_tokens"] == (want.tgt_tokens or [])
+        if want.attention is None:  # a blank sentence
+            assert attention["weights"] == []
+        else:
+            assert torch.allclose(torch.tensor(attention["weights"]), want.attention, atol=1e-5)
+
+
+def test_concurrent_requests_each_get_their_own_translations(
+    server: Server, bundles: dict[str, Path]
+) -> None:
+    translator = Translator.load(bundles["luong"])
+    requests = [[f"w{i} w{i + 1}", f"w{(i * 7) % 45 + 1} w3 w{i % 9 + 1}"] for i in range(1, 41)]
+    expected = [translator.translate(sentences) for sentences in requests]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(
+            pool.map(lambda src: server.translate({"model": "luong", "src": src}), requests)
+        )
+    assert all(status == 200 for status, _ in answers)
+    assert [[r["tgt"] for r in answer["results"]] for _, answer in answers] == expected
+
+
+BAD_REQUESTS = [
+    (b"{bad", 400, "not valid JSON"),
+    (b'{"model": "luong", "src": ["\xff"]}', 400, "not valid UTF-8"),
+    (b'["w1"]', 422, "JSON object"),
+    (b'{"model": "luong"}', 422, "src: Field required"),
+    (b'{"model": "luong", "src": "w1"}', 422, "src: Input should be a valid list"),
+    (b'{"model": "luong", "src": [1]}', 422, "src.0: Input should be a valid string"),
+    (b'{"model": "luong", "src": []}', 422, "src: the list is empty"),
+    (b'{"model": "luong", "src": ["w1", "w1", "w1", "w1", "w1", "w1", "w1", "w1", "w1"]}', 422,
+     "src: 9 sentences; the limit is 8"),
+    (b'{"model": "luong", "src": ["' + b"w1 " * 700 + b'"]}', 422, "src.0: 2100 characters"),
+    (b'{"model": "luong", "src": ["\\ud800"]}', 422, "src.0: the sentence holds a lone surrogate"),
+    (b'{"model": "nope", "src": ["w1"]}', 404, "model: no model 'nope' here"),
+    (b'{"src": ["w1"]}', 422, "model: this server has several models"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": 0}', 422, "beam_size: 0"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": 7}', 422, "from 1 to 6"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": "5"}', 422, "beam_size: Input should be"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": 3, "n_best": 4}', 422, "n_best: 4"),
+    (b'{"model": "luong", "src": ["w1"], "length_penalty": NaN}', 422, "NaN is not a number"),
+    (b'{"model": "luong", "src": ["w1"], "length_penalty": -1}', 422, "length_penalty: -1"),
+    (b'{"model": "luong", "src": ["w1"], "return_scores": 1}', 422, "return_scores: Input should"),
+    (b'{"model": "luong", "src": ["w1"], "beams": 5}', 422, "beams: Extra inputs"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "status", "message"), BAD_REQUESTS)
+def test_a_bad_request_is_a_4xx_naming_the_field_and_the_server_goes_on(
+    server: Server, body: bytes, status: int, message: str
+) -> None:
+    got, answer = server.request("POST", "/translate", body)
+    assert (got, list(answer)) == (status, ["error"])
+    assert message in answer["error"] and "Traceback" not in answer["error"]
+    assert server.translate({"model": "luong", "src": ["w1 w2"]})[0] == 200
+
+
+def test_a_body_over_the_limit_is_refused(server: Server) -> None:
+    status, answer = server.request("POST", "/translate", b" " * 1_000_001)  # Content-Length
+    assert status == 413 and "1000001 bytes; the limit is 1000000" in answer["error"]
+    # Chunked, with no length up front: refused once the chunks pass the limit.
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    chunks = (b" " * 100_000 for _ in range(11))
+    connection.request("POST", "/translate", body=chunks, encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 413
+    assert "over the limit of 1000000 bytes" in json.loads(response.read())["error"]
+    connection.close()
+    assert server.translate({"model": "luong", "src": ["w1 w2"]})[0] == 200
+
+
+def test_an_api_key_is_required_when_set(bundles: dict[str, Path], tmp_path: Path) -> None:
+    env = {**os.environ, "SEQ2SEQ_API_KEY": "s3cret"}
+    server = start_server([f"--model={bundles['luong']}"], tmp_path / "log", env)
+    try:
+        payload = {"src": ["w1 w2"]}  # one model: no name needed
+        assert server.translate(payload)[0] == 401
+        assert server.translate(payload, {"Authorization": "Bearer wrong"})[0] == 401
+        assert server.request("GET", "/models")[0] == 401
+        status, answer = server.translate(payload, {"Authorization": "Bearer s3cret"})
+        assert status == 200 and answer["model"] == "bundle"  # named after the directory
+    finally:
+        assert stop(server) == 0
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_exits_0(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    # A request waits 3 s for others to join it: SIGTERM comes while it is in flight.
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-wait-ms", "3000"], tmp_path / "log"
+    )
+    answers: list[tuple[int, Any]] = []
+    client = threading.Thread(
+        target=lambda: answers.append(server.translate({"src": ["w5 w6 w7"]}))
+    )
+    client.start()
+    while server.request("GET", "/health")[1]["pending"]["luong"] != 1:
+        time.sleep(0.01)
+    assert stop(server) == 0
+    client.join(timeout=60)
+    expected = Translator.load(bundles["luong"]).translate(["w5 w6 w7"])
+    assert answers == [
+        (200, {"model": "luong", "results": [{"src": "w5 w6 w7", "tgt": expected[0]}]})
+    ]
+
+
+def test_bad_command_lines_and_models_that_do_not_load_stop_with_a_message(
+    tmp_path: Path, bundles: dict[str, Path]
+) -> None:
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    for arguments, message in [
+        (["--model", f"a={tmp_path / 'missing'}"], "does not exist"),
+        (["--model", f"a={bundles['luong']}", "--model", f"a={bundles['luong']}"], "is taken"),
+        (["--model", f"a={not_a_model}"], "could not be loaded"),
+    ]:
+        completed = subprocess.run(
+            [sys.executable, "scripts/serve.py", "--port", "0", *arguments],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert completed.returncode == 2, completed.stderr[-3000:]
+        assert message in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_a_model_that_fails_is_a_500_with_its_message_and_the_server_goes_on(
+    bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from seq2seq.inference.server import ModelSource, create_app
+
+    real = Translator.translate_detailed
+
+    def fragile(self: Translator, sentences: list[str], *args: Any, **kwargs: Any) -> Any:
+        if "w13" in sentences:
+            raise RuntimeError("out of memory")
+        return real(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_detailed", fragile)
+    app = create_app([ModelSource("luong", bundles["luong"])])
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        failed = client.post("/translate", json={"src": ["w13"]})
+        assert failed.status_code == 500
+        assert failed.json() == {"error": "model 'luong' failed: out of memory"}
+        assert client.post("/translate", json={"src": ["w12"]}).status_code == 200
