@@ -19,6 +19,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq import Translator
 from seq2seq.cli import (
+    add_backend_argument,
     add_trust_argument,
     check_device,
     check_writable,
@@ -43,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trust_argument(parser)
+    add_backend_argument(parser)
     return parser.parse_args()
 
 
@@ -52,7 +54,9 @@ def main() -> int:
     if args.hyp_out is not None:
         check_writable(args.hyp_out, "the hypotheses")
     check_device(args.device)
-    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
+    translator = Translator.load(
+        args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
+    )
     start = time.perf_counter()
     hypotheses = translator.translate(sources, args.beam_size, args.length_penalty, args.batch_size)
     seconds = time.perf_counter() - start

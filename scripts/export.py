@@ -3,7 +3,8 @@
     python scripts/export.py --checkpoint RUN/checkpoints/best.ckpt --out bundle/
 
 The bundle holds model.safetensors, config.json, src_tokenizer.json and tgt_tokenizer.json.
-With --onnx it also holds encoder.onnx and decoder_step.onnx (pip install -e ".[onnx]").
+With --onnx it also holds encoder.onnx and decoder_step.onnx (pip install -e ".[onnx]"), which
+translate.py, evaluate.py and serve.py run with --backend onnx.
 """
 
 from __future__ import annotations

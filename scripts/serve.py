@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
+from seq2seq.cli import UsageError, add_backend_argument, add_trust_argument, int_at_least, run
 
 if TYPE_CHECKING:
     from seq2seq.inference.server import ModelSource
@@ -67,10 +67,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int_at_least(1), help="torch threads (one per core)")
     add_trust_argument(parser)
+    add_backend_argument(parser)
     return parser.parse_args()
 
 
-def model_sources(specs: list[str], trust_modules: list[str]) -> list[ModelSource]:
+def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
     from seq2seq.inference.server import ModelSource
 
     sources: list[ModelSource] = []
@@ -91,7 +92,7 @@ def model_sources(specs: list[str], trust_modules: list[str]) -> list[ModelSourc
                 f"--model {spec!r}: {path} does not exist (a bundle dir or checkpoint)."
             )
         names.add(name)
-        sources.append(ModelSource(name, path, tuple(trust_modules)))
+        sources.append(ModelSource(name, path, tuple(trust_modules), backend))
     return sources
 
 
@@ -112,7 +113,7 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    sources = model_sources(args.models, args.trust_modules)
+    sources = model_sources(args.models, args.trust_modules, args.backend)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         log.warning(

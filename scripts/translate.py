@@ -19,6 +19,7 @@ from seq2seq import Translator
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.cli import (
     UsageError,
+    add_backend_argument,
     add_trust_argument,
     check_device,
     check_writable,
@@ -49,6 +50,7 @@ def parse_args() -> argparse.Namespace:
         "default), 'grid' (every layer and head) or 'L,H' (layer L, head H, from 1)",
     )
     add_trust_argument(parser)
+    add_backend_argument(parser)
     return parser.parse_args()
 
 
@@ -58,7 +60,9 @@ def main() -> int:
     for path, what in [(args.output, "the translations"), (args.attention_plot, "the plot")]:
         if path is not None:
             check_writable(path, what)
-    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
+    translator = Translator.load(
+        args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
+    )
     first_sentence: list[str] = []  # the first non-blank input line, for --attention-plot
 
     def remember_first(lines: Iterable[bytes]) -> Iterator[bytes]:

@@ -509,14 +509,18 @@ def sdpa_context(
         queries = queries / temperature
     else:
         scale = scale / temperature
+    # SDPA's 4-D form, (B, 1, T, ·), one "head": the form the ONNX exporter converts.
+    queries, keys, values = queries[:, None], keys[:, None], values[:, None]
     if valid_lens is None:
-        return F.scaled_dot_product_attention(queries, keys, values, scale=scale)
+        return F.scaled_dot_product_attention(queries, keys, values, scale=scale)[:, 0]
     # SDPA's boolean mask means "may attend" (True = valid), the polarity of valid_key_mask.
-    has_valid_key = valid_key_mask(valid_lens, queries.shape[1], 1)  # (B, Tq, 1)
+    has_valid_key = valid_key_mask(valid_lens, queries.shape[2], 1)  # (B, Tq, 1)
     # A row with no valid key makes SDPA return NaN; let it attend to key 0 and zero it afterwards.
-    is_valid = valid_key_mask(valid_lens.clamp(min=1), queries.shape[1], keys.shape[1])
-    context = F.scaled_dot_product_attention(queries, keys, values, attn_mask=is_valid, scale=scale)
-    return context * has_valid_key  # (B, Tq, Dv)
+    is_valid = valid_key_mask(valid_lens.clamp(min=1), queries.shape[2], keys.shape[2])
+    context = F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=is_valid[:, None], scale=scale
+    )  # (B, 1, Tq, Dv)
+    return context[:, 0] * has_valid_key  # (B, Tq, Dv)
 
 
 def _check_temperature(temperature: object, key: str) -> float:

@@ -12,6 +12,7 @@ from pathlib import Path
 from hydra.errors import InstantiationException
 
 from seq2seq.errors import Seq2SeqError
+from seq2seq.inference.translator import BACKENDS
 from seq2seq.training.runtime import tune_allocator
 
 log = logging.getLogger("seq2seq")
@@ -79,6 +80,16 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE",
         help="import a scoring function the model file names from this module (or .py file): "
         "its code runs, so trust only your own (repeatable)",
+    )
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """``--backend torch|onnx``: what runs the search (``Translator.load``'s ``backend``)."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="torch",
+        help="torch (the model) or onnx (a bundle exported with --onnx, in ONNX Runtime) (torch)",
     )
 
 

@@ -181,10 +181,3 @@ def test_a_transformer_trains_under_ddp_on_two_cpu_processes(tmp_path: Path) -> 
     with open(run_dir / "metrics.csv", newline="") as file:
         logged = [float(row["val/bleu"]) for row in csv.DictReader(file) if row.get("val/bleu")]
     assert logged[-1] == pytest.approx(single_process, abs=1e-3)
-
-
-def test_onnx_export_of_a_transformer_is_refused_with_a_message(transformer_bundle: Path) -> None:
-    from seq2seq.inference.onnx_export import export_onnx
-
-    with pytest.raises(ConfigError, match="ONNX export covers the RNN models"):
-        export_onnx(load(transformer_bundle).model, transformer_bundle / "onnx")

@@ -25,9 +25,11 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.errors import ConfigError
+from seq2seq.inference.onnx_transformer import export_transformer_onnx
 from seq2seq.kernels import reference
 from seq2seq.models.decoder import EncodedSource
 from seq2seq.models.model import EncoderDecoder, Seq2Seq
+from seq2seq.models.transformer import Transformer
 
 OPSET = 17
 
@@ -70,12 +72,13 @@ def state_names(model: EncoderDecoder) -> list[str]:
 
 
 def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``encoder.onnx`` and ``decoder_step.onnx`` to ``out_dir``; returns their paths."""
+    """Write ``encoder.onnx`` and ``decoder_step.onnx`` to ``out_dir``; returns their paths.
+    A Transformer's are ``onnx_transformer``'s (static key/value cache, torch.export)."""
+    if isinstance(model, Transformer):
+        return export_transformer_onnx(model, out_dir)
     if not isinstance(model, Seq2Seq):
         raise ConfigError(
-            f"ONNX export covers the RNN models (Seq2Seq); this is a {type(model).__name__}, "
-            "whose decoding state grows with every step (its key/value caches). Export the "
-            "bundle without --onnx: translate.py and evaluate.py run it."
+            f"ONNX export covers Seq2Seq and Transformer models, not a {type(model).__name__}."
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

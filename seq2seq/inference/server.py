@@ -56,6 +56,7 @@ class ModelSource:
     name: str
     path: Path
     trust_modules: tuple[str, ...] = ()
+    backend: str = "torch"  # Translator.load's: torch or onnx
 
 
 class TranslateRequest(BaseModel):
@@ -92,7 +93,7 @@ class ServerState:
     load_error: str | None = None  # why a model could not be loaded (the server then stops)
 
 
-def describe(name: str, translator: Translator, backend: str) -> dict[str, Any]:
+def describe(name: str, translator: Translator) -> dict[str, Any]:
     """What GET /models says of a model."""
     config = translator.model_config
     decoder = config.get("decoder", {}).get("_target_", "") if "decoder" in config else ""
@@ -106,7 +107,7 @@ def describe(name: str, translator: Translator, backend: str) -> dict[str, Any]:
         "scaled": attention.get("scaled"),
         "num_heads": config.get("num_heads"),
         "parameters": sum(p.numel() for p in translator.model.parameters()),
-        "backend": backend,
+        "backend": translator.backend,
         "src_vocab_size": translator.src_tokenizer.get_vocab_size(),
         "tgt_vocab_size": translator.tgt_tokenizer.get_vocab_size(),
     }
@@ -176,14 +177,8 @@ def create_app(
     async def models(request: Request) -> JSONResponse:
         authorize(request, state)
         ready(state)
-        backend = "torch"
-        return JSONResponse(
-            {
-                "models": [
-                    describe(s.name, state.translators[s.name], backend) for s in state.sources
-                ]
-            }
-        )
+        described = [describe(s.name, state.translators[s.name]) for s in state.sources]
+        return JSONResponse({"models": described})
 
     @app.post("/translate")
     async def translate(request: Request) -> JSONResponse:
@@ -215,7 +210,12 @@ def create_app(
 async def load_models(state: ServerState, on_load_error: Callable[[str], None] | None) -> None:
     loop = asyncio.get_running_loop()
     for source in state.sources:
-        load = partial(Translator.load, source.path, trust_modules=source.trust_modules)
+        load = partial(
+            Translator.load,
+            source.path,
+            trust_modules=source.trust_modules,
+            backend=source.backend,
+        )
         try:
             translator = await loop.run_in_executor(None, load)
         except Exception as error:

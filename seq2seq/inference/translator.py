@@ -17,9 +17,10 @@ from torch import Tensor
 
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode_batch
+from seq2seq.errors import ModelFileError
 from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.models import Transformer
-from seq2seq.search import BeamOutput, Hypotheses, beam_search, greedy_search
+from seq2seq.search import BeamOutput, Hypotheses, StepwiseModel, beam_search, greedy_search
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,28 @@ class Translation:
     n_best: list[tuple[str, float]] | None = None
 
 
+# What runs the search: PyTorch (the model itself) or ONNX Runtime (the bundle's encoder.onnx and
+# decoder_step.onnx, written by scripts/export.py --onnx).
+BACKENDS = ("torch", "onnx")
+
+
 class Translator:
     """Batched greedy or beam-search translation of untokenized sentences."""
 
-    def __init__(self, trained: TrainedModel, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        trained: TrainedModel,
+        device: str | torch.device = "cpu",
+        searched: StepwiseModel | None = None,
+        backend: str = "torch",
+    ) -> None:
+        """``searched``: what the search steps through instead of the model (an ONNX Runtime
+        model for ``backend="onnx"``); the model still answers ``force_decode`` and
+        ``attention_heads``."""
         self.device = torch.device(device)
         self.model = trained.model.to(self.device).eval()
+        self.searched: StepwiseModel = self.model if searched is None else searched
+        self.backend = backend
         self.src_tokenizer = trained.src_tokenizer
         self.tgt_tokenizer = trained.tgt_tokenizer
         self.max_len_a = float(trained.decoding["max_len_a"])
@@ -60,13 +77,21 @@ class Translator:
         device: str | torch.device = "cpu",
         kernels: str | None = None,
         trust_modules: Iterable[str] = (),
+        backend: str = "torch",
     ) -> Translator:
         """From a train.py checkpoint or a scripts/export.py bundle; runs no code from it.
         ``kernels`` (auto or off) overrides the model's ``model.kernels``; ``trust_modules``
         (module names or ``.py`` files) may provide a scoring function that is not built in:
-        a file that names one from any other module is refused."""
+        a file that names one from any other module is refused. ``backend="onnx"`` decodes with
+        the bundle's ONNX graphs in ONNX Runtime (on the CPU)."""
+        if backend not in BACKENDS:
+            raise ModelFileError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}.")
         trained = load(path, map_location="cpu", kernels=kernels, trust_modules=trust_modules)
-        return cls(trained, device)
+        if backend == "torch":
+            return cls(trained, device)
+        if torch.device(device).type != "cpu":
+            raise ModelFileError(f"the onnx backend runs on the CPU; got device {device!r}.")
+        return cls(trained, device, onnx_model(Path(path), trained), backend)
 
     def translate(
         self,
@@ -191,7 +216,7 @@ class Translator:
         self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float, n_best: int
     ) -> BeamOutput:
         return beam_search(
-            self.model,
+            self.searched,
             src,
             src_lens,
             BOS_ID,
@@ -218,9 +243,43 @@ class Translator:
     ) -> Hypotheses:
         if beam_size == 1:
             return greedy_search(
-                self.model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, self.max_len_a, self.max_len_b
+                self.searched,
+                src,
+                src_lens,
+                BOS_ID,
+                EOS_ID,
+                PAD_ID,
+                self.max_len_a,
+                self.max_len_b,
             )
         return self._beam(src, src_lens, beam_size, length_penalty, n_best=1).best
+
+
+def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
+    """The bundle's ONNX graphs as a model search can step through; a clear error without them."""
+    from seq2seq.inference.onnx_transformer import (
+        DECODER_STEP,
+        ENCODER,
+        OnnxSeq2Seq,
+        OnnxTransformer,
+    )
+
+    missing = [name for name in (ENCODER, DECODER_STEP) if not (path / name).is_file()]
+    if missing:
+        raise ModelFileError(
+            f"{path} has no {' or '.join(missing)}: the onnx backend needs a bundle exported "
+            "with --onnx (python scripts/export.py --checkpoint CKPT --out DIR --onnx)."
+        )
+    try:
+        if isinstance(trained.model, Transformer):
+            return OnnxTransformer(
+                path, float(trained.decoding["max_len_a"]), int(trained.decoding["max_len_b"])
+            )
+        return OnnxSeq2Seq(path)
+    except ImportError as error:
+        raise ModelFileError(
+            f"the onnx backend needs onnxruntime ({error}): pip install -e '.[onnx]'."
+        ) from None
 
 
 def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:

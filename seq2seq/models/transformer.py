@@ -49,7 +49,7 @@ def sinusoidal_positions(positions: Tensor, size: int) -> Tensor:
         * (-math.log(10000.0) / size)
     )  # (ceil(D/2),)
     angles = positions.float()[:, None] * frequencies[None, :]  # (T, ceil(D/2))
-    table = torch.zeros(len(positions), size, device=positions.device)
+    table = torch.zeros(positions.shape[0], size, device=positions.device)
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : size // 2])
     return table  # (T, D)
