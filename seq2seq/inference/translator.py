@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -20,7 +21,14 @@ from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, en
 from seq2seq.errors import ModelFileError
 from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.models import Transformer
-from seq2seq.search import BeamOutput, Hypotheses, StepwiseModel, beam_search, greedy_search
+from seq2seq.search import (
+    BeamOutput,
+    Hypotheses,
+    StepwiseModel,
+    beam_search,
+    greedy_search,
+    max_output_lengths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +48,10 @@ class Translation:
     n_best: list[tuple[str, float]] | None = None
 
 
-# What runs the search: PyTorch (the model itself) or ONNX Runtime (the bundle's encoder.onnx and
-# decoder_step.onnx, written by scripts/export.py --onnx).
-BACKENDS = ("torch", "onnx")
+# What runs the search: PyTorch (the model itself), ONNX Runtime (the bundle's encoder.onnx and
+# decoder_step.onnx, from scripts/export.py --onnx) or CTranslate2 (the bundle's ctranslate2/,
+# from --format ctranslate2: its own search, with its own length penalty).
+BACKENDS = ("torch", "onnx", "ctranslate2")
 
 
 class Translator:
@@ -62,6 +71,7 @@ class Translator:
         self.model = trained.model.to(self.device).eval()
         self.searched: StepwiseModel = self.model if searched is None else searched
         self.backend = backend
+        self.ctranslate2: Any = None  # a ctranslate2.Translator for backend="ctranslate2"
         self.src_tokenizer = trained.src_tokenizer
         self.tgt_tokenizer = trained.tgt_tokenizer
         self.max_len_a = float(trained.decoding["max_len_a"])
@@ -90,7 +100,11 @@ class Translator:
         if backend == "torch":
             return cls(trained, device)
         if torch.device(device).type != "cpu":
-            raise ModelFileError(f"the onnx backend runs on the CPU; got device {device!r}.")
+            raise ModelFileError(f"the {backend} backend runs on the CPU here; got {device!r}.")
+        if backend == "ctranslate2":
+            translator = cls(trained, device, backend=backend)
+            translator.ctranslate2 = ctranslate2_model(Path(path))
+            return translator
         return cls(trained, device, onnx_model(Path(path), trained), backend)
 
     def translate(
@@ -128,6 +142,11 @@ class Translator:
             raise ValueError(f"n_best must be from 1 to beam_size ({beam_size}), got {n_best}.")
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
+        if self.ctranslate2 is not None:
+            search = (beam_size, length_penalty, n_best, with_attention, with_scores)
+            for indices in length_batches(src_ids, batch_size):
+                self._translate_ctranslate2(src_ids, indices, results, *search)
+            return results
         # Blank lines (no tokens) are answered without the model: an RNN cannot encode nothing.
         for indices in length_batches(src_ids, batch_size):
             batch = [src_ids[i][: self.max_src_len] for i in indices]
@@ -159,6 +178,52 @@ class Translator:
                     result.n_best = alternatives if n_best is not None else None
                 results[index] = result
         return results
+
+    def _translate_ctranslate2(
+        self,
+        src_ids: list[list[int]],
+        indices: list[int],
+        results: list[Translation],
+        beam_size: int,
+        length_penalty: float,
+        n_best: int | None,
+        with_attention: bool,
+        with_scores: bool,
+    ) -> None:
+        """CTranslate2's search over the sentences ``indices``, into ``results``. Sentences of one
+        source length share a call, so that each gets our length limit (a·S + b tokens, EOS
+        included: CTranslate2's max_decoding_length counts it too)."""
+        by_length: dict[int, list[int]] = {}
+        for index in indices:
+            by_length.setdefault(min(len(src_ids[index]), self.max_src_len), []).append(index)
+        for length, group in by_length.items():
+            limit = int(max_output_lengths(torch.tensor([length]), self.max_len_a, self.max_len_b))
+            tokens = [_tokens(self.src_tokenizer, src_ids[i][:length]) for i in group]
+            outputs = self.ctranslate2.translate_batch(
+                tokens,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_decoding_length=max(1, limit),
+                num_hypotheses=n_best or 1,
+                return_scores=True,
+                return_attention=with_attention,
+            )
+            for index, source, output in zip(group, tokens, outputs, strict=True):
+                texts = [
+                    decode(self.tgt_tokenizer, _ids(self.tgt_tokenizer, hyp))
+                    for hyp in output.hypotheses
+                ]
+                result = Translation(texts[0], len(src_ids[index]) > self.max_src_len)
+                if with_scores or n_best is not None:
+                    result.score = float(output.scores[0])
+                    ranked = list(zip(texts, map(float, output.scores), strict=True))
+                    result.n_best = ranked if n_best is not None else None
+                if with_attention:
+                    result.src_tokens = source
+                    result.tgt_tokens = list(output.hypotheses[0])
+                    rows = len(result.tgt_tokens)
+                    result.attention = torch.tensor(output.attention[0])[:rows, : len(source)]
+                results[index] = result
 
     @torch.no_grad()
     def force_decode(
@@ -203,8 +268,7 @@ class Translator:
         if not isinstance(self.model, Transformer):
             return None
         [src_ids] = encode_batch(self.src_tokenizer, [source])
-        tgt_ids = [self.tgt_tokenizer.token_to_id(token) for token in target_tokens]
-        tgt_ids = [UNK_ID if token_id is None else token_id for token_id in tgt_ids]
+        tgt_ids = _ids(self.tgt_tokenizer, target_tokens)
         src = torch.tensor([src_ids], device=self.device)  # (1, S)
         src_lens = torch.tensor([len(src_ids)], device=self.device)
         tgt_in = torch.tensor([[BOS_ID, *tgt_ids]], device=self.device)  # (1, T + 1)
@@ -255,6 +319,29 @@ class Translator:
         return self._beam(src, src_lens, beam_size, length_penalty, n_best=1).best
 
 
+def ctranslate2_model(path: Path) -> Any:
+    """The bundle's CTranslate2 model; a clear error without it or without the package."""
+    from seq2seq.inference.ctranslate2_export import CTRANSLATE2_DIR
+
+    directory = path / CTRANSLATE2_DIR
+    if not (directory / "model.bin").is_file():
+        raise ModelFileError(
+            f"{path} has no {CTRANSLATE2_DIR}/model.bin: the ctranslate2 backend needs a bundle "
+            "exported with --format ctranslate2 (python scripts/export.py --checkpoint CKPT --out "
+            "DIR --format ctranslate2 --quantization int8)."
+        )
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise ModelFileError(
+            f"the ctranslate2 backend needs the ctranslate2 package ({error}): "
+            "pip install -e '.[ctranslate2]'."
+        ) from None
+    return ctranslate2.Translator(
+        str(directory), device="cpu", intra_threads=torch.get_num_threads()
+    )
+
+
 def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
     """The bundle's ONNX graphs as a model search can step through; a clear error without them."""
     from seq2seq.inference.onnx_transformer import (
@@ -288,6 +375,11 @@ def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterato
     order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size][::-1]
+
+
+def _ids(tokenizer: Tokenizer, tokens: Sequence[str]) -> list[int]:
+    ids = [tokenizer.token_to_id(token) for token in tokens]
+    return [UNK_ID if token_id is None else token_id for token_id in ids]
 
 
 def _tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
