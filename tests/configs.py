@@ -82,3 +82,13 @@ def evaluate_script(model: Path, data: Path, split: str, hypotheses: Path, *extr
     assert completed.returncode == 0, completed.stderr[-3000:]
     score: float = json.loads(completed.stdout)["score"]
     return score
+
+
+def script_output(*arguments: str) -> str:
+    """stdout of ``python ARGUMENTS`` run from the checkout, which must succeed."""
+    completed = subprocess.run(
+        [sys.executable, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout

@@ -18,7 +18,7 @@ from seq2seq.errors import ConfigError, ModelFileError
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.inference.ctranslate2_export import export_ctranslate2
 from seq2seq.pipeline import train
-from tests.configs import ROOT, TINY_TRANSFORMER, compose_config
+from tests.configs import ROOT, TINY_TRANSFORMER, compose_config, script_output
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
 
@@ -117,20 +117,12 @@ def test_export_py_and_the_scripts_take_the_ctranslate2_backend(tmp_path: Path) 
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SENTENCES) + "\n")
 
-    def script(*arguments: str) -> str:
-        completed = subprocess.run(
-            [sys.executable, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        return completed.stdout
-
     translate = ["scripts/translate.py", "--model", str(bundle), "--input", str(source)]
-    assert script(*translate, "--backend", "ctranslate2") == script(*translate)
+    assert script_output(*translate, "--backend", "ctranslate2") == script_output(*translate)
     out = tmp_path / "exported"
-    script("scripts/export.py", "--checkpoint", str(bundle), "--out", str(out),
+    script_output("scripts/export.py", "--checkpoint", str(bundle), "--out", str(out),
            "--format", "ctranslate2", "--quantization", "int8")  # fmt: skip
     assert json.loads((out / "ctranslate2" / "seq2seq.json").read_text())["quantization"] == "int8"
-    lines = script("scripts/translate.py", "--model", str(out), "--input", str(source),
+    lines = script_output("scripts/translate.py", "--model", str(out), "--input", str(source),
                    "--backend", "ctranslate2").splitlines()  # fmt: skip
     assert len(lines) == len(SENTENCES) and lines[4] == ""

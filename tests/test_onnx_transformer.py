@@ -6,9 +6,6 @@ scripts take the exported bundle."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,7 @@ from seq2seq.inference.onnx_export import export_onnx
 from seq2seq.inference.onnx_transformer import OnnxTransformer
 from seq2seq.pipeline import train
 from seq2seq.search import beam_search, greedy_search
-from tests.configs import ROOT, TINY_TRANSFORMER, compose_config
+from tests.configs import TINY_TRANSFORMER, compose_config, script_output
 from tests.scoring import SCORING_FUNCTIONS
 
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
@@ -150,20 +147,12 @@ def test_the_scripts_take_the_onnx_backend(exported: Path, tmp_path: Path) -> No
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SENTENCES) + "\n")
 
-    def script(*arguments: str) -> str:
-        completed = subprocess.run(
-            [sys.executable, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        return completed.stdout
-
     translate = ["scripts/translate.py", "--model", str(exported), "--input", str(source)]
-    assert script(*translate, "--backend", "onnx") == script(*translate)
+    assert script_output(*translate, "--backend", "onnx") == script_output(*translate)
     evaluate = ["scripts/evaluate.py", "--model", str(exported), "--src", str(source)]
     evaluate += ["--ref", str(source), "--beam-size", "3", "--json"]
-    onnx_score = json.loads(script(*evaluate, "--backend", "onnx"))["score"]
-    assert onnx_score == json.loads(script(*evaluate))["score"]
+    onnx_score = json.loads(script_output(*evaluate, "--backend", "onnx"))["score"]
+    assert onnx_score == json.loads(script_output(*evaluate))["score"]
 
 
 def test_the_server_serves_the_onnx_backend(exported: Path, tmp_path: Path) -> None:
