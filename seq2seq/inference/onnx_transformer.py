@@ -151,16 +151,19 @@ def export_transformer_onnx(model: Transformer, out_dir: str | Path) -> tuple[Pa
     model = copy.deepcopy(model).eval()
     reference(model)  # plain PyTorch: the C kernels are calls the exporter cannot see into
     encoder_path, step_path = out_dir / ENCODER, out_dir / DECODER_STEP
-    # The exporter reports every step and warns about operators of packages we do not use.
-    exporter_log = logging.getLogger("torch.onnx")
-    level = exporter_log.level
-    exporter_log.setLevel(logging.ERROR)
+    # The exporter and its optimizer (onnxscript) report every step and warn about operators of
+    # packages we do not use: errors only.
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript", "onnx_ir")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             export_graphs(model, encoder_path, step_path)
     finally:
-        exporter_log.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
     return encoder_path, step_path
 
 
