@@ -18,6 +18,7 @@ from seq2seq.errors import ConfigError, ModelFileError
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.inference.ctranslate2_export import export_ctranslate2
 from seq2seq.pipeline import train
+from seq2seq.search import max_output_lengths
 from tests.configs import ROOT, TINY_TRANSFORMER, compose_config, script_output
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
@@ -126,3 +127,19 @@ def test_export_py_and_the_scripts_take_the_ctranslate2_backend(tmp_path: Path) 
     lines = script_output("scripts/translate.py", "--model", str(out), "--input", str(source),
                    "--backend", "ctranslate2").splitlines()  # fmt: skip
     assert len(lines) == len(SENTENCES) and lines[4] == ""
+
+
+def test_outputs_stop_at_our_length_limit(bundle: Path) -> None:
+    """Outputs cut by a·S + b (EOS included) are cut alike: greedy takes a batch at its largest
+    limit and cuts each output to its own, beam search runs one call per limit."""
+    pytorch, ct2 = Translator.load(bundle), Translator.load(bundle, backend="ctranslate2")
+    for translator in (pytorch, ct2):
+        translator.max_len_a, translator.max_len_b = 0.5, 1  # S/2 + 1 tokens at most
+    for beam_size in [1, 3]:
+        expected = pytorch.translate(SENTENCES, beam_size=beam_size, length_penalty=0.0)
+        assert ct2.translate(SENTENCES, beam_size=beam_size, length_penalty=0.0) == expected
+    outputs = [len(text.split()) for text in pytorch.translate(SENTENCES)]
+    sources = torch.tensor([len(sentence.split()) or 1 for sentence in SENTENCES])
+    limits = max_output_lengths(sources, 0.5, 1).tolist()
+    assert all(n <= limit for n, limit in zip(outputs, limits, strict=True))
+    assert any(n == limit for n, limit in zip(outputs, limits, strict=True))  # the limits cut

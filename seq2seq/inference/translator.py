@@ -190,28 +190,36 @@ class Translator:
         with_attention: bool,
         with_scores: bool,
     ) -> None:
-        """CTranslate2's search over the sentences ``indices``, into ``results``. Sentences of one
-        source length share a call, so that each gets our length limit (a·S + b tokens, EOS
-        included: CTranslate2's max_decoding_length counts it too)."""
-        by_length: dict[int, list[int]] = {}
+        """CTranslate2's search over the sentences ``indices``, into ``results``, each within our
+        length limit (a·S + b tokens, EOS included; CTranslate2's max_decoding_length counts it
+        too). Greedy tokens do not depend on the limit, so one call takes the batch at its
+        largest limit and each output is cut to its own; a beam's ranking does, so beam search
+        (and scores) runs one call per limit."""
+        lengths = {i: min(len(src_ids[i]), self.max_src_len) for i in indices}
+        limits = {
+            i: max(1, int(max_output_lengths(torch.tensor([n]), self.max_len_a, self.max_len_b)))
+            for i, n in lengths.items()
+        }
+        cut = beam_size == 1 and n_best is None and not with_scores
+        groups: dict[int, list[int]] = {}
         for index in indices:
-            by_length.setdefault(min(len(src_ids[index]), self.max_src_len), []).append(index)
-        for length, group in by_length.items():
-            limit = int(max_output_lengths(torch.tensor([length]), self.max_len_a, self.max_len_b))
-            tokens = [_tokens(self.src_tokenizer, src_ids[i][:length]) for i in group]
+            groups.setdefault(0 if cut else limits[index], []).append(index)
+        for group in groups.values():
+            tokens = [_tokens(self.src_tokenizer, src_ids[i][: lengths[i]]) for i in group]
             outputs = self.ctranslate2.translate_batch(
                 tokens,
                 beam_size=beam_size,
                 length_penalty=length_penalty,
-                max_decoding_length=max(1, limit),
+                max_decoding_length=max(limits[i] for i in group),
                 num_hypotheses=n_best or 1,
                 return_scores=True,
                 return_attention=with_attention,
             )
             for index, source, output in zip(group, tokens, outputs, strict=True):
+                hypotheses = [hypothesis[: limits[index]] for hypothesis in output.hypotheses]
                 texts = [
-                    decode(self.tgt_tokenizer, _ids(self.tgt_tokenizer, hyp))
-                    for hyp in output.hypotheses
+                    decode(self.tgt_tokenizer, _ids(self.tgt_tokenizer, hypothesis))
+                    for hypothesis in hypotheses
                 ]
                 result = Translation(texts[0], len(src_ids[index]) > self.max_src_len)
                 if with_scores or n_best is not None:
@@ -220,7 +228,7 @@ class Translator:
                     result.n_best = ranked if n_best is not None else None
                 if with_attention:
                     result.src_tokens = source
-                    result.tgt_tokens = list(output.hypotheses[0])
+                    result.tgt_tokens = list(hypotheses[0])
                     rows = len(result.tgt_tokens)
                     result.attention = torch.tensor(output.attention[0])[:rows, : len(source)]
                 results[index] = result
