@@ -1,0 +1,7 @@
+"""The attention explorer: one self-contained HTML page (no network) where the attention of one
+or more models can be explored sentence by sentence (``scripts/explore.py``)."""
+
+from seq2seq.explorer.data import ExplorerModel, explorer_data
+from seq2seq.explorer.page import write_page
+
+__all__ = ["ExplorerModel", "explorer_data", "write_page"]

@@ -1,0 +1,164 @@
+"""What the attention explorer page shows, as plain JSON-able data.
+
+For each sentence and each model: the model's translation (and n-best list with beam search), its
+attention while producing it, and the attention under teacher forcing on the reference (when one
+is given: the same tokens for every model, so maps compare cell by cell) or on the model's own
+translation. A Transformer gives every layer's and head's cross-attention as well as the last
+layer's average (what its decoding reports). With gold alignments: the AER of each map, per
+sentence, per model and per head. For every map: the entropy of each target step's weights.
+
+Weights are rounded to 4 decimals (the page draws them, nothing sums them again), which keeps
+a page of 20 sentences × 4 models × 3 layers × 4 heads to a few MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
+from seq2seq.inference.translator import Translation, Translator
+from seq2seq.models.transformer import Transformer
+
+DECIMALS = 4
+
+
+@dataclass(frozen=True)
+class ExplorerModel:
+    """A model the page shows, under the name the page gives it."""
+
+    name: str
+    translator: Translator
+
+
+def entropy(weights: Tensor) -> list[float]:
+    """The entropy, in nats, of each row of ``weights`` (T, S): 0 for a one-hot row, ln S for a
+    uniform one."""
+    rows = weights.clamp_min(1e-12)
+    return [round(float(value), DECIMALS) for value in -(weights * rows.log()).sum(-1)]
+
+
+def rounded(weights: Tensor) -> list[list[float]]:
+    return [[round(float(w), DECIMALS) for w in row] for row in weights.tolist()]
+
+
+def aer(weights: Tensor, gold: GoldAlignment | None) -> float | None:
+    """AER of the argmax links of ``weights`` (T, S) against ``gold``; None without gold."""
+    if gold is None:
+        return None
+    links = argmax_links(weights, weights.shape[1], weights.shape[0])
+    return round(count_links(links, gold).aer, DECIMALS)
+
+
+def attention_map(weights: Tensor, gold: GoldAlignment | None) -> dict[str, Any]:
+    """One map (T, S) as the page reads it."""
+    return {"weights": rounded(weights), "entropy": entropy(weights), "aer": aer(weights, gold)}
+
+
+def describe_model(model: ExplorerModel) -> dict[str, Any]:
+    config = model.translator.model_config
+    attention = config.get("attention", {})
+    network = model.translator.model
+    layers = network.decoder.decoder_layers() if isinstance(network, Transformer) else None
+    return {
+        "name": model.name,
+        "architecture": str(config.get("_target_", "")).rsplit(".", 1)[-1],
+        "scoring": str(attention.get("_target_", "")).rsplit(".", 1)[-1],
+        "scaled": attention.get("scaled"),
+        "layers": None if layers is None else len(layers),
+        "heads": None if layers is None else layers[0].cross_attention.num_heads,
+        "backend": model.translator.backend,
+    }
+
+
+def model_view(
+    model: ExplorerModel,
+    source: str,
+    reference: str | None,
+    translation: Translation,
+    gold: GoldAlignment | None,
+) -> dict[str, Any]:
+    """One model's view of one sentence."""
+    translator = model.translator
+    view: dict[str, Any] = {
+        "hypothesis": translation.text,
+        "hyp_tokens": translation.tgt_tokens or [],
+        "hyp_attention": None
+        if translation.attention is None
+        else attention_map(translation.attention, None),
+        "score": translation.score,
+        "n_best": [{"text": text, "score": score} for text, score in translation.n_best or []],
+    }
+    target = reference if reference is not None else translation.text
+    [forced] = translator.force_decode([source], [target])
+    assert forced.attention is not None
+    view["src_tokens"] = forced.src_tokens or []
+    view["forced_on"] = "reference" if reference is not None else "hypothesis"
+    view["tgt_tokens"] = forced.tgt_tokens or []
+    view["forced"] = attention_map(forced.attention, gold)
+    heads = translator.attention_heads(source, forced.tgt_tokens or [])
+    if heads is not None:  # (L, h, T, S)
+        view["heads"] = [[attention_map(head, gold) for head in layer] for layer in heads]
+    return view
+
+
+def explorer_data(
+    models: Sequence[ExplorerModel],
+    sources: Sequence[str],
+    references: Sequence[str] | None = None,
+    alignments: Sequence[GoldAlignment] | None = None,
+    beam_size: int = 1,
+    n_best: int | None = None,
+    title: str = "Attention explorer",
+    checkpoints: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The page's data: ``models`` translating ``sources`` (with ``references`` and gold
+    ``alignments``, line-parallel, when given). ``checkpoints`` are earlier snapshots of the
+    same data (the checkpoint slider of a training run), oldest first."""
+    if references is not None and len(references) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references.")
+    if alignments is not None and len(alignments) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(alignments)} alignments.")
+    translations = {
+        model.name: model.translator.translate_detailed(
+            list(sources),
+            beam_size=beam_size,
+            with_attention=True,
+            n_best=n_best if beam_size > 1 else None,
+            with_scores=beam_size > 1,
+        )
+        for model in models
+    }
+    sentences = []
+    for index, source in enumerate(sources):
+        reference = None if references is None else references[index]
+        gold = None if alignments is None else alignments[index]
+        sentences.append(
+            {
+                "src": source,
+                "ref": reference,
+                "gold": None
+                if gold is None
+                else {
+                    "sure": sorted([i, j] for i, j in gold.sure),
+                    "possible": sorted([i, j] for i, j in gold.possible - gold.sure),
+                },
+                "models": {
+                    model.name: model_view(
+                        model, source, reference, translations[model.name][index], gold
+                    )
+                    for model in models
+                },
+            }
+        )
+    return {
+        "title": title,
+        "models": [describe_model(model) for model in models],
+        "beam_size": beam_size,
+        "sentences": sentences,
+        "checkpoints": list(checkpoints),
+        "version": 1,
+    }

@@ -1,0 +1,41 @@
+"""The explorer's HTML page: one file with its data, styles and script inside, nothing fetched."""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from seq2seq.atomic import write_atomic
+
+
+def asset(name: str) -> str:
+    return resources.files("seq2seq.explorer").joinpath("assets", name).read_text("utf-8")
+
+
+def page(data: dict[str, Any]) -> str:
+    """The page for ``data`` (``explorer_data``'s). The JSON sits in a script element of its own
+    type, ``</`` escaped so that no string in it can end the element."""
+    payload = json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(str(data.get('title', 'Attention explorer')))}</title>\n"
+        f"<style>\n{asset('explorer.css')}</style>\n</head>\n<body>\n"
+        '<header id="controls"></header>\n<div id="source"></div>\n<div id="panels"></div>\n'
+        '<div id="note">Hover a target or source token, or a cell: the same row and column light '
+        "up in every panel. Bars beside a map: the entropy of each target step's weights. Boxes: "
+        "gold links (solid sure, dashed possible).</div>\n"
+        f'<script type="application/json" id="data">{payload}</script>\n'
+        f"<script>\n{asset('explorer.js')}</script>\n</body>\n</html>\n"
+    )
+
+
+def write_page(data: dict[str, Any], path: str | Path) -> Path:
+    """Write the page to ``path`` (atomically: a reader never sees half a page)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = page(data)
+    write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    return path

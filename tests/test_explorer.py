@@ -1,0 +1,205 @@
+"""The attention explorer: its data against the Translator and alignment.py's AER, a page that
+fetches nothing, scripts/explore.py's checks, and (where Chromium is installed) the page itself
+in a real browser with every network request blocked."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from seq2seq import Translator
+from seq2seq.analysis.alignment import argmax_links, count_links, read_pharaoh
+from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.page import page
+from seq2seq.inference.bundle import export_bundle, load
+from seq2seq.pipeline import train
+from tests.configs import ROOT, TINY, TINY_TRANSFORMER, compose_config, write_toy_files
+
+DATA = ["data.train_size=600", "data.val_size=20", "data.test_size=20", "data.batch_size=32"]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_toy_files(tmp_path_factory.mktemp("toy"), train=600, val=20, test=20)
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A GRU with additive attention and a Transformer with two decoder layers, one epoch of the
+    toy task."""
+    made = {}
+    for name, overrides in [
+        ("additive", TINY),
+        ("transformer", [*DATA, *TINY_TRANSFORMER, "model.decoder_layers=2"]),
+    ]:
+        run_dir = tmp_path_factory.mktemp(name)
+        common = ["logger=csv", "test_after_training=false", "trainer.enable_progress_bar=false"]
+        common += ["trainer.max_epochs=1", f"run_dir={run_dir}"]
+        result = train(compose_config([*overrides, *common]))
+        made[name] = export_bundle(load(result["best_checkpoint"]), run_dir / "bundle")
+    return made
+
+
+@pytest.fixture(scope="module")
+def data(bundles: dict[str, Path], toy: Path) -> dict[str, Any]:
+    models = [ExplorerModel(name, Translator.load(path)) for name, path in bundles.items()]
+    sources = (toy / "test.src").read_text().splitlines()[:6]
+    references = (toy / "test.tgt").read_text().splitlines()[:6]
+    gold = read_pharaoh(toy / "test.align")[:6]
+    return explorer_data(models, sources, references, gold, beam_size=3, n_best=2)
+
+
+def test_the_maps_are_the_translators_and_their_aer_alignment_pys(
+    data: dict[str, Any], bundles: dict[str, Path], toy: Path
+) -> None:
+    sources = (toy / "test.src").read_text().splitlines()[:6]
+    references = (toy / "test.tgt").read_text().splitlines()[:6]
+    gold = read_pharaoh(toy / "test.align")[:6]
+    for name, path in bundles.items():
+        translator = Translator.load(path)
+        forced = translator.force_decode(sources, references)
+        decoded = translator.translate_detailed(sources, beam_size=3, with_attention=True, n_best=2)
+        for sentence, pair, translation, links in zip(
+            data["sentences"], forced, decoded, gold, strict=True
+        ):
+            view = sentence["models"][name]
+            assert view["forced_on"] == "reference"
+            assert view["tgt_tokens"] == pair.tgt_tokens and view["src_tokens"] == pair.src_tokens
+            assert pair.attention is not None
+            weights = torch.tensor(view["forced"]["weights"])
+            assert torch.allclose(weights, pair.attention, atol=1e-4)
+            words = len(pair.src_tokens or []), len(pair.tgt_tokens or [])
+            expected = count_links(argmax_links(pair.attention, *words), links).aer
+            assert view["forced"]["aer"] == pytest.approx(expected, abs=1e-4)
+            rows = pair.attention.clamp_min(1e-12)
+            entropy = -(pair.attention * rows.log()).sum(-1)
+            assert view["forced"]["entropy"] == pytest.approx(entropy.tolist(), abs=1e-3)
+            assert view["hypothesis"] == translation.text
+            assert [entry["text"] for entry in view["n_best"]] == [
+                t for t, _ in translation.n_best or []
+            ]
+            assert sentence["gold"]["sure"] == sorted([i, j] for i, j in links.sure)
+    transformer = data["sentences"][0]["models"]["transformer"]
+    heads = Translator.load(bundles["transformer"]).attention_heads(
+        data["sentences"][0]["src"], transformer["tgt_tokens"]
+    )
+    assert heads is not None and len(transformer["heads"]) == heads.shape[0] == 2
+    for layer, expected_layer in zip(transformer["heads"], heads, strict=True):
+        for head, expected_head in zip(layer, expected_layer, strict=True):
+            assert torch.allclose(torch.tensor(head["weights"]), expected_head, atol=1e-4)
+    assert [m["layers"] for m in data["models"]] == [None, 2]
+
+
+def test_the_page_holds_its_data_and_fetches_nothing(data: dict[str, Any], tmp_path: Path) -> None:
+    hostile = {**data, "title": "</script><script>alert(1)</script>"}
+    text = write_page(hostile, tmp_path / "page.html").read_text()
+    assert "http://" not in text and "https://" not in text and "//cdn" not in text
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", text)
+    assert "@import" not in text and "url(" not in text
+    embedded = text.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+    assert json.loads(embedded) == json.loads(json.dumps(hostile))  # "</" escaped, not lost
+    assert text.count("</script>") == 2  # the data's and the code's: nothing else ends them
+    assert page(data).startswith("<!DOCTYPE html>")
+
+
+def test_explore_py_writes_the_page_and_refuses_bad_input(
+    bundles: dict[str, Path], toy: Path, tmp_path: Path
+) -> None:
+    def explore(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "scripts/explore.py", *arguments], cwd=ROOT, capture_output=True,
+            text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+
+    files = ["--src", str(toy / "test.src"), "--ref", str(toy / "test.tgt")]
+    out = tmp_path / "explore.html"
+    both = ["--model", f"a={bundles['additive']}", "--model", f"t={bundles['transformer']}"]
+    align = ["--align", str(toy / "test.align"), "--lines", "2-4,7"]
+    completed = explore(*both, *files, *align, "--out", str(out))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    written = json.loads(out.read_text().split('id="data">')[1].split("</script>")[0])
+    assert [s["src"] for s in written["sentences"]] == [
+        (toy / "test.src").read_text().splitlines()[i] for i in (1, 2, 3, 6)
+    ]
+    short = tmp_path / "short.tgt"
+    short.write_text("one line\n")
+    for arguments, message in [
+        (["--lines", "0-3", *files], "--lines '0-3': 0-3 is not within lines 1 to 20"),
+        (["--lines", "a", *files], "want numbers from 1"),
+        (["--src", str(toy / "test.src"), "--ref", str(short)], "must be line-parallel"),
+        (["--src", str(toy / "test.src"), "--align", str(toy / "test.align")], "give --ref too"),
+        (["--sentence", "w1", "--src", str(toy / "test.src")], "not both"),
+        (
+            ["--sentence", "w1", "--beam-size", "2", "--n-best", "3"],
+            "--n-best 3 needs --beam-size 3",
+        ),
+    ]:
+        completed = explore("--model", str(bundles["additive"]), *arguments, "--out", str(out))
+        assert completed.returncode == 2, (arguments, completed.stderr[-2000:])
+        assert message in completed.stderr and "Traceback" not in completed.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
+    data: dict[str, Any], tmp_path: Path
+) -> None:
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    path = write_page(data, tmp_path / "page.html")
+    requests: list[str] = []
+    errors: list[str] = []
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context()
+
+        def only_the_page(route: Any) -> None:
+            """Every request but the page itself is recorded and refused."""
+            if route.request.url == path.as_uri():
+                route.continue_()
+            else:
+                requests.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", only_the_page)
+        tab = context.new_page()
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.goto(path.as_uri())
+        panels = tab.locator("#panels .panel")
+        # Two models and their difference (both teacher-forced on the same reference tokens).
+        assert panels.count() == 3
+        # Hover the second target token of the first panel: row 1 lights up in every map.
+        tab.locator('.panel[data-model="additive"] text.token.row[data-row="1"]').hover()
+        assert tab.evaluate("document.body.dataset.row") == "1"
+        for name in ["additive", "transformer", "difference"]:
+            band = tab.locator(f'.panel[data-model="{name}"] rect[data-band="row"]')
+            assert float(band.get_attribute("height") or 0) > 0, name
+        # A source token: its column in every panel.
+        tab.locator('.panel[data-model="transformer"] text.token.col[data-col="0"]').hover()
+        assert tab.evaluate("document.body.dataset.col") == "0"
+        # The Transformer's thumbnails: click layer 1, head 2; the selectors follow.
+        tab.locator(
+            '.panel[data-model="transformer"] figure[data-layer="0"][data-head="1"]'
+        ).click()
+        assert (
+            tab.locator("#layer").input_value() == "0" and tab.locator("#head").input_value() == "1"
+        )
+        # Another sentence, the decoding map, the gold links off: still drawn, no error.
+        tab.select_option("#sentence", "3")
+        tab.select_option("#map", "decoding")
+        tab.locator("#gold").uncheck()
+        assert tab.locator("#panels svg.map").count() >= 2
+        with tab.expect_download() as svg_download:
+            tab.locator("#download-svg").click()
+        assert svg_download.value.suggested_filename == "attention-4.svg"
+        browser.close()
+    assert errors == [] and requests == []
