@@ -2,6 +2,7 @@
 
     python scripts/translate.py --model bundle/ --beam-size 5 < input.txt > output.txt
     echo "a sentence" | python scripts/translate.py --model bundle/ --attention-plot attn.png
+    python scripts/translate.py --model bundle/ --attention-html attn.html < sentences.txt
 
 Log messages go to stderr; stdout carries translations only.
 """
@@ -26,9 +27,12 @@ from seq2seq.cli import (
     int_at_least,
     run,
 )
+from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.inference.translator import translate_stream
 
 log = logging.getLogger("seq2seq.translate")
+# --attention-html shows this many sentences: a page stays light enough to open anywhere.
+HTML_SENTENCES = 200
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,6 +53,11 @@ def parse_args() -> argparse.Namespace:
         help="for a Transformer's --attention-plot: 'average' (the last layer's heads, the "
         "default), 'grid' (every layer and head) or 'L,H' (layer L, head H, from 1)",
     )
+    parser.add_argument(
+        "--attention-html",
+        type=Path,
+        help=f"write the attention explorer page of the first {HTML_SENTENCES} non-blank lines",
+    )
     add_trust_argument(parser)
     add_backend_argument(parser)
     return parser.parse_args()
@@ -57,19 +66,25 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     check_device(args.device)
-    for path, what in [(args.output, "the translations"), (args.attention_plot, "the plot")]:
+    for path, what in [
+        (args.output, "the translations"),
+        (args.attention_plot, "the plot"),
+        (args.attention_html, "the page"),
+    ]:
         if path is not None:
             check_writable(path, what)
     translator = Translator.load(
         args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
     )
-    first_sentence: list[str] = []  # the first non-blank input line, for --attention-plot
+    # The first non-blank input lines, for --attention-plot (one) and --attention-html.
+    kept: list[str] = []
+    keep = HTML_SENTENCES if args.attention_html is not None else 1
 
     def remember_first(lines: Iterable[bytes]) -> Iterator[bytes]:
         for raw in lines:
-            if not first_sentence and raw.strip() and b"\0" not in raw:
+            if len(kept) < keep and raw.strip() and b"\0" not in raw:
                 with suppress(UnicodeDecodeError):  # such a line is reported by translate_stream
-                    first_sentence.append(raw.decode("utf-8").rstrip("\r\n"))
+                    kept.append(raw.decode("utf-8").rstrip("\r\n"))
             yield raw
 
     with ExitStack() as stack:
@@ -91,7 +106,14 @@ def main() -> int:
             args.batch_size,
         )
     if args.attention_plot is not None:
-        plot_sentence(translator, first_sentence, args)
+        plot_sentence(translator, kept[:1], args)
+    if args.attention_html is not None:
+        if not kept:
+            raise UsageError("--attention-html needs at least one non-blank input line.")
+        model = ExplorerModel(args.model.name or str(args.model), translator)
+        data = explorer_data([model], kept, beam_size=args.beam_size, title=f"{args.model}")
+        write_page(data, args.attention_html)
+        log.info("wrote %s (%d sentences)", args.attention_html, len(kept))
     return 0
 
 

@@ -203,3 +203,31 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
         assert svg_download.value.suggested_filename == "attention-4.svg"
         browser.close()
     assert errors == [] and requests == []
+
+
+def test_translate_py_writes_the_page_for_its_input(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "attention.html"
+    completed = subprocess.run(
+        [sys.executable, "scripts/translate.py", "--model", str(bundles["transformer"]),
+         "--attention-html", str(out)],
+        input="the dog sees a cat .\n\na small bird sings .\n", cwd=ROOT, capture_output=True,
+        text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.count("\n") == 3  # the translations still go to stdout, blank kept
+    written = json.loads(out.read_text().split('id="data">')[1].split("</script>")[0])
+    assert [s["src"] for s in written["sentences"]] == [
+        "the dog sees a cat .",
+        "a small bird sings .",
+    ]
+    view = written["sentences"][0]["models"]["bundle"]
+    [expected] = Translator.load(bundles["transformer"]).translate_detailed(
+        ["the dog sees a cat ."], with_attention=True
+    )
+    assert expected.attention is not None and view["hypothesis"] == expected.text
+    assert torch.allclose(
+        torch.tensor(view["hyp_attention"]["weights"]), expected.attention, atol=1e-4
+    )
+    assert view["forced_on"] == "hypothesis" and "heads" in view
