@@ -231,3 +231,28 @@ def test_translate_py_writes_the_page_for_its_input(
         torch.tensor(view["hyp_attention"]["weights"]), expected.attention, atol=1e-4
     )
     assert view["forced_on"] == "hypothesis" and "heads" in view
+
+
+def test_training_writes_the_page_at_every_validation_with_a_checkpoint_slider(
+    tmp_path: Path,
+) -> None:
+    overrides = [*TINY, "trainer.max_epochs=2", "logger=csv", "examples.num_samples=3"]
+    train(compose_config([*overrides, "test_after_training=false", f"run_dir={tmp_path}"]))
+    page = (tmp_path / "attention" / "explorer.html").read_text()
+    assert "http://" not in page and "https://" not in page
+    data = json.loads(page.split('id="data">')[1].split("</script>")[0])
+    assert len(data["sentences"]) == 3 and len(data["checkpoints"]) == 1  # the first validation
+    assert data["checkpoint"].startswith("step 38,")
+    assert data["checkpoints"][0]["checkpoint"].startswith("step 19,")
+    # The latest snapshot is the model of last.ckpt (written after that validation), on the
+    # validation sentences teacher-forced on their references, with the toy task's gold links.
+    translator = Translator.load(tmp_path / "checkpoints" / "last.ckpt")
+    sentences = data["sentences"]
+    forced = translator.force_decode([s["src"] for s in sentences], [s["ref"] for s in sentences])
+    [name] = sentences[0]["models"]
+    for sentence, pair in zip(sentences, forced, strict=True):
+        assert pair.attention is not None and sentence["gold"]["sure"]
+        weights = torch.tensor(sentence["models"][name]["forced"]["weights"])
+        assert torch.allclose(weights, pair.attention, atol=1e-4)
+        assert sentence["models"][name]["forced"]["aer"] is not None
+    assert len(list((tmp_path / "attention").glob("explorer-step-*.json"))) == 2

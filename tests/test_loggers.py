@@ -132,6 +132,12 @@ def test_wandb_without_credentials_writes_an_offline_run_with_bleu_and_images(
     config = [r for r in wandb_records(next(run_files.glob("run-*.wandb"))) if r.HasField("run")]
     summary = json.loads((wandb_run / "summary.json").read_text())
     assert config[0].run.display_name == summary["name"]
+    # The explorer page at every validation, as HTML without W&B's stylesheet from its servers.
+    pages = [row["val/explorer"] for row in history if "val/explorer" in row]
+    assert len(pages) == 2 and pages[-1]["_type"] == "html-file"
+    page = (run_files / "files" / pages[-1]["path"]).read_text()
+    assert page == (wandb_run / "attention" / "explorer.html").read_text()
+    assert "http://" not in page and "https://" not in page
 
 
 def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ from seq2seq.pipeline.resume import (
     read_resume_checkpoint,
     resolve_run_dir,
 )
-from seq2seq.training.callbacks import ValidationExamples
+from seq2seq.training.callbacks import ExplorerPage, ValidationExamples
 from seq2seq.training.checkpointing import (
     AtomicCheckpointIO,
     SignalFlag,
@@ -158,6 +158,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             *early_stopping(cfg),
             *reliability_callbacks(cfg, run_dir, stop_flag),
             ValidationExamples(run_dir, **cfg.examples),
+            ExplorerPage(run_dir, cfg.examples.num_samples),
             AttentionDiagnostics(),
         ],
         logger=loggers,

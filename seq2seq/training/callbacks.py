@@ -12,8 +12,10 @@ import matplotlib.image
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
+from seq2seq.analysis.alignment import GoldAlignment
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.atomic import write_atomic
+from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.training.lit_module import LitSeq2Seq
@@ -46,24 +48,10 @@ class ValidationExamples(pl.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero or self.num_samples < 1:
             return
         assert isinstance(pl_module, LitSeq2Seq)
+        indices = sample_indices(trainer, self.num_samples)
         dataset = trainer.datamodule.datasets["val"]  # type: ignore[attr-defined]
-        stride = max(1, len(dataset) // self.num_samples)
-        indices = list(range(0, len(dataset), stride))[: self.num_samples]
         examples = [dataset.examples[index] for index in indices]
-        translator = Translator(
-            TrainedModel(
-                pl_module.model,
-                pl_module.src_tokenizer,
-                pl_module.tgt_tokenizer,
-                pl_module.model_config,
-                decoding={
-                    "max_len_a": pl_module.max_len_a,
-                    "max_len_b": pl_module.max_len_b,
-                    "max_src_len": pl_module.max_src_len,
-                },
-            ),
-            device=pl_module.device,
-        )
+        translator = current_translator(pl_module)
         translations = translator.translate_detailed(
             [example.src_text for example in examples], with_attention=True
         )
@@ -134,6 +122,95 @@ class ValidationExamples(pl.Callback):
                     logger.experiment.add_image(
                         f"val/attention/{record['index']}", pixels, step, dataformats="HWC"
                     )
+
+
+def sample_indices(trainer: pl.Trainer, count: int) -> list[int]:
+    """``count`` validation sentences spread evenly over the split: the same at every validation."""
+    dataset = trainer.datamodule.datasets["val"]  # type: ignore[attr-defined]
+    stride = max(1, len(dataset) // count)
+    return list(range(0, len(dataset), stride))[:count]
+
+
+def current_translator(pl_module: LitSeq2Seq) -> Translator:
+    """The model being trained, as it is now, behind the Translator's interface."""
+    return Translator(
+        TrainedModel(
+            pl_module.model,
+            pl_module.src_tokenizer,
+            pl_module.tgt_tokenizer,
+            pl_module.model_config,
+            decoding={
+                "max_len_a": pl_module.max_len_a,
+                "max_len_b": pl_module.max_len_b,
+                "max_src_len": pl_module.max_src_len,
+            },
+        ),
+        device=pl_module.device,
+    )
+
+
+EXPLORER_PAGE = "explorer.html"  # RUN/attention/explorer.html
+
+
+class ExplorerPage(pl.Callback):
+    """After each validation, the attention explorer page (``seq2seq.explorer``) of the same fixed
+    validation sentences as ``ValidationExamples``, with their gold links where the data has
+    them: ``RUN/attention/explorer.html``, rewritten every time with a checkpoint slider over the
+    validations so far (each kept as ``RUN/attention/explorer-step-NNNNNN.json``, so a resumed run
+    keeps its history), and logged to W&B as HTML. Earlier validations keep their maps without
+    the Transformer's per-head ones, and at most ``max_snapshots`` of them are shown, so that the
+    page stays light. Rank zero only."""
+
+    def __init__(self, run_dir: str | Path, num_samples: int = 8, max_snapshots: int = 40) -> None:
+        self.run_dir = Path(run_dir)
+        self.num_samples = num_samples
+        self.max_snapshots = max_snapshots
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or self.num_samples < 1:
+            return
+        assert isinstance(pl_module, LitSeq2Seq)
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
+        indices = sample_indices(trainer, self.num_samples)
+        examples = [datamodule.datasets["val"].examples[index] for index in indices]
+        links = datamodule.alignments.get("val")
+        gold = None
+        if links is not None and all(links[index] is not None for index in indices):
+            gold = [GoldAlignment.from_links(links[index]) for index in indices]
+        step = trainer.global_step
+        scoring = str(pl_module.model_config.get("attention", {}).get("_target_", "model"))
+        data = explorer_data(
+            [ExplorerModel(scoring.rsplit(".", 1)[-1], current_translator(pl_module))],
+            [example.src_text for example in examples],
+            [example.tgt_text for example in examples],
+            gold,
+            title=f"{self.run_dir.name}: validation sentences",
+        )
+        data["checkpoint"] = f"step {step}, epoch {trainer.current_epoch}"
+        directory = self.run_dir / ATTENTION_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        snapshot = directory / f"explorer-step-{step:06d}.json"
+        text = json.dumps(data)
+        write_atomic(snapshot, lambda path: path.write_text(text, encoding="utf-8"))
+        earlier = sorted(directory.glob("explorer-step-*.json"))
+        earlier = [path for path in earlier if path != snapshot][-self.max_snapshots :]
+        data["checkpoints"] = [without_heads(json.loads(path.read_text())) for path in earlier]
+        page = write_page(data, directory / EXPLORER_PAGE)
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                # inject=False: no stylesheet from W&B's servers; the page is whole as it is.
+                html = wandb.Html(page.read_text(encoding="utf-8"), inject=False)
+                logger.experiment.log({"val/explorer": html}, step=step)
+
+
+def without_heads(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the per-layer, per-head maps (an earlier validation's, on the slider)."""
+    for sentence in data["sentences"]:
+        for view in sentence["models"].values():
+            view.pop("heads", None)
+    return data
 
 
 def _record(index: int, source: str, reference: str, translation: Translation) -> dict[str, Any]:
