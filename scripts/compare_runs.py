@@ -3,25 +3,32 @@
     python scripts/compare_runs.py multirun/2026-11-22/10-00-00/ [more runs ...] [--out DIR]
 
 Prints a markdown table (one row per run: attention, parameters, best val BLEU, test BLEU, AER,
-training time, tokens/s) and writes bleu_curves.png (val BLEU against step, all runs) and
-attention_grid.png (one validation sentence's attention under each run) to --out (default: the
-first directory given).
+training time, tokens/s) and writes bleu_curves.png (val BLEU against step, all runs),
+attention_grid.png (one validation sentence's attention under each run) and explorer.html (the
+attention explorer: every run's best checkpoint on the same validation sentences, side by side)
+to --out (default: the first directory given).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
+from seq2seq import Translator
 from seq2seq.analysis.compare import (
+    RunRecord,
     find_runs,
     markdown_table,
     plot_attention_grid,
     plot_bleu_curves,
     read_run,
+    run_labels,
 )
-from seq2seq.cli import UsageError, run
+from seq2seq.cli import UsageError, add_trust_argument, run
+from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.data import snapshot_sentences
 
 log = logging.getLogger("seq2seq.compare_runs")
 
@@ -30,6 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="run or multirun directories")
     parser.add_argument("--out", type=Path, help="where to write the PNGs (the first directory)")
+    add_trust_argument(parser)
     return parser.parse_args()
 
 
@@ -49,7 +57,34 @@ def main() -> int:
         log.info("no run has recorded attention maps yet: no attention_grid.png")
     else:
         log.info("wrote %s", grid)
+    page = write_explorer(runs, out_dir / "explorer.html", args.trust_modules)
+    if page is not None:
+        log.info("wrote %s", page)
     return 0
+
+
+def write_explorer(runs: list[RunRecord], path: Path, trust_modules: list[str]) -> Path | None:
+    """The explorer page of every run's best checkpoint on the validation sentences the first
+    run's pages show (the same data config: a multirun's), or None where there are none."""
+    snapshots = [sorted((run.path / "attention").glob("explorer-step-*.json")) for run in runs]
+    first = next((found[-1] for found in snapshots if found), None)
+    with_checkpoints = [
+        (label, run) for label, run in zip(run_labels(runs), runs, strict=True)
+        if (run.path / "checkpoints" / "best.ckpt").is_file()
+    ]  # fmt: skip
+    if first is None or not with_checkpoints:
+        log.info("no run has an explorer page and a best.ckpt yet: no explorer.html")
+        return None
+    sources, references, gold = snapshot_sentences(json.loads(first.read_text()))
+    models = [
+        ExplorerModel(
+            label,
+            Translator.load(run.path / "checkpoints" / "best.ckpt", trust_modules=trust_modules),
+        )
+        for label, run in with_checkpoints
+    ]
+    title = "best checkpoints: " + ", ".join(label for label, _ in with_checkpoints)
+    return write_page(explorer_data(models, sources, references, gold, title=title), path)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import pytest
 import torch
 import wandb
 
+from seq2seq import Translator
 from seq2seq.analysis import compare
 from seq2seq.analysis.compare import RunRecord, run_labels
 from seq2seq.analysis.plotting import draw_attention, plot_attention
@@ -317,6 +318,20 @@ def test_compare_runs_tables_and_plots_two_runs(
     assert rows[0][2] == f"{summary['parameters']:,}"
     for name in ["bleu_curves.png", "attention_grid.png"]:
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+    # The explorer: both runs' best checkpoints on the first run's validation sentences.
+    page = (tmp_path / "explorer.html").read_text()
+    data = json.loads(page.split('id="data">')[1].split("</script>")[0])
+    [latest] = sorted((wandb_run / "attention").glob("explorer-step-*.json"))[-1:]
+    shown = json.loads(latest.read_text())["sentences"]
+    assert [s["src"] for s in data["sentences"]] == [s["src"] for s in shown]
+    assert [m["name"] for m in data["models"]] == [row[1] for row in rows]
+    for model, run in zip(data["models"], [wandb_run, tensorboard_run], strict=True):
+        translator = Translator.load(run / "checkpoints" / "best.ckpt")
+        first = data["sentences"][0]
+        [pair] = translator.force_decode([first["src"]], [first["ref"]])
+        assert pair.attention is not None
+        weights = torch.tensor(first["models"][model["name"]]["forced"]["weights"])
+        assert torch.allclose(weights, pair.attention, atol=1e-4)
 
 
 def test_run_labels_tell_apart_runs_of_one_scoring_function() -> None:

@@ -162,3 +162,24 @@ def explorer_data(
         "checkpoints": list(checkpoints),
         "version": 1,
     }
+
+
+def snapshot_sentences(
+    data: dict[str, Any],
+) -> tuple[list[str], list[str] | None, list[GoldAlignment] | None]:
+    """The sources, references and gold links of a page's data (e.g. a training run's
+    ``explorer-step-NNNNNN.json``), to show the same sentences under other models."""
+    sentences = data["sentences"]
+    sources = [sentence["src"] for sentence in sentences]
+    references = [sentence["ref"] for sentence in sentences]
+    golds = [sentence["gold"] for sentence in sentences]
+    gold = None
+    if all(g is not None for g in golds):
+        gold = [
+            GoldAlignment(
+                frozenset((i, j) for i, j in g["sure"]),
+                frozenset((i, j) for i, j in g["possible"]),
+            )
+            for g in golds
+        ]
+    return sources, None if None in references else references, gold
