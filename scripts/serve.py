@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from seq2seq.cli import UsageError, add_backend_argument, add_trust_argument, int_at_least, run
 
 if TYPE_CHECKING:
-    from seq2seq.inference.server import ModelSource
+    from seq2seq.serving.server import ModelSource
 
 log = logging.getLogger("seq2seq.serve")
 API_KEY_VARIABLE = "SEQ2SEQ_API_KEY"
@@ -72,7 +72,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
-    from seq2seq.inference.server import ModelSource
+    from seq2seq.serving.server import ModelSource
 
     sources: list[ModelSource] = []
     names: set[str] = set()
@@ -101,8 +101,8 @@ def main() -> int:
     try:
         import uvicorn
 
-        from seq2seq.inference.batching import BatchingOptions
-        from seq2seq.inference.server import Limits, create_app
+        from seq2seq.serving.batching import BatchingOptions
+        from seq2seq.serving.server import Limits, create_app
     except ImportError as error:
         raise UsageError(
             f"the server needs the serve extra ({error}): pip install -e '.[serve]'."

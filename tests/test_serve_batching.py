@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from seq2seq.inference.batching import BatchingOptions, MicroBatcher, SearchOptions
 from seq2seq.inference.translator import Translation
+from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions
 
 
 class Recorder:

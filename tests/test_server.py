@@ -289,7 +289,7 @@ def test_a_model_that_fails_is_a_500_with_its_message_and_the_server_goes_on(
 ) -> None:
     from fastapi.testclient import TestClient
 
-    from seq2seq.inference.server import ModelSource, create_app
+    from seq2seq.serving.server import ModelSource, create_app
 
     real = Translator.translate_detailed
 

@@ -6,7 +6,7 @@ penalty, n-best, attention, scores) are translated together, sorted by length in
 the ``Translator``, in one worker thread per model, so that the event loop never waits for the
 model. Requests that do not fit wait for the next batch, first come first served.
 
-Pure asyncio, no HTTP: ``seq2seq.inference.server`` puts it behind FastAPI.
+Pure asyncio, no HTTP: ``seq2seq.serving.server`` puts it behind FastAPI.
 """
 
 from __future__ import annotations

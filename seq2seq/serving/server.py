@@ -33,8 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from seq2seq.inference.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
 from seq2seq.inference.translator import Translation, Translator
+from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
 
 log = logging.getLogger(__name__)
 
