@@ -239,6 +239,10 @@ def test_an_api_key_is_required_when_set(bundles: dict[str, Path], tmp_path: Pat
         assert server.request("GET", "/models")[0] == 401
         status, answer = server.translate(payload, {"Authorization": "Bearer s3cret"})
         assert status == 200 and answer["model"] == "bundle"  # named after the directory
+        sentence = json.dumps({"src": "w1 w2"}).encode()
+        assert server.request("POST", "/explore", sentence)[0] == 401
+        headers = {"Authorization": "Bearer s3cret"}
+        assert server.request("POST", "/explore", sentence, headers)[0] == 200
     finally:
         assert stop(server) == 0
 
@@ -309,3 +313,35 @@ def test_a_model_that_fails_is_a_500_with_its_message_and_the_server_goes_on(
         assert failed.status_code == 500
         assert failed.json() == {"error": "model 'luong' failed: out of memory"}
         assert client.post("/translate", json={"src": ["w12"]}).status_code == 200
+
+
+def test_the_live_explorer_page_and_its_sentences(server: Server, bundles: dict[str, Path]) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.request("GET", "/")
+    response = connection.getresponse()
+    html = response.read().decode()
+    connection.close()
+    assert response.status == 200 and response.getheader("content-type", "").startswith("text/html")
+    assert "http://" not in html and "https://" not in html
+    data = json.loads(html.split('id="data">')[1].split("</script>")[0])
+    assert data["live"]["needs_key"] is False and data["models"] == [] and data["sentences"] == []
+
+    status, answer = server.request("POST", "/explore", json.dumps({"src": "w3 w14 w7"}).encode())
+    assert status == 200
+    assert [model["name"] for model in answer["models"]] == ["luong", "transformer"]
+    for name, path in bundles.items():
+        view = answer["sentence"]["models"][name]
+        translator = Translator.load(path)
+        assert view["hypothesis"] == translator.translate(["w3 w14 w7"])[0]
+        [pair] = translator.force_decode(["w3 w14 w7"], [view["hypothesis"]])
+        assert pair.attention is not None
+        assert torch.allclose(torch.tensor(view["forced"]["weights"]), pair.attention, atol=1e-4)
+    assert "heads" in answer["sentence"]["models"]["transformer"]
+    for body, message in [
+        (b"{bad", "must be JSON"),
+        (b'{"src": ["w1"]}', "src: give one non-blank sentence"),
+        (b'{"src": "   "}', "src: give one non-blank sentence"),
+        (json.dumps({"src": "w1 " * 700}).encode(), "2100 characters"),
+    ]:
+        status, answer = server.request("POST", "/explore", body)
+        assert status in (400, 422) and message in answer["error"], (body[:30], answer)

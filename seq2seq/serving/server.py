@@ -4,6 +4,8 @@
                       "return_attention", "return_scores"} -> one result per sentence
     GET  /models     name, architecture, scoring function, parameters, backend, vocabularies
     GET  /health     200 once every model is loaded, 503 before
+    GET  /           the attention explorer, live: sentences typed are translated by every model
+    POST /explore    {"src": "a sentence"} -> the explorer's data for it
 
 FastAPI and uvicorn (the ``serve`` extra) with our own micro-batcher (``batching``), not LitServe:
 a request here carries a list of sentences with its own search options, and what batches well is
@@ -30,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from seq2seq.explorer import ExplorerModel, explorer_data
+from seq2seq.explorer.page import page
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
 
@@ -180,6 +184,32 @@ def create_app(
         described = [describe(s.name, state.translators[s.name]) for s in state.sources]
         return JSONResponse({"models": described})
 
+    @app.get("/")
+    async def explorer() -> HTMLResponse:
+        """The attention explorer, live: a text box whose sentences every model translates
+        (POST /explore). The page holds no model data: with an API key it asks for the key."""
+        live = {"endpoint": "explore", "max_chars": state.limits.max_chars,
+                "needs_key": state.api_key is not None}  # fmt: skip
+        data = {"title": "Attention explorer (live)", "models": [], "sentences": [],
+                "checkpoints": [], "beam_size": 1, "live": live, "version": 1}  # fmt: skip
+        return HTMLResponse(page(data))
+
+    @app.post("/explore")
+    async def explore(request: Request) -> JSONResponse:
+        """One sentence under every model: the explorer's data for it (``seq2seq.explorer``)."""
+        authorize(request, state)
+        raw = await read_body(request, state.limits.max_body_bytes)
+        ready(state)
+        source = parse_sentence(raw, state.limits)
+        models = [ExplorerModel(s.name, state.translators[s.name]) for s in state.sources]
+        loop = asyncio.get_running_loop()
+        try:
+            data = await loop.run_in_executor(None, partial(explorer_data, models, [source]))
+        except Exception as error:
+            log.exception("the explorer failed on a sentence of %d characters", len(source))
+            return JSONResponse({"error": f"the explorer failed: {error}"}, status_code=500)
+        return JSONResponse({"models": data["models"], "sentence": data["sentences"][0]})
+
     @app.post("/translate")
     async def translate(request: Request) -> JSONResponse:
         authorize(request, state)
@@ -284,6 +314,24 @@ def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
         raise ClientError(422, f"{where}: {first['msg']}.") from None
     check(body, limits, state)
     return body
+
+
+def parse_sentence(raw: bytes, limits: Limits) -> str:
+    """POST /explore's body, ``{"src": "one sentence"}``, checked as /translate's sentences are."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ClientError(400, 'the body must be JSON like {"src": "a sentence"}.') from None
+    source = data.get("src") if isinstance(data, dict) else None
+    if not isinstance(source, str) or not source.strip():
+        raise ClientError(422, "src: give one non-blank sentence as a string.")
+    if len(source) > limits.max_chars:
+        raise ClientError(422, f"src: {len(source)} characters; the limit is {limits.max_chars}.")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ClientError(422, "src: the sentence holds a lone surrogate escape.") from None
+    return source
 
 
 def refuse_constant(name: str) -> float:

@@ -300,9 +300,52 @@ function save(blob, name) {
   link.remove();
 }
 
+// Live (the page served by scripts/serve.py): a text box; each sentence typed is translated by
+// every model the server has loaded and added to the sentence picker. The request goes to the
+// server the page came from (a relative path); a static page never makes one.
+function liveControls() {
+  if (!DATA.live) return;
+  const header = document.getElementById("controls");
+  const text = el("input", { type: "text", id: "live-src", size: 50, placeholder: "type a sentence",
+                             maxlength: DATA.live.max_chars });
+  const key = el("input", { type: "password", id: "live-key", size: 12, placeholder: "API key" });
+  const go = el("button", { id: "live-go" }, "Translate");
+  const submit = () => translateLive(text.value, key.value);
+  go.addEventListener("click", submit);
+  text.addEventListener("keydown", (event) => { if (event.key === "Enter") submit(); });
+  header.append(text, ...(DATA.live.needs_key ? [key] : []), go);
+}
+
+async function translateLive(text, key) {
+  if (!text.trim()) return;
+  const headers = { "Content-Type": "application/json" };
+  if (key) headers.Authorization = `Bearer ${key}`;
+  const status = document.getElementById("source");
+  status.textContent = "translating…";
+  try {
+    const response = await fetch(DATA.live.endpoint, { method: "POST", headers,
+                                                       body: JSON.stringify({ src: text }) });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    DATA.models = answer.models;
+    if (!DATA.sentences.length) state.shown = answer.models.slice(0, 4).map((m) => m.name);
+    DATA.sentences.push(answer.sentence);
+    state.sentence = DATA.sentences.length - 1;
+    render();
+  } catch (error) {
+    status.textContent = `error: ${error.message}`;
+  }
+}
+
 function render() {
   controls();
+  liveControls();
   const current = sentence();
+  if (!current) { // a live page before its first sentence
+    document.getElementById("source").textContent = "Type a sentence and press Translate.";
+    document.getElementById("panels").replaceChildren();
+    return;
+  }
   const source = document.getElementById("source");
   source.replaceChildren(el("div", {}, `source: ${current.src}`));
   if (current.ref !== null) source.appendChild(el("div", { class: "ref" }, `reference: ${current.ref}`));
