@@ -17,9 +17,12 @@ import torch
 
 from seq2seq import Translator
 from seq2seq.analysis.alignment import argmax_links, count_links, read_pharaoh
+from seq2seq.data.tokenization import encode_batch
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.data import SPREAD, score_spread
 from seq2seq.explorer.page import page
 from seq2seq.inference.bundle import export_bundle, load
+from seq2seq.models.transformer import TransformerEncoder, embed
 from seq2seq.pipeline import train
 from tests.configs import ROOT, TINY, TINY_TRANSFORMER, compose_config, write_toy_files
 
@@ -96,6 +99,38 @@ def test_the_maps_are_the_translators_and_their_aer_alignment_pys(
         for head, expected_head in zip(layer, expected_layer, strict=True):
             assert torch.allclose(torch.tensor(head["weights"]), expected_head, atol=1e-4)
     assert [m["layers"] for m in data["models"]] == [None, 2]
+    # Encoder self-attention: what the encoder's own layers return, layer by layer.
+    translator = Translator.load(bundles["transformer"])
+    encoder = translator.model.encoder
+    assert isinstance(encoder, TransformerEncoder)
+    [src_ids] = encode_batch(translator.src_tokenizer, [data["sentences"][0]["src"]])
+    src, src_lens = torch.tensor([src_ids]), torch.tensor([len(src_ids)])
+    with torch.no_grad():
+        x = embed(encoder.embedding, src, 0, encoder.dropout)
+        for layer, shown in zip(encoder.layers, transformer["encoder_self"], strict=True):
+            x, weights = layer(x, src_lens)  # (1, h, S, S)
+            for head, expected_head in zip(shown, weights[0], strict=True):
+                assert torch.allclose(torch.tensor(head["weights"]), expected_head, atol=1e-4)
+    # Decoder self-attention: causal, one row per target token over <bos> t1 .. t(T-1).
+    steps = len(transformer["tgt_tokens"])
+    assert transformer["decoder_inputs"] == ["<bos>", *transformer["tgt_tokens"][: steps - 1]]
+    for layer in transformer["decoder_self"]:
+        for head in layer:
+            weights = torch.tensor(head["weights"])
+            assert weights.shape == (steps, steps)
+            assert torch.allclose(weights.sum(-1), torch.ones(steps), atol=1e-3)
+            assert not weights.triu(diagonal=1).any()  # nothing read from the future
+    assert "encoder_self" not in data["sentences"][0]["models"]["additive"]
+
+
+def test_the_score_spread_is_the_scores_minus_their_row_means() -> None:
+    """Softmax forgets each row's mean score; the page's histogram recovers the rest exactly."""
+    scores = torch.tensor([[0.0, 1.0, 3.0, -2.5], [4.0, 4.0, 4.0, 4.0], [-9.5, 2.0, 0.5, 1.0]])
+    spread = score_spread(torch.softmax(scores, dim=-1))
+    centered = (scores - scores.mean(dim=-1, keepdim=True)).flatten()
+    expected = torch.bincount(centered.floor().long() + SPREAD, minlength=2 * SPREAD)
+    assert spread["counts"] == expected.tolist() and spread["low"] == -SPREAD
+    assert spread["std"] == pytest.approx(float(centered.std()), abs=1e-3)
 
 
 def test_the_page_holds_its_data_and_fetches_nothing(data: dict[str, Any], tmp_path: Path) -> None:
@@ -193,6 +228,16 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
         assert (
             tab.locator("#layer").input_value() == "0" and tab.locator("#head").input_value() == "1"
         )
+        # The encoder's self-attention, layer 2 (source tokens both ways); the score spread.
+        tab.select_option("#map", "encoder")
+        tab.select_option("#layer", "1")
+        encoder_map = tab.locator('.panel[data-model="transformer"] svg.map')
+        assert (
+            encoder_map.locator("text.token.row").count()
+            == encoder_map.locator("text.token.col").count()
+        )
+        assert tab.locator('.panel[data-model="transformer"] svg.spread').count() == 1
+        tab.select_option("#map", "forced")
         # Another sentence, the decoding map, the gold links off: still drawn, no error.
         tab.select_option("#sentence", "3")
         tab.select_option("#map", "decoding")

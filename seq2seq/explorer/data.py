@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
-from seq2seq.inference.translator import Translation, Translator
-from seq2seq.models.transformer import Transformer
+from seq2seq.data.tokenization import BOS_ID, encode_batch
+from seq2seq.inference.translator import Translation, Translator, token_ids
+from seq2seq.models.transformer import Transformer, TransformerEncoderLayer
 
 DECIMALS = 4
 
@@ -53,9 +55,70 @@ def aer(weights: Tensor, gold: GoldAlignment | None) -> float | None:
     return round(count_links(links, gold).aer, DECIMALS)
 
 
+# The spread of the scores, recovered from the weights: softmax forgets each row's mean score,
+# and ln w_i minus the row's mean of ln w is the score minus its mean, exactly (clamped where a
+# weight underflowed). Bins of one unit from -SPREAD to +SPREAD, the outermost open-ended.
+SPREAD = 12
+
+
+def score_spread(weights: Tensor) -> dict[str, Any]:
+    """Histogram of (score − the row's mean score) over the cells of ``weights`` (T, S)."""
+    logs = weights.clamp_min(1e-30).log()  # (T, S)
+    centered = (logs - logs.mean(dim=-1, keepdim=True)).flatten()
+    bins = centered.clamp(-SPREAD, SPREAD - 1e-6).floor().long() + SPREAD  # 0 .. 2·SPREAD - 1
+    counts = torch.bincount(bins, minlength=2 * SPREAD).tolist()
+    std = float(centered.std()) if centered.numel() > 1 else 0.0
+    return {"low": -SPREAD, "counts": counts, "std": round(std, DECIMALS)}
+
+
 def attention_map(weights: Tensor, gold: GoldAlignment | None) -> dict[str, Any]:
     """One map (T, S) as the page reads it."""
-    return {"weights": rounded(weights), "entropy": entropy(weights), "aer": aer(weights, gold)}
+    return {
+        "weights": rounded(weights),
+        "entropy": entropy(weights),
+        "aer": aer(weights, gold),
+        "spread": score_spread(weights),
+    }
+
+
+def self_attention(translator: Translator, source: str, target_tokens: list[str]) -> Any:
+    """A Transformer's encoder and decoder self-attention under teacher forcing, every layer and
+    head: ``(encoder (L, h, S, S), decoder (L, h, T, T))``, or None for an RNN model.
+
+    Forward hooks read each self-attention's inputs and run it once more asking for its weights
+    (decoding never asks: the fast path returns none); they are removed before returning."""
+    model = translator.model
+    if not isinstance(model, Transformer):
+        return None
+    captured: dict[str, list[Tensor]] = {"encoder": [], "decoder": []}
+
+    def capture(side: str) -> Any:
+        def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+            # module.forward, not module(): the call must not run this hook again.
+            weights = module.forward(*args, **{**kwargs, "need_weights": True})[1]
+            captured[side].append(weights[0].detach())  # (h, Tq, Tk) of the one sentence
+
+        return hook
+
+    encoder_layers = [m for m in model.encoder.modules() if isinstance(m, TransformerEncoderLayer)]
+    attentions = [("encoder", layer.self_attention) for layer in encoder_layers]
+    attentions += [("decoder", layer.self_attention) for layer in model.decoder.decoder_layers()]
+    handles = [a.register_forward_hook(capture(side), with_kwargs=True) for side, a in attentions]
+    try:
+        [src_ids] = encode_batch(translator.src_tokenizer, [source])
+        # The decoder reads <bos> t1 .. t(T-1): row j predicts t(j+1) (one row for no target).
+        tgt_in = [BOS_ID, *token_ids(translator.tgt_tokenizer, target_tokens)][:-1] or [BOS_ID]
+        device = translator.device
+        with torch.no_grad():
+            model(
+                torch.tensor([src_ids], device=device),
+                torch.tensor([len(src_ids)], device=device),
+                torch.tensor([tgt_in], device=device),
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack(captured["encoder"]).cpu(), torch.stack(captured["decoder"]).cpu()
 
 
 def describe_model(model: ExplorerModel) -> dict[str, Any]:
@@ -102,6 +165,11 @@ def model_view(
     heads = translator.attention_heads(source, forced.tgt_tokens or [])
     if heads is not None:  # (L, h, T, S)
         view["heads"] = [[attention_map(head, gold) for head in layer] for layer in heads]
+        inputs = ["<bos>", *(forced.tgt_tokens or [])][: len(forced.tgt_tokens or []) or 1]
+        encoder, decoder = self_attention(translator, source, forced.tgt_tokens or [])
+        view["decoder_inputs"] = inputs
+        view["encoder_self"] = [[attention_map(h, None) for h in layer] for layer in encoder]
+        view["decoder_self"] = [[attention_map(h, None) for h in layer] for layer in decoder]
     return view
 
 

@@ -218,7 +218,7 @@ class Translator:
             for index, source, output in zip(group, tokens, outputs, strict=True):
                 hypotheses = [hypothesis[: limits[index]] for hypothesis in output.hypotheses]
                 texts = [
-                    decode(self.tgt_tokenizer, _ids(self.tgt_tokenizer, hypothesis))
+                    decode(self.tgt_tokenizer, token_ids(self.tgt_tokenizer, hypothesis))
                     for hypothesis in hypotheses
                 ]
                 result = Translation(texts[0], len(src_ids[index]) > self.max_src_len)
@@ -276,7 +276,7 @@ class Translator:
         if not isinstance(self.model, Transformer):
             return None
         [src_ids] = encode_batch(self.src_tokenizer, [source])
-        tgt_ids = _ids(self.tgt_tokenizer, target_tokens)
+        tgt_ids = token_ids(self.tgt_tokenizer, target_tokens)
         src = torch.tensor([src_ids], device=self.device)  # (1, S)
         src_lens = torch.tensor([len(src_ids)], device=self.device)
         tgt_in = torch.tensor([[BOS_ID, *tgt_ids]], device=self.device)  # (1, T + 1)
@@ -385,7 +385,8 @@ def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterato
         yield order[start : start + batch_size][::-1]
 
 
-def _ids(tokenizer: Tokenizer, tokens: Sequence[str]) -> list[int]:
+def token_ids(tokenizer: Tokenizer, tokens: Sequence[str]) -> list[int]:
+    """The ids of ``tokens`` (UNK for a token the vocabulary lacks)."""
     ids = [tokenizer.token_to_id(token) for token in tokens]
     return [UNK_ID if token_id is None else token_id for token_id in ids]
 

@@ -27,6 +27,15 @@ function chosenMap(view, model) {
   if (state.map === "decoding") {
     return view.hyp_attention && { ...view.hyp_attention, rows: view.hyp_tokens, cols: view.src_tokens };
   }
+  if (state.map === "encoder" || state.map === "decoder") {
+    const maps = state.map === "encoder" ? view.encoder_self : view.decoder_self;
+    if (!maps) return null; // an RNN model has no self-attention
+    const layer = maps[state.layer === "avg" ? maps.length - 1 : Number(state.layer)];
+    const map = state.head === "avg" ? averageHeads(layer) : layer[Number(state.head)];
+    const rows = state.map === "encoder" ? view.src_tokens : view.tgt_tokens;
+    const cols = state.map === "encoder" ? view.src_tokens : view.decoder_inputs;
+    return { ...map, rows, cols };
+  }
   let map = view.forced;
   if (view.heads && state.layer !== "avg") {
     const layer = view.heads[Number(state.layer)];
@@ -42,7 +51,7 @@ function chosenMap(view, model) {
 function averageHeads(layer) {
   const weights = layer[0].weights.map((row, t) =>
     row.map((_, s) => layer.reduce((sum, head) => sum + head.weights[t][s], 0) / layer.length));
-  return { weights, entropy: layer[0].entropy.map((_, t) => entropyOf(weights[t])), aer: null };
+  return { weights, entropy: weights.map(entropyOf), aer: null, spread: null };
 }
 
 function entropyOf(row) {
@@ -150,12 +159,34 @@ function panel(model, view, gold) {
     box.appendChild(el("div", { class: "meta" }, "no attention for an empty sentence"));
     return box;
   }
-  const on = state.map === "decoding" ? "its own translation, decoding" : `teacher-forced on the ${view.forced_on}`;
+  const on = { decoding: "its own translation, decoding", encoder: "encoder self-attention",
+               decoder: `decoder self-attention, teacher-forced on the ${view.forced_on}` }[state.map]
+    || `teacher-forced on the ${view.forced_on}`;
   const aer = map.aer === null || map.aer === undefined ? "" : ` · AER ${map.aer.toFixed(3)}`;
   box.appendChild(el("div", { class: "meta aer" }, `${on}${aer}`));
   box.appendChild(heatmap(map, state.map === "forced" ? gold : null, model.name));
+  if (map.spread) box.appendChild(spreadChart(map.spread));
   if (view.heads && state.map === "forced") box.appendChild(thumbnails(view));
   return box;
+}
+
+// What the softmax saw: each score minus its row's mean (recovered exactly from the weights), as
+// a histogram. Unscaled dot products spread wide (saturation); tanh keeps additive scores near.
+function spreadChart(spread) {
+  const width = 6, height = 40, top = Math.max(1, ...spread.counts);
+  const svg = el("svg:svg", { width: spread.counts.length * width + 150, height: height + 14,
+                              class: "spread" });
+  spread.counts.forEach((count, i) => {
+    const bar = (height * count) / top;
+    const rect = el("svg:rect", { x: i * width, y: height - bar, width: width - 1, height: bar, fill: "#777" });
+    rect.appendChild(el("svg:title", {}, `score − row mean in [${spread.low + i}, ${spread.low + i + 1}): ${count}`));
+    svg.appendChild(rect);
+  });
+  svg.appendChild(el("svg:text", { x: 0, y: height + 12 }, `${spread.low}`));
+  svg.appendChild(el("svg:text", { x: spread.counts.length * width - 12, y: height + 12 }, `${-spread.low}`));
+  svg.appendChild(el("svg:text", { x: spread.counts.length * width + 6, y: 14 },
+                     `score − row mean, std ${spread.std.toFixed(2)}`));
+  return svg;
 }
 
 // Every layer's and head's map, small, with its AER and entropy: click one to show it.
@@ -205,6 +236,10 @@ function controls() {
   const mapChoice = el("select", { id: "map" });
   mapChoice.appendChild(el("option", { value: "forced" }, "teacher-forced map"));
   mapChoice.appendChild(el("option", { value: "decoding" }, "decoding map"));
+  if (DATA.models.some((m) => m.layers)) {
+    mapChoice.appendChild(el("option", { value: "encoder" }, "encoder self-attention"));
+    mapChoice.appendChild(el("option", { value: "decoder" }, "decoder self-attention"));
+  }
   mapChoice.value = state.map;
   mapChoice.addEventListener("change", () => { state.map = mapChoice.value; render(); });
   header.appendChild(mapChoice);
