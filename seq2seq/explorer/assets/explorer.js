@@ -31,7 +31,9 @@ function chosenMap(view, model) {
     const maps = state.map === "encoder" ? view.encoder_self : view.decoder_self;
     if (!maps) return null; // an RNN model has no self-attention
     const layer = maps[state.layer === "avg" ? maps.length - 1 : Number(state.layer)];
-    const map = state.head === "avg" ? averageHeads(layer) : layer[Number(state.head)];
+    const map = layer && (state.head === "avg" ? averageHeads(layer) : layer[Number(state.head)]);
+    if (!map) return null; // models differ in layers and heads: this one has no such
+
     const rows = state.map === "encoder" ? view.src_tokens : view.tgt_tokens;
     const cols = state.map === "encoder" ? view.src_tokens : view.decoder_inputs;
     return { ...map, rows, cols };
@@ -39,11 +41,8 @@ function chosenMap(view, model) {
   let map = view.forced;
   if (view.heads && state.layer !== "avg") {
     const layer = view.heads[Number(state.layer)];
-    if (state.head === "avg") {
-      map = averageHeads(layer);
-    } else {
-      map = layer[Number(state.head)];
-    }
+    map = layer && (state.head === "avg" ? averageHeads(layer) : layer[Number(state.head)]);
+    if (!map) return null;
   }
   return { ...map, rows: view.tgt_tokens, cols: view.src_tokens };
 }
@@ -156,7 +155,8 @@ function panel(model, view, gold) {
   }
   const map = chosenMap(view, model);
   if (!map || map.rows.length === 0 || map.cols.length === 0) {
-    box.appendChild(el("div", { class: "meta" }, "no attention for an empty sentence"));
+    box.appendChild(el("div", { class: "meta" },
+                       map ? "no attention for an empty sentence" : "no such map in this model"));
     return box;
   }
   const on = { decoding: "its own translation, decoding", encoder: "encoder self-attention",
