@@ -215,6 +215,17 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
         # Hover the second target token of the first panel: row 1 lights up in every map.
         tab.locator('.panel[data-model="additive"] text.token.row[data-row="1"]').hover()
         assert tab.evaluate("document.body.dataset.row") == "1"
+        # In each model's map, the source token that target token reads most is marked.
+        for name in ["additive", "transformer"]:
+            view = data["sentences"][0]["models"][name]
+            heaviest = max(
+                range(len(view["src_tokens"])), key=view["forced"]["weights"][1].__getitem__
+            )
+            read = tab.locator(f'.panel[data-model="{name}"] text.token.col.read')
+            assert read.count() >= 1
+            assert str(heaviest) in [
+                read.nth(i).get_attribute("data-col") for i in range(read.count())
+            ]
         for name in ["additive", "transformer", "difference"]:
             band = tab.locator(f'.panel[data-model="{name}"] rect[data-band="row"]')
             assert float(band.get_attribute("height") or 0) > 0, name
@@ -251,6 +262,12 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
         with tab.expect_download() as svg_download:
             tab.locator("#download-svg").click()
         assert svg_download.value.suggested_filename == "attention-4.svg"
+        svg_text = Path(svg_download.value.path()).read_text()
+        assert svg_text.startswith("<svg") and "<rect" in svg_text
+        with tab.expect_download() as png_download:
+            tab.locator("#download-png").click()
+        assert png_download.value.suggested_filename == "attention-4.png"
+        assert Path(png_download.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         browser.close()
     assert errors == [] and requests == []
 

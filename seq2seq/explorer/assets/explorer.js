@@ -75,7 +75,7 @@ function heatmap(map, gold, name, difference = false) {
         ? (w >= 0 ? `rgba(178,24,43,${Math.min(1, w)})` : `rgba(33,102,172,${Math.min(1, -w)})`)
         : `rgba(8,48,107,${w})`;
       const rect = el("svg:rect", { x: left + s * cell, y: top + t * cell, width: cell, height: cell,
-                                    fill: color, class: "cell", "data-row": t, "data-col": s });
+                                    fill: color, class: "cell", "data-row": t, "data-col": s, "data-w": w });
       rect.appendChild(el("svg:title", {}, `${map.rows[t]} ← ${map.cols[s]}: ${w.toFixed(4)}`));
       rect.addEventListener("mouseenter", () => highlight(t, s));
       svg.appendChild(rect);
@@ -131,10 +131,21 @@ function highlight(row, col) {
     };
     band("row", row !== null && row < rows, { x: left, y: top + row * cell, width: cols * cell, height: cell });
     band("col", col !== null && col < cols, { x: left + col * cell, y: top, width: cell, height: rows * cell });
+    // The hovered token in bold; the tokens on the other side shaded by their weight in its row
+    // (the source tokens a target token reads) or column (the target tokens that read a source
+    // token), the heaviest at full strength.
+    const weight = (t, s) => Number(svg.querySelector(`rect.cell[data-row="${t}"][data-col="${s}"]`)?.dataset.w || 0);
+    const others = row !== null && row < rows ? [...Array(cols).keys()].map((s) => weight(row, s))
+                 : col !== null && col < cols ? [...Array(rows).keys()].map((t) => weight(t, col)) : null;
+    const top_ = others ? Math.max(...others.map(Math.abs), 1e-9) : 1;
     for (const text of svg.querySelectorAll("text.token")) {
-      const lit = (text.dataset.row !== undefined && Number(text.dataset.row) === row) ||
-                  (text.dataset.col !== undefined && Number(text.dataset.col) === col);
+      const isRow = text.dataset.row !== undefined;
+      const index = Number(isRow ? text.dataset.row : text.dataset.col);
+      const lit = isRow ? index === row : index === col;
       text.classList.toggle("lit", lit);
+      const shaded = others && (isRow ? col !== null && row === null : row !== null);
+      text.style.fill = shaded ? `rgba(176,0,0,${0.15 + 0.85 * Math.abs(others[index]) / top_})` : "";
+      text.classList.toggle("read", Boolean(shaded && Math.abs(others[index]) === top_));
     }
   }
   document.body.dataset.row = row === null ? "" : row;
