@@ -201,14 +201,23 @@ def create_app(
         raw = await read_body(request, state.limits.max_body_bytes)
         ready(state)
         source = parse_sentence(raw, state.limits)
-        models = [ExplorerModel(s.name, state.translators[s.name]) for s in state.sources]
         loop = asyncio.get_running_loop()
-        try:
-            data = await loop.run_in_executor(None, partial(explorer_data, models, [source]))
-        except Exception as error:
-            log.exception("the explorer failed on a sentence of %d characters", len(source))
-            return JSONResponse({"error": f"the explorer failed: {error}"}, status_code=500)
-        return JSONResponse({"models": data["models"], "sentence": data["sentences"][0]})
+        described, views = [], {}
+        for name in (s.name for s in state.sources):
+            # In the model's own worker thread, between its batches: a model (and the C kernels'
+            # buffers behind it) is only ever run by one thread.
+            model = ExplorerModel(name, state.translators[name])
+            work = partial(explorer_data, [model], [source])
+            try:
+                data = await loop.run_in_executor(state.batchers[name].executor, work)
+            except Exception as error:
+                log.exception("the explorer failed with model %s", name)
+                message = f"the explorer failed with model {name!r}: {error}"
+                return JSONResponse({"error": message}, status_code=500)
+            described += data["models"]
+            views.update(data["sentences"][0]["models"])
+        sentence = {**data["sentences"][0], "models": views}
+        return JSONResponse({"models": described, "sentence": sentence})
 
     @app.post("/translate")
     async def translate(request: Request) -> JSONResponse:
