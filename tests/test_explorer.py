@@ -131,6 +131,13 @@ def test_the_score_spread_is_the_scores_minus_their_row_means() -> None:
     expected = torch.bincount(centered.floor().long() + SPREAD, minlength=2 * SPREAD)
     assert spread["counts"] == expected.tolist() and spread["low"] == -SPREAD
     assert spread["std"] == pytest.approx(float(centered.std()), abs=1e-3)
+    # Causal: the masked future is no score; each row's mean is over what it reads.
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    masked = torch.softmax(scores[:, :3].masked_fill(~causal, float("-inf")), dim=-1)
+    spread = score_spread(masked, causal)
+    rows = [scores[t, : t + 1] - scores[t, : t + 1].mean() for t in range(3)]
+    expected = torch.bincount(torch.cat(rows).floor().long() + SPREAD, minlength=2 * SPREAD)
+    assert spread["counts"] == expected.tolist()
 
 
 def test_the_page_holds_its_data_and_fetches_nothing(data: dict[str, Any], tmp_path: Path) -> None:

@@ -4,11 +4,11 @@ For each sentence and each model: the model's translation (and n-best list with 
 attention while producing it, and the attention under teacher forcing on the reference (when one
 is given: the same tokens for every model, so maps compare cell by cell) or on the model's own
 translation. A Transformer gives every layer's and head's cross-attention as well as the last
-layer's average (what its decoding reports). With gold alignments: the AER of each map, per
-sentence, per model and per head. For every map: the entropy of each target step's weights.
+layer's average (what its decoding reports), and its encoder's and decoder's self-attention.
+With gold alignments: the AER of each map, per sentence, per model and per head. For every map:
+the entropy of each target step's weights and the spread of the scores behind them.
 
-Weights are rounded to 4 decimals (the page draws them, nothing sums them again), which keeps
-a page of 20 sentences × 4 models × 3 layers × 4 heads to a few MB.
+Weights are rounded to 4 decimals: the page draws them and sums nothing again.
 """
 
 from __future__ import annotations
@@ -61,23 +61,29 @@ def aer(weights: Tensor, gold: GoldAlignment | None) -> float | None:
 SPREAD = 12
 
 
-def score_spread(weights: Tensor) -> dict[str, Any]:
-    """Histogram of (score − the row's mean score) over the cells of ``weights`` (T, S)."""
+def score_spread(weights: Tensor, readable: Tensor | None = None) -> dict[str, Any]:
+    """Histogram of (score − the row's mean score) over the cells of ``weights`` (T, S) that a
+    row may read (``readable`` (T, S) bool; all by default: causal self-attention's future is
+    masked, not scored)."""
+    readable = torch.ones_like(weights, dtype=torch.bool) if readable is None else readable
     logs = weights.clamp_min(1e-30).log()  # (T, S)
-    centered = (logs - logs.mean(dim=-1, keepdim=True)).flatten()
+    means = (logs * readable).sum(-1, keepdim=True) / readable.sum(-1, keepdim=True).clamp_min(1)
+    centered = (logs - means)[readable]  # (cells read,)
     bins = centered.clamp(-SPREAD, SPREAD - 1e-6).floor().long() + SPREAD  # 0 .. 2·SPREAD - 1
     counts = torch.bincount(bins, minlength=2 * SPREAD).tolist()
     std = float(centered.std()) if centered.numel() > 1 else 0.0
     return {"low": -SPREAD, "counts": counts, "std": round(std, DECIMALS)}
 
 
-def attention_map(weights: Tensor, gold: GoldAlignment | None) -> dict[str, Any]:
+def attention_map(
+    weights: Tensor, gold: GoldAlignment | None, readable: Tensor | None = None
+) -> dict[str, Any]:
     """One map (T, S) as the page reads it."""
     return {
         "weights": rounded(weights),
         "entropy": entropy(weights),
         "aer": aer(weights, gold),
-        "spread": score_spread(weights),
+        "spread": score_spread(weights, readable),
     }
 
 
@@ -169,7 +175,10 @@ def model_view(
         encoder, decoder = self_attention(translator, source, forced.tgt_tokens or [])
         view["decoder_inputs"] = inputs
         view["encoder_self"] = [[attention_map(h, None) for h in layer] for layer in encoder]
-        view["decoder_self"] = [[attention_map(h, None) for h in layer] for layer in decoder]
+        causal = torch.ones(decoder.shape[-2:], dtype=torch.bool).tril()  # (T, T)
+        view["decoder_self"] = [
+            [attention_map(h, None, causal) for h in layer] for layer in decoder
+        ]
     return view
 
 
