@@ -112,6 +112,7 @@ def test_the_backend_needs_the_exported_model(bundle: Path, tmp_path: Path) -> N
         Translator.load(plain, backend="ctranslate2")
 
 
+@pytest.mark.slow  # the scripts end to end; the Translator's backend is tested by default
 def test_export_py_and_the_scripts_take_the_ctranslate2_backend(tmp_path: Path) -> None:
     bundle = trained_transformer(tmp_path / "run", "scaled_dot")
     export_ctranslate2(load(bundle), bundle, "float32")

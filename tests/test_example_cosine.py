@@ -85,6 +85,7 @@ def test_the_example_keeps_the_scoring_contract(user_dir: Path, family: str, ker
     assert_attention_follows_score(model, reference, family)
 
 
+@pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_the_bundle_translates_only_when_the_module_is_trusted(
     user_dir: Path, trained: dict[str, Path]
 ) -> None:
@@ -113,6 +114,7 @@ def test_the_bundle_translates_only_when_the_module_is_trusted(
             assert "--trust-module cosine_attention" in refused.stderr
 
 
+@pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_the_compare_experiment_sweeps_the_users_yaml_too(user_dir: Path) -> None:
     """experiment=compare_attention is every YAML of the attention group: conf/attention/'s and
     the user's config directory's, with no list to edit."""
@@ -130,6 +132,7 @@ def test_the_compare_experiment_sweeps_the_users_yaml_too(user_dir: Path) -> Non
     assert sorted(swept) == sorted([*SCORING_FUNCTIONS, "cosine"])
 
 
+@pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_the_example_trains_under_ddp(user_dir: Path) -> None:
     """Two CPU processes: each rank imports the user's module (PYTHONPATH is inherited) and the
     run writes a checkpoint that names it."""
@@ -169,6 +172,7 @@ def test_nothing_is_imported_from_an_untrusted_file(
     assert canary.read_text() == "ran"  # only the trusted load imported it
 
 
+@pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_an_untrusted_resume_is_refused_and_a_trusted_one_goes_on(
     user_dir: Path, trained: dict[str, Path]
 ) -> None:

@@ -36,12 +36,12 @@ SENTENCES = [
 ]
 
 
-# Additive scoring (which only this backend can serve) and the Transformer's default run in the
-# default suite; each export takes some 15 s, so the others run with the slow tests.
+# Additive scoring (which only this backend can serve) runs in the default suite; each export
+# takes some 15 s, so the others run with the slow tests.
 @pytest.fixture(
     scope="module",
     params=[
-        pytest.param(name, marks=[] if name in ("additive", "scaled_dot") else [pytest.mark.slow])
+        pytest.param(name, marks=[] if name == "additive" else [pytest.mark.slow])
         for name in SCORING_FUNCTIONS
     ],
 )
@@ -141,6 +141,7 @@ def test_the_onnx_backend_needs_the_graphs(exported: Path, tmp_path: Path) -> No
         Translator.load(exported, backend="tensorrt")
 
 
+@pytest.mark.slow  # the scripts end to end; the Translator's backend is tested by default
 def test_the_scripts_take_the_onnx_backend(exported: Path, tmp_path: Path) -> None:
     """export.py --onnx wrote ``exported``'s graphs (the fixture uses its function); translate.py
     and evaluate.py with --backend onnx give what they give with PyTorch."""
