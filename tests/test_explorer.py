@@ -19,7 +19,7 @@ from seq2seq import Translator
 from seq2seq.analysis.alignment import argmax_links, count_links, read_pharaoh
 from seq2seq.data.tokenization import encode_batch
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
-from seq2seq.explorer.data import SPREAD, score_spread
+from seq2seq.explorer.data import SPREAD, attention_map, score_spread
 from seq2seq.explorer.page import page
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.models.transformer import TransformerEncoder, embed
@@ -371,3 +371,45 @@ def test_the_live_page_translates_what_is_typed(bundles: dict[str, Path], tmp_pa
     finally:
         assert stop(server) == 0
     assert errors == [] and elsewhere == []
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_a_100_by_100_map_stays_usable(tmp_path: Path) -> None:
+    """A sentence of 100 tokens each side: 6-pixel cells, tokens in tooltips, hover still linked."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    size = 100
+    weights = torch.softmax(torch.randn(size, size), dim=-1)
+    view = {
+        "hypothesis": " ".join(f"t{i}" for i in range(size)),
+        "hyp_tokens": [f"t{i}" for i in range(size)],
+        "hyp_attention": None,
+        "score": None,
+        "n_best": [],
+        "src_tokens": [f"s{i}" for i in range(size)],
+        "tgt_tokens": [f"t{i}" for i in range(size)],
+        "forced_on": "hypothesis",
+        "forced": attention_map(weights, None),
+    }
+    model = {"name": "m", "architecture": "Seq2Seq", "scoring": "DotProductAttention",
+             "scaled": True, "layers": None, "heads": None, "backend": "torch"}  # fmt: skip
+    data = {"title": "long", "models": [model], "beam_size": 1, "checkpoints": [], "version": 1,
+            "sentences": [{"src": view["hypothesis"], "ref": None, "gold": None,
+                           "models": {"m": view}}]}  # fmt: skip
+    path = write_page(data, tmp_path / "long.html")
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        tab = browser.new_page()
+        errors: list[str] = []
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.goto(path.as_uri())
+        cell = tab.locator('rect.cell[data-row="50"][data-col="50"]')
+        assert cell.get_attribute("width") == "6"
+        assert tab.locator("svg.map text.token").count() == 0  # labels give way to tooltips
+        assert "t50 ← s50" in (cell.locator("title").text_content() or "")
+        cell.hover()
+        assert tab.evaluate("[document.body.dataset.row, document.body.dataset.col]") == [
+            "50",
+            "50",
+        ]
+        browser.close()
+    assert errors == []

@@ -50,6 +50,7 @@ def best_of(stdout: str) -> tuple[float, Path]:
     return float(bleu.group(1)), Path(path.group(1))
 
 
+@pytest.mark.slow  # train.py end to end; the pipeline tests cover the same in process
 def test_small_configuration_trains_and_reports_its_best_checkpoint(tmp_path: Path) -> None:
     """The small configuration other checks use: 4,000 pairs, 2 epochs, logged to W&B offline
     (the default logger, as a user without credentials gets it). The console shows progress, our

@@ -160,6 +160,7 @@ def transformer_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_bundle(load(result["best_checkpoint"]), run_dir / "bundle")
 
 
+@pytest.mark.slow  # DDP end to end; tests/test_ddp.py covers DDP in the default suite
 def test_a_transformer_trains_under_ddp_on_two_cpu_processes(tmp_path: Path) -> None:
     """Two ranks, one run directory; val BLEU over all ranks equals the evaluate script's in one
     process."""
