@@ -21,6 +21,7 @@ from seq2seq.cli import (
     add_trust_argument,
     check_writable,
     int_at_least,
+    named_paths,
     run,
 )
 from seq2seq.data.corpora import read_lines
@@ -75,17 +76,12 @@ def line_numbers(spec: str, count: int) -> list[int]:
 def models(specs: list[str], trust_modules: list[str], backend: str) -> list[ExplorerModel]:
     if len(specs) > MAX_MODELS:
         raise UsageError(f"--model: at most {MAX_MODELS} models side by side, got {len(specs)}.")
-    loaded, names = [], set()
-    for spec in specs:
-        name, separator, path = spec.partition("=")
-        if not separator:
-            name, path = Path(spec).parent.parent.name or Path(spec).stem, spec
-        if name in names:
-            raise UsageError(f"--model {spec!r}: the name {name!r} is taken; give each its own.")
-        names.add(name)
-        translator = Translator.load(path, trust_modules=trust_modules, backend=backend)
-        loaded.append(ExplorerModel(name, translator))
-    return loaded
+    # A checkpoint RUN/checkpoints/best.ckpt is named after its run directory.
+    named = named_paths(specs, lambda path: path.parent.parent.name or path.stem)
+    return [
+        ExplorerModel(name, Translator.load(path, trust_modules=trust_modules, backend=backend))
+        for name, path in named
+    ]
 
 
 def main() -> int:

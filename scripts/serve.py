@@ -15,10 +15,16 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seq2seq.cli import UsageError, add_backend_argument, add_trust_argument, int_at_least, run
+from seq2seq.cli import (
+    UsageError,
+    add_backend_argument,
+    add_trust_argument,
+    int_at_least,
+    named_paths,
+    run,
+)
 
 if TYPE_CHECKING:
     from seq2seq.serving.server import ModelSource
@@ -74,26 +80,10 @@ def parse_args() -> argparse.Namespace:
 def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
     from seq2seq.serving.server import ModelSource
 
-    sources: list[ModelSource] = []
-    names: set[str] = set()
-    for spec in specs:
-        name, separator, path_text = spec.partition("=")
-        if not separator:
-            name, path_text = Path(spec).stem or Path(spec).name, spec
-        path = Path(path_text)
-        if not name or not path_text:
-            raise UsageError(f"--model {spec!r}: give NAME=PATH (or a PATH alone).")
-        if name in names:
-            raise UsageError(
-                f"--model {spec!r}: the name {name!r} is taken; give each model its own."
-            )
-        if not path.exists():
-            raise UsageError(
-                f"--model {spec!r}: {path} does not exist (a bundle dir or checkpoint)."
-            )
-        names.add(name)
-        sources.append(ModelSource(name, path, tuple(trust_modules), backend))
-    return sources
+    return [
+        ModelSource(name, path, tuple(trust_modules), backend)
+        for name, path in named_paths(specs, lambda path: path.stem or path.name)
+    ]
 
 
 def main() -> int:

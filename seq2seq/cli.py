@@ -93,6 +93,29 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def named_paths(specs: list[str], default_name: Callable[[Path], str]) -> list[tuple[str, Path]]:
+    """``--model [NAME=]PATH`` options (serve.py, explore.py) -> (name, path) pairs, each path
+    existing and each name once; a PATH alone is named ``default_name(PATH)``."""
+    named: list[tuple[str, Path]] = []
+    for spec in specs:
+        name, separator, path_text = spec.partition("=")
+        if not separator:
+            name, path_text = default_name(Path(spec)), spec
+        if not name or not path_text:
+            raise UsageError(f"--model {spec!r}: give NAME=PATH (or a PATH alone).")
+        if name in (taken for taken, _ in named):
+            raise UsageError(
+                f"--model {spec!r}: the name {name!r} is taken; give each model its own."
+            )
+        path = Path(path_text)
+        if not path.exists():
+            raise UsageError(
+                f"--model {spec!r}: {path} does not exist (a bundle dir or checkpoint)."
+            )
+        named.append((name, path))
+    return named
+
+
 def run(main: Callable[[], int]) -> None:
     """Run a script's ``main``: known errors become one paragraph on stderr and exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
