@@ -24,6 +24,16 @@ Every scoring function divides its scores by a softmax temperature T before the 
 (``temperature``: a positive number, 1.0 by default, or ``"learnable"``, starting at
 ``initial_temperature``), so ``weights = softmax(score(q, k) / T)``.
 
+The other parts of an attention are switches too (``AttentionParts``, ``Normalization``):
+
+    weights = normalize(window(score(q, k) / T + b))
+
+the normalizer (``attention.normalizer``: softmax, sparsemax, entmax15, α-entmax or a user's;
+``seq2seq.normalizers``), the window (``attention.window``: global, or Luong's local_m / local_p;
+``seq2seq.positions``) and a learned bias b per source position (``attention.key_bias``). A model
+builds them around its scoring function (``Attention.use_parts``); by default there are none and
+the weights are ``masked_softmax``'s, as before they existed.
+
 ``score`` is the contract: a faster path that computes the same weights another way
 (``F.scaled_dot_product_attention`` here, the C kernels in ``seq2seq.kernels``) applies only to a
 module whose ``score``, ``project_keys`` and ``logits`` are the built-in ones (``scores_as``), so
@@ -33,6 +43,7 @@ a subclass that overrides ``score`` trains, validates and decodes on its own for
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -40,6 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.errors import ConfigError
+from seq2seq.normalizers import NormalizerFunction, build_normalizer, softmax
+from seq2seq.positions import WINDOWS, KeyBias, LocalWindow, window_module
 
 LEARNABLE = "learnable"
 
@@ -64,15 +77,109 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None) -> Tensor:
     ``valid_len == 0`` are all zeros (never NaN, never uniform). The softmax runs in float32 and
     is cast back, so float16 and bfloat16 inputs behave like float32 ones.
     """
-    scores_fp32 = scores.float()
     if valid_lens is None:
-        return F.softmax(scores_fp32, dim=-1).to(scores.dtype)
-    is_valid = valid_key_mask(valid_lens, scores.shape[1], scores.shape[2])  # (B, Tq, Tk)
-    # The most negative finite float32, not -inf: a fully padded row then stays finite (uniform
-    # before the multiplication below) instead of computing -inf - -inf = NaN.
-    filled = torch.where(is_valid, scores_fp32, torch.finfo(torch.float32).min)  # (B, Tq, Tk)
-    weights = F.softmax(filled, dim=-1) * is_valid  # exact zeros at padding and in empty rows
-    return weights.to(scores.dtype)
+        return softmax(scores, None)
+    return softmax(scores, valid_key_mask(valid_lens, scores.shape[1], scores.shape[2]))
+
+
+@dataclass(frozen=True)
+class AttentionParts:
+    """The parts of an attention besides its scoring function: the ``attention.*`` keys
+    ``normalizer``, ``alpha``, ``initial_alpha`` (``seq2seq.normalizers``), ``window``,
+    ``window_size`` (``seq2seq.positions``), ``key_bias`` and ``key_bias_positions``. The
+    defaults are global softmax attention without a key bias: no parameters, no change."""
+
+    normalizer: str | NormalizerFunction | nn.Module = "softmax"
+    alpha: float | str | None = None
+    initial_alpha: float | None = None
+    window: str = "global"
+    window_size: int | None = None
+    key_bias: bool = False
+    key_bias_positions: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.window not in WINDOWS:
+            window_module(self.window, self.window_size, 1)  # its message names the choices
+        if not isinstance(self.key_bias, bool):
+            raise ConfigError(
+                f"attention.key_bias must be true or false, got {self.key_bias!r}: true adds a "
+                "learned bias per source position to the logits."
+            )
+
+    def is_default(self) -> bool:
+        """Global softmax attention without a key bias: what the attention computed before the
+        parts were switches (``Attention.use_parts`` then adds nothing)."""
+        return self == AttentionParts(key_bias_positions=self.key_bias_positions)
+
+
+class Normalization(nn.Module):
+    """``normalize(window(logits + b))``: logits (R, Tq, Tk) -> weights (R, Tq, Tk), for
+    ``AttentionParts`` other than the default, with the masking contract of ``masked_softmax``.
+    R is B, or B · h for multi-head attention (rows b · h + i), whose heads share the window
+    (it is computed once per query, from the queries before they are split into heads), the key
+    bias and the normalizer."""
+
+    def __init__(self, parts: AttentionParts, query_size: int) -> None:
+        super().__init__()
+        self.normalizer = build_normalizer(parts.normalizer, parts.alpha, parts.initial_alpha)
+        self.window: LocalWindow | None = window_module(parts.window, parts.window_size, query_size)
+        self.key_bias: KeyBias | None = None
+        if parts.key_bias:
+            if parts.key_bias_positions is None:
+                raise ConfigError(
+                    "attention.key_bias=true needs attention.key_bias_positions, the number of "
+                    "source positions that get a bias (the pipeline sets it from "
+                    "data.max_src_len); e.g. attention.key_bias_positions=100."
+                )
+            self.key_bias = KeyBias(parts.key_bias_positions)
+        self.description = describe_parts(parts)
+
+    def forward(
+        self,
+        logits: Tensor,
+        queries: Tensor,
+        valid_lens: Tensor | None,
+        positions: Tensor | None = None,
+        heads: int = 1,
+    ) -> Tensor:
+        """logits (B·h, Tq, Tk), queries (B, Tq, Dq), valid_lens None, (B,) or (B, Tq),
+        positions (B, Tq): each query's target step (local-m), -> weights (B·h, Tq, Tk)."""
+        num_queries, num_keys = logits.shape[1:]
+        if self.key_bias is not None:
+            logits = self.key_bias(logits)  # + b_i
+        is_valid = None
+        if valid_lens is not None:
+            is_valid = valid_key_mask(valid_lens, num_queries, num_keys)  # (B, Tq, Tk)
+        factor = None
+        if self.window is not None:
+            if valid_lens is None or valid_lens.dim() != 1:
+                raise ValueError(
+                    "a local window is centred within each source sentence: pass valid_lens "
+                    "(B,), the source lengths."
+                )
+            in_window, factor = self.window(queries, valid_lens, positions, num_keys)
+            is_valid = in_window if is_valid is None else is_valid & in_window  # (B, Tq, Tk)
+        if heads > 1:  # the same mask for every head: row b·h + i is head i of sentence b
+            is_valid = None if is_valid is None else is_valid.repeat_interleave(heads, 0)
+            factor = None if factor is None else factor.repeat_interleave(heads, 0)
+        weights = self.normalizer(logits, is_valid)  # (B·h, Tq, Tk)
+        return weights if factor is None else weights * factor.to(weights.dtype)
+
+    def extra_repr(self) -> str:
+        return self.description
+
+
+def describe_parts(parts: AttentionParts) -> str:
+    """The parts that differ from the default, as the config keys that set them."""
+    shown = []
+    if parts.normalizer != "softmax":
+        name = parts.normalizer if isinstance(parts.normalizer, str) else "your own"
+        shown.append(f"attention.normalizer={name}")
+    if parts.window != "global":
+        shown.append(f"attention.window={parts.window}")
+    if parts.key_bias:
+        shown.append("attention.key_bias=true")
+    return ", ".join(shown)
 
 
 class Attention(nn.Module):
@@ -98,6 +205,8 @@ class Attention(nn.Module):
     ) -> None:
         super().__init__()
         self.dropout = nn.Dropout(dropout)
+        # The parts besides the score (``use_parts``); None: masked softmax over every key.
+        self.normalization: Normalization | None = None
         self.log_temperature: nn.Parameter | None = None
         self.fixed_temperature = 1.0
         start = _check_temperature(initial_temperature, "initial_temperature")
@@ -143,6 +252,25 @@ class Attention(nn.Module):
         """What the softmax sees, (B, Tq, Tk): ``score(q, k) / T``, before masking."""
         return self.score(queries, projected_keys) / self.temperature
 
+    def use_parts(self, parts: AttentionParts, query_size: int) -> Attention:
+        """Give this attention the ``parts`` besides its score (``AttentionParts``), built for
+        queries of ``query_size``; the default parts add nothing. Returns the attention."""
+        self.normalization = None if parts.is_default() else Normalization(parts, query_size)
+        return self
+
+    def normalize(
+        self,
+        logits: Tensor,
+        queries: Tensor,
+        valid_lens: Tensor | None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """The weights (B, Tq, Tk) from the logits: ``masked_softmax``, or the parts'
+        ``Normalization``. queries (B, Tq, Dq) and positions (B, Tq) are what a window reads."""
+        if self.normalization is None:
+            return masked_softmax(logits, valid_lens)
+        return self.normalization(logits, queries, valid_lens, positions)
+
     def forward(
         self,
         queries: Tensor,
@@ -152,14 +280,16 @@ class Attention(nn.Module):
         *,
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk)."""
+        """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk).
+        ``positions`` (B, Tq): each query's target step, for a local-m window."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
         if projected_values is not None:
             values = projected_values
         logits = self.logits(queries, projected_keys)  # (B, Tq, Tk)
-        weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
+        weights = self.normalize(logits, queries, valid_lens, positions)  # (B, Tq, Tk)
         # Dropout regularises which keys are read; the weights returned are the undropped ones.
         context = torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
         return context, weights
@@ -173,12 +303,13 @@ class Attention(nn.Module):
         *,
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Only the context (B, Tq, Dv), for callers that do not need the weights (training's
         loss): ``forward``'s context. Scoring functions may compute it another way."""
         context, _ = self(
-            queries, keys, values, valid_lens,
-            projected_keys=projected_keys, projected_values=projected_values,
+            queries, keys, values, valid_lens, projected_keys=projected_keys,
+            projected_values=projected_values, positions=positions,
         )  # fmt: skip
         return context
 
@@ -268,15 +399,20 @@ class DotProductAttention(Attention):
         *,
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """The same context through PyTorch's fused ``F.scaled_dot_product_attention`` (flash or
         memory-efficient kernels on a GPU), where no dropout is active on the weights and the
-        score is this class's own."""
+        weights are this class's own softmax over every key."""
         if projected_values is not None:
             values = projected_values
         if (self.training and self.dropout.p > 0) or not scores_as(self, DotProductAttention):
-            # Dropout on the weights, or a subclass's own score: the reference path computes it.
-            return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+            # Dropout on the weights, a subclass's own score, or other parts than global softmax:
+            # the reference path computes it.
+            return super().context(
+                queries, keys, values, valid_lens, projected_keys=projected_keys,
+                positions=positions,
+            )  # fmt: skip
         keys = keys if projected_keys is None else projected_keys
         _check_equal_sizes(queries.shape[-1], keys.shape[-1])
         return sdpa_context(
@@ -331,9 +467,10 @@ class MultiHeadAttention(nn.Module):
     through their slices of ``W_q``, ``W_k``, ``W_v``). Build ``scoring`` with
     ``query_size = key_size = num_hiddens / num_heads``.
 
-    The block owns the masked softmax, the dropout on the weights (``dropout``, as
-    ``nn.MultiheadAttention``'s) and the weighted sum, once for all heads: the scoring function
-    only scores (``Attention.logits``: its temperature applies, its own dropout does not).
+    The block owns the masked softmax (or the parts' ``Normalization``, ``use_parts``), the
+    dropout on the weights (``dropout``, as ``nn.MultiheadAttention``'s) and the weighted sum,
+    once for all heads: the scoring function only scores (``Attention.logits``: its temperature
+    applies, its own dropout and parts do not).
 
     Shape legend: B batch, Tq queries, Tk keys, h heads, d = num_hiddens / h, D = num_hiddens.
     """
@@ -358,6 +495,13 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.normalization: Normalization | None = None  # ``use_parts``; None: masked softmax
+
+    def use_parts(self, parts: AttentionParts, query_size: int) -> MultiHeadAttention:
+        """``Attention.use_parts`` for every head at once: one normalizer, window and key bias
+        shared by the heads (the window read from the queries before their projection)."""
+        self.normalization = None if parts.is_default() else Normalization(parts, query_size)
+        return self
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B·h, T, d): head i of sentence b is row b·h + i."""
@@ -394,12 +538,14 @@ class MultiHeadAttention(nn.Module):
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
         need_weights: bool = True,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """queries (B, Tq, Dq), keys (B, Tk, Dk), values (B, Tk, Dv), valid_lens (B,) or (B, Tq)
         -> context (B, Tq, D), weights (B, h, Tq, Tk) (None without ``need_weights``).
 
         ``projected_keys`` / ``projected_values`` (``project_keys`` / ``project_values``) stand
-        in for the keys' and values' projections where they were computed once before."""
+        in for the keys' and values' projections where they were computed once before;
+        ``positions`` (B, Tq) are the queries' target steps (a local-m window)."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
         if projected_values is None:
@@ -414,7 +560,10 @@ class MultiHeadAttention(nn.Module):
             )  # fmt: skip
             return self.W_o(self.merge_heads(context)), None
         logits = self.scoring.logits(head_queries, projected_keys)  # (B·h, Tq, Tk)
-        weights = masked_softmax(logits, lens)  # (B·h, Tq, Tk)
+        if self.normalization is None:
+            weights = masked_softmax(logits, lens)  # (B·h, Tq, Tk)
+        else:
+            weights = self.normalization(logits, queries, valid_lens, positions, self.num_heads)
         # (B·h, Tq, Tk) @ (B·h, Tk, d) -> (B·h, Tq, d): every head's context
         context = torch.bmm(self.dropout(weights), projected_values)
         output = self.W_o(self.merge_heads(context))  # (B, Tq, D)
@@ -430,19 +579,21 @@ class MultiHeadAttention(nn.Module):
         *,
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Only the context (B, Tq, D): ``forward`` without the weights."""
         context, _ = self(
             queries, keys, values, valid_lens, projected_keys=projected_keys,
-            projected_values=projected_values, need_weights=False,
+            projected_values=projected_values, need_weights=False, positions=positions,
         )  # fmt: skip
         return context
 
     def sdpa_applies(self) -> bool:
         """Whether ``F.scaled_dot_product_attention`` computes the context (no weights wanted):
-        dot-product scoring without active dropout on the weights."""
+        dot-product scoring, softmax over every key, no active dropout on the weights."""
         dropping = self.training and self.dropout.p > 0
-        return scores_as(self.scoring, DotProductAttention) and not dropping
+        plain = self.normalization is None
+        return scores_as(self.scoring, DotProductAttention) and plain and not dropping
 
 
 def head_size(size: int, num_heads: object, what: str) -> int:
@@ -465,17 +616,27 @@ FORMULA_METHODS = ("score", "project_keys", "logits")
 
 def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:
     """Whether ``attention`` computes the weights of the built-in ``builtin``: an instance of it
-    whose ``score``, ``project_keys`` and ``logits`` are ``builtin``'s own (not overridden). What a
-    fast path that computes ``builtin``'s formula another way must check; ``isinstance`` alone
-    would let a subclass with its own ``score`` train on its parent's formula."""
-    return isinstance(attention, builtin) and all(
-        getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
+    whose ``score``, ``project_keys`` and ``logits`` are ``builtin``'s own (not overridden), with
+    softmax over every key (no ``AttentionParts`` of its own). What a fast path that computes
+    ``builtin``'s formula another way must check; ``isinstance`` alone would let a subclass with
+    its own ``score`` train on its parent's formula."""
+    return (
+        isinstance(attention, builtin)
+        and attention.normalization is None
+        and all(
+            getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
+        )
     )
 
 
-def own_formula(attention: Attention) -> str | None:
+def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
     """Why no fast path computes ``attention``'s weights, or None when one may: a scoring function
-    of this package, or a subclass of one that overrides none of ``FORMULA_METHODS``."""
+    of this package, or a subclass of one that overrides none of ``FORMULA_METHODS``, with
+    softmax over every key (the parts' default)."""
+    if attention.normalization is not None:
+        return f"{attention.normalization.description} (the fast paths compute global softmax)"
+    if isinstance(attention, MultiHeadAttention):
+        return own_formula(attention.scoring)
     name = type(attention).__name__
     for builtin in BUILTIN_SCORING:
         if isinstance(attention, builtin):

@@ -25,7 +25,12 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from seq2seq.atomic import write_atomic
-from seq2seq.attention import AdditiveAttention, DotProductAttention, GeneralAttention
+from seq2seq.attention import (
+    AdditiveAttention,
+    AttentionParts,
+    DotProductAttention,
+    GeneralAttention,
+)
 from seq2seq.data.tokenization import SPECIAL_TOKENS, check_special_tokens
 from seq2seq.errors import ConfigError
 from seq2seq.errors import ModelFileError as ModelFileError  # raised here; callers import it
@@ -48,6 +53,7 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
     "seq2seq.attention.AdditiveAttention": AdditiveAttention,
     "seq2seq.attention.DotProductAttention": DotProductAttention,
     "seq2seq.attention.GeneralAttention": GeneralAttention,
+    "seq2seq.attention.AttentionParts": AttentionParts,
     # The name of GeneralAttention in files written before it was renamed.
     "seq2seq.attention.MultiplicativeAttention": GeneralAttention,
     "seq2seq.models.BahdanauDecoder": BahdanauDecoder,
@@ -135,21 +141,28 @@ def kernels_choice(model_config: dict[str, Any]) -> str:
     return str(choice)
 
 
-def _build(node: Any, origin: str, trusted: frozenset[str], fix: str = REEXPORT) -> Any:
+def _build(
+    node: Any, origin: str, trusted: frozenset[str], fix: str = REEXPORT, key: str = ""
+) -> Any:
     if isinstance(node, list):
         return [_build(item, origin, trusted, fix) for item in node]
     if not isinstance(node, dict):
         return node
     arguments = {
-        key: _build(value, origin, trusted, fix) for key, value in node.items() if key[:1] != "_"
+        name: _build(value, origin, trusted, fix, str(name))
+        for name, value in node.items()
+        if name[:1] != "_"
     }
     if "_target_" not in node:
         return arguments
     target = node["_target_"]
     if not isinstance(target, str):
         raise ModelFileError(f"{origin} has a _target_ that is not a string: {target!r}. {fix}")
-    # A built-in class, or a user's scoring function from a trusted module (refused otherwise).
-    factory = ALLOWED_TARGETS.get(target) or resolve(target, trusted, origin)
+    # A built-in class, or a user's scoring function (or, as attention_parts.normalizer, a
+    # normalizer) from a trusted module (refused otherwise).
+    factory = ALLOWED_TARGETS.get(target) or resolve(
+        target, trusted, origin, normalizer=key == "normalizer"
+    )
     try:
         return partial(factory, **arguments) if node.get("_partial_") else factory(**arguments)
     except ConfigError:

@@ -9,8 +9,9 @@ module under it. A trusted entry may also be a ``.py`` file: it is imported at o
 file name (``path/to/cosine.py`` becomes the module ``cosine``), so a file outside ``PYTHONPATH``
 can be trusted too.
 
-Only scoring functions are pluggable: the class must be a subclass of
-``seq2seq.attention.Attention``; anything else a file names is refused even from a trusted module.
+Scoring functions and normalizers are pluggable: a scoring function must be a subclass of
+``seq2seq.attention.Attention``, a normalizer (``attention.normalizer``) a function or an
+``nn.Module`` subclass; anything else a file names is refused even from a trusted module.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import importlib.util
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from torch import nn
 
 from seq2seq.attention import Attention
 from seq2seq.errors import ModelFileError
@@ -88,9 +92,10 @@ def is_trusted(module: str, trusted: Iterable[str]) -> bool:
     return any(module == name or module.startswith(f"{name}.") for name in trusted)
 
 
-def resolve(target: str, trusted: frozenset[str], origin: str) -> type[Attention]:
-    """The scoring-function class ``target`` (``module.Class``) names, imported only if its module
-    is trusted; a one-paragraph refusal otherwise."""
+def resolve(target: str, trusted: frozenset[str], origin: str, normalizer: bool = False) -> Any:
+    """The scoring-function class ``target`` (``module.Class``) names (with ``normalizer``: a
+    normalizer function or module class), imported only if its module is trusted; a
+    one-paragraph refusal otherwise."""
     module_name, _, class_name = target.rpartition(".")
     if not module_name or not is_trusted(module_name, trusted):
         raise PluginError(
@@ -110,6 +115,14 @@ def resolve(target: str, trusted: frozenset[str], origin: str) -> type[Attention
             "or trust_modules=[path/to/file.py] when training)."
         ) from None
     found = getattr(module, class_name, None)
+    if normalizer:
+        is_module = isinstance(found, type) and issubclass(found, nn.Module)
+        if not (is_module or (callable(found) and not isinstance(found, type))):
+            raise PluginError(
+                f"{origin}: {target!r} is not a normalizer (a function of logits and a mask, or "
+                "an nn.Module subclass): check attention.normalizer._target_."
+            )
+        return found
     if not (isinstance(found, type) and issubclass(found, Attention)):
         raise PluginError(
             f"{origin}: {target!r} is not a scoring function (a subclass of "

@@ -25,7 +25,7 @@ import logging
 
 from torch import nn
 
-from seq2seq.attention import Attention, own_formula
+from seq2seq.attention import Attention, MultiHeadAttention, own_formula
 from seq2seq.kernels.library import unavailable_reason, usable
 from seq2seq.kernels.modules import ACCELERATED
 
@@ -51,10 +51,13 @@ def accelerate(model: nn.Module) -> nn.Module:
     state dicts, checkpoints and bundles do not change. Only the exact reference classes are
     swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and a scoring
     function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
-    is said once.
+    is said once. An RNN decoder whose attention has other parts than global softmax (a
+    normalizer, a window, a key bias) keeps the reference decoder whole: its C loops compute
+    softmax over every key.
     """
+    reference_only: set[int] = set()
     for module in model.modules():
-        if isinstance(module, Attention):
+        if isinstance(module, Attention | MultiHeadAttention):
             reason = own_formula(module)
             if reason is not None:
                 say_once(
@@ -62,8 +65,12 @@ def accelerate(model: nn.Module) -> nn.Module:
                     "attention stand aside for it: its own formula runs on the reference path in "
                     "training, validation and decoding."
                 )
+        attention = getattr(module, "attention", None)
+        if isinstance(attention, Attention | MultiHeadAttention) and attention.normalization:
+            reference_only.update(id(part) for part in module.modules())
+    for module in model.modules():
         accelerated = ACCELERATED.get(type(module))
-        if accelerated is not None:
+        if accelerated is not None and id(module) not in reference_only:
             module.__class__ = accelerated
     return model
 

@@ -119,14 +119,18 @@ class FastAdditiveAttention(AdditiveAttention):
         *,
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """``forward``'s context from ``score + Σw_v``: tanh(x) = 2σ(2x) - 1, so
         ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key, which the
-        softmax ignores."""
+        softmax ignores (another normalizer might not: it takes the reference)."""
         if projected_values is not None:
             values = projected_values
-        if queries.device.type != "cpu":
-            return super().context(queries, keys, values, valid_lens, projected_keys=projected_keys)
+        if queries.device.type != "cpu" or self.normalization is not None:
+            return super().context(
+                queries, keys, values, valid_lens, projected_keys=projected_keys,
+                positions=positions,
+            )  # fmt: skip
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
         if self.layer_norm is None:

@@ -33,13 +33,14 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, MultiHeadAttention, head_size
+from seq2seq.attention import Attention, AttentionParts, MultiHeadAttention, head_size
 from seq2seq.models.embedding import Embedding
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
 
-# A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both.
+# A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both. A decoder whose
+# window is centred on the target step (local-m) appends that step, (B,) int64: (h, [c,] t).
 DecoderState = tuple[Tensor, ...]
 
 
@@ -109,18 +110,24 @@ def per_hypothesis(x: Tensor, rows: int, steps: int, dim: int = 1) -> Tensor:
 
 
 def attention_module(
-    attention: AttentionFactory, num_heads: int, query_size: int, memory_size: int
+    attention: AttentionFactory,
+    num_heads: int,
+    query_size: int,
+    memory_size: int,
+    parts: AttentionParts | None = None,
 ) -> Attention | MultiHeadAttention:
     """The scoring function built for the decoder's sizes, or with ``num_heads`` > 1, a
-    multi-head attention of the memory's size around it (``model.num_heads``)."""
+    multi-head attention of the memory's size around it (``model.num_heads``), with the
+    attention's other ``parts`` (normalizer, window, key bias; none by default)."""
+    parts = parts or AttentionParts()
     size = head_size(memory_size, num_heads, f"the encoder's output size {memory_size}")
     if num_heads == 1:
-        return attention(query_size=query_size, key_size=memory_size)
+        return attention(query_size=query_size, key_size=memory_size).use_parts(parts, query_size)
     scoring = attention(query_size=size, key_size=size)
     return MultiHeadAttention(
         scoring, num_heads, query_size, memory_size, memory_size, memory_size,
         dropout=scoring.dropout.p,
-    )  # fmt: skip
+    ).use_parts(parts, query_size)  # fmt: skip
 
 
 class AttentionDecoder(nn.Module):
@@ -147,13 +154,17 @@ class AttentionDecoder(nn.Module):
         padding_idx: int = 0,
         cell: CellFactory = nn.GRUCell,
         num_heads: int = 1,
+        attention_parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.attention: Attention | MultiHeadAttention = attention_module(
-            attention, num_heads, hidden_size, memory_size
+            attention, num_heads, hidden_size, memory_size, attention_parts
         )
+        # local-m centres each step's window on its target step t: the state counts the steps.
+        window = getattr(self.attention.normalization, "window", None)
+        self.counts_steps = bool(window is not None and window.needs_positions)
         # Dot products need keys of the query's size: project the memory once per batch.
         # (Multi-head attention projects keys and queries itself.)
         needs_equal_sizes = getattr(self.attention, "needs_equal_sizes", False)
@@ -189,17 +200,37 @@ class AttentionDecoder(nn.Module):
         )  # fmt: skip
 
     def init_state(self, summary: Tensor) -> DecoderState:
-        """summary (B, M) -> initial state, tensors of (B, H)."""
+        """summary (B, M) -> initial state, tensors of (B, H) (and step 0, (B,), for local-m)."""
+        cell_state: DecoderState
         if self.bridge is None:
             # Luong with M = H: the summary is the state itself; an LSTM's cell starts at 0.
-            return (summary, torch.zeros_like(summary)) if self.is_lstm else (summary,)
-        bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
-        return tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
+            cell_state = (summary, torch.zeros_like(summary)) if self.is_lstm else (summary,)
+        else:
+            bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
+            cell_state = tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
+        if not self.counts_steps:
+            return cell_state
+        steps = torch.zeros(summary.shape[0], dtype=torch.long, device=summary.device)  # (B,)
+        return (*cell_state, steps)
+
+    def steps_of(self, state: DecoderState) -> Tensor | None:
+        """The target step of each row (B,), where the state counts them (local-m), else None."""
+        return state[-1] if self.counts_steps else None
+
+    def advance(self, cell_state: DecoderState, state: DecoderState) -> DecoderState:
+        """The state after one step: the cell's new state, and the step counted on."""
+        steps = self.steps_of(state)
+        return cell_state if steps is None else (*cell_state, steps + 1)
 
     def attend(
-        self, queries: Tensor, source: EncodedSource, need_weights: bool = True
+        self,
+        queries: Tensor,
+        source: EncodedSource,
+        need_weights: bool = True,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None.
+        """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None; positions
+        (R, Tq): each query's target step, for a window centred on it (local-m).
 
         R is the source's batch B, or B · K when K hypotheses of each sentence share its source
         (beam search: row b · K + k is hypothesis k of sentence b). Those are scored as K · Tq
@@ -209,19 +240,22 @@ class AttentionDecoder(nn.Module):
         With ``need_weights=False`` only the context is computed (``Attention.context``).
         """
         rows, num_queries = queries.shape[:2]
-        queries = queries_per_sentence(queries, source.memory.shape[0])  # (B, K·Tq, H)
+        sentences = source.memory.shape[0]
+        queries = queries_per_sentence(queries, sentences)  # (B, K·Tq, H)
+        if positions is not None:
+            positions = positions.reshape(sentences, -1)  # (R, Tq) -> (B, K·Tq), as the queries
         arguments = (queries, source.keys, source.memory, source.src_lens)
         keys, values = source.projected_keys, source.projected_values
         weights: Tensor | None = None
         if need_weights:
             context, weights = self.attention(
-                *arguments, projected_keys=keys, projected_values=values
+                *arguments, projected_keys=keys, projected_values=values, positions=positions
             )
             if weights is not None and weights.dim() == 4:  # multi-head: (B, h, Tq, S)
                 weights = weights.mean(dim=1)  # what a step reads on average, (B, Tq, S)
         else:
             context = self.attention.context(
-                *arguments, projected_keys=keys, projected_values=values
+                *arguments, projected_keys=keys, projected_values=values, positions=positions
             )
         context = per_hypothesis(context, rows, num_queries)  # (R, Tq, M)
         if weights is not None:
@@ -229,7 +263,8 @@ class AttentionDecoder(nn.Module):
         return context, weights
 
     def step_cell(self, cell_input: Tensor, state: DecoderState) -> DecoderState:
-        """One step of the cell: cell_input (B, E [+ M]), state -> new state."""
+        """One step of the cell: cell_input (B, E [+ M]), state -> the cell's new state (h,) or
+        (h, c) (``advance`` adds the step count back)."""
         if self.is_lstm:
             return tuple(self.cell(cell_input, (state[0], state[1])))
         return (self.cell(cell_input, state[0]),)
@@ -294,13 +329,17 @@ class BahdanauDecoder(AttentionDecoder):
         need_weights: bool = True,
     ) -> tuple[DecoderState, Tensor, Tensor | None]:
         """One step from the previous word's embedding e_{t-1} (B, E) -> new state s_t, context
-        c_t (B, M), weights (B, S) or None."""
+        c_t (B, M), weights (B, S) or None. A window is centred for target step t (local-m's
+        p_t = t; local-p's p_t predicted from s_{t-1}, the query)."""
         query = state[0][:, None, :]  # (B, 1, H): s_{t-1} asks where to look
-        context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
+        steps = self.steps_of(state)
+        positions = None if steps is None else steps[:, None]  # (B, 1)
+        # (B, 1, M), (B, 1, S)
+        context, weights = self.attend(query, source, need_weights, positions)
         context = context[:, 0]  # (B, M)
         # s_t = cell([e_{t-1}; c_t], s_{t-1}): (B, E + M) in.
         new_state = self.step_cell(torch.cat([embedded, context], dim=-1), state)
-        return new_state, context, None if weights is None else weights[:, 0]
+        return self.advance(new_state, state), context, None if weights is None else weights[:, 0]
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -377,18 +416,31 @@ class LuongDecoder(AttentionDecoder):
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         hiddens = self.run_cell(embedded, state)  # (B, T, H)
         # All T queries at once: (B, T, H) against (B, S, K) -> contexts (B, T, M).
-        contexts, weights = self.attend(hiddens, source, need_weights)
+        positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
+        contexts, weights = self.attend(hiddens, source, need_weights, positions)
         return self.output(hiddens, contexts), weights  # (B, T, V)
+
+    def positions(self, state: DecoderState, tgt_in: Tensor) -> Tensor | None:
+        """Under teacher forcing, the target step of each query (B, T) where a window needs it:
+        the state's first step onwards."""
+        steps = self.steps_of(state)
+        if steps is None:
+            return None
+        offsets = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
+        return steps[:, None] + offsets[None, :]  # (B, T)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
-        state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
-        query = state[0][:, None, :]  # (B, 1, H): h_t asks where to look
-        context, weights = self.attend(query, source)  # (B, 1, M), (B, 1, S)
+        steps = self.steps_of(state)
+        cell_state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
+        query = cell_state[0][:, None, :]  # (B, 1, H): h_t asks where to look
+        positions = None if steps is None else steps[:, None]  # (B, 1): step t
+        context, weights = self.attend(query, source, positions=positions)  # (B,1,M), (B,1,S)
         assert weights is not None  # asked for by default
-        return self.output(state[0], context[:, 0]), state, weights[:, 0]
+        logits = self.output(query[:, 0], context[:, 0])  # (B, V)
+        return logits, self.advance(cell_state, state), weights[:, 0]
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
         """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional

@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from seq2seq.attention import AttentionParts
 from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import (
     AttentionDecoder,
@@ -63,7 +64,8 @@ class Seq2Seq(EncoderDecoder):
     encoder direction has ``encoder_hidden_size`` (default ``hidden_size // 2``, so the encoder's
     output has the decoder's size). ``num_heads`` > 1 makes the attention a multi-head attention
     around the scoring function (``model.num_heads``, as in a Transformer; 1 is the single scoring
-    function).
+    function). ``attention_parts``: the attention's normalizer, window and key bias
+    (``seq2seq.attention.AttentionParts``; None: global softmax, no bias).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class Seq2Seq(EncoderDecoder):
         cell: CellFactory = nn.GRUCell,
         decoder: DecoderFactory = BahdanauDecoder,
         num_heads: int = 1,
+        attention_parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
@@ -107,4 +110,5 @@ class Seq2Seq(EncoderDecoder):
             padding_idx=padding_idx,
             cell=cell,
             num_heads=num_heads,
+            attention_parts=attention_parts,
         )

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, MultiHeadAttention, head_size
+from seq2seq.attention import Attention, AttentionParts, MultiHeadAttention, head_size
 from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import per_hypothesis, queries_per_sentence, select_sentences
 from seq2seq.models.embedding import Embedding
@@ -98,14 +98,19 @@ class Residual(nn.Module):
 
 
 def multi_head(
-    attention: AttentionFactory, num_heads: int, d_model: int, dropout: float
+    attention: AttentionFactory,
+    num_heads: int,
+    d_model: int,
+    dropout: float,
+    parts: AttentionParts | None = None,
 ) -> MultiHeadAttention:
-    """A multi-head attention of the model's size around a scoring function of the head's size."""
+    """A multi-head attention of the model's size around a scoring function of the head's size,
+    with the attention's ``parts`` (a normalizer; none by default)."""
     size = head_size(d_model, num_heads, f"model.d_model={d_model}")
     scoring = attention(query_size=size, key_size=size)
     return MultiHeadAttention(
         scoring, num_heads, d_model, d_model, d_model, d_model, bias=True, dropout=dropout
-    )
+    ).use_parts(parts or AttentionParts(), d_model)
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -118,9 +123,10 @@ class TransformerEncoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
+        parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
-        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout)
+        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout, parts)
         self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
         self.attention_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)
@@ -152,13 +158,14 @@ class TransformerEncoder(nn.Module):
         attention_dropout: float,
         norm_first: bool,
         padding_idx: int,
+        parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(
-                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first
+                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first, parts
             )
             for _ in range(num_layers)
         )
@@ -221,10 +228,11 @@ class TransformerDecoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
+        parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
-        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout)
-        self.cross_attention = multi_head(attention, num_heads, d_model, attention_dropout)
+        self.self_attention = multi_head(attention, num_heads, d_model, attention_dropout, parts)
+        self.cross_attention = multi_head(attention, num_heads, d_model, attention_dropout, parts)
         self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
         self.self_residual = Residual(d_model, dropout, norm_first)
         self.cross_residual = Residual(d_model, dropout, norm_first)
@@ -305,13 +313,14 @@ class TransformerDecoder(nn.Module):
         norm_first: bool,
         tie_embeddings: bool,
         padding_idx: int,
+        parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
         self.embedding = Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(
-                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first
+                attention, d_model, num_heads, d_ff, dropout, attention_dropout, norm_first, parts
             )
             for _ in range(num_layers)
         )
@@ -430,7 +439,9 @@ class Transformer(EncoderDecoder):
 
     ``dropout`` acts on the embeddings, every residual branch and inside the FFN;
     ``attention_dropout`` on the attention weights (default: ``dropout``). ``init``: the linear
-    layers' start, ``"pytorch"`` (``nn.Linear``'s) or ``"xavier"`` (``xavier_init``)."""
+    layers' start, ``"pytorch"`` (``nn.Linear``'s) or ``"xavier"`` (``xavier_init``).
+    ``attention_parts``: the normalizer of every attention (``AttentionParts``; a window or a key
+    bias is refused, ``check_transformer_parts``)."""
 
     def __init__(
         self,
@@ -448,8 +459,10 @@ class Transformer(EncoderDecoder):
         tie_embeddings: bool = True,
         padding_idx: int = 0,
         init: str = "pytorch",
+        attention_parts: AttentionParts | None = None,
     ) -> None:
         super().__init__()
+        check_transformer_parts(attention_parts)
         if init not in ("pytorch", "xavier"):
             raise ConfigError(
                 f"model.init must be pytorch (nn.Linear's own initialisation) or xavier "
@@ -467,11 +480,37 @@ class Transformer(EncoderDecoder):
         common = (attention, d_model, num_heads, d_ff)
         self.encoder = TransformerEncoder(
             src_vocab_size, *common, encoder_layers, dropout, weights_dropout, norm_first,
-            padding_idx,
+            padding_idx, attention_parts,
         )  # fmt: skip
         self.decoder = TransformerDecoder(
             tgt_vocab_size, *common, decoder_layers, dropout, weights_dropout, norm_first,
-            tie_embeddings, padding_idx,
+            tie_embeddings, padding_idx, attention_parts,
         )  # fmt: skip
         if init == "xavier":
             xavier_init(self)
+
+
+def check_transformer_parts(parts: AttentionParts | None) -> None:
+    """A Transformer takes any normalizer; a window or a key bias is refused with the reason."""
+    if parts is None:
+        return
+    refused = []
+    if parts.window != "global":
+        refused.append(
+            f"attention.window={parts.window} (Luong's windows centre on the aligned source "
+            "position of an RNN decoder's step; a Transformer's self-attention has no source "
+            "position to centre on, and its positions come from the sinusoidal encodings)"
+        )
+    if parts.key_bias:
+        refused.append(
+            "attention.key_bias=true (a bias per source position of an RNN decoder's attention; "
+            "the Transformer's attentions read positions from their encodings, and its "
+            "self-attentions have no source positions)"
+        )
+    if refused:
+        raise ConfigError(
+            f"model=transformer does not take {' or '.join(refused)}. Drop the key, or train an "
+            "RNN model (model=gru or model=lstm) with it; the normalizer "
+            "(attention.normalizer=sparsemax, entmax15, entmax) works in every head of a "
+            "Transformer."
+        )

@@ -3,6 +3,7 @@ optimizer factory and the Trainer's arguments; which user modules the config tru
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.attention import AttentionParts
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.inference.bundle import ALLOWED_TARGETS, build_model
@@ -19,23 +21,53 @@ from seq2seq.training.lit_module import LitSeq2Seq
 
 
 def trusted_by_config(cfg: DictConfig) -> list[str]:
-    """The modules whose code training may import: ``trust_modules`` and the module of a scoring
-    function ``attention._target_`` names that is not built in. The user's own config named
-    them, as it names every class Hydra builds; a checkpoint's config is trusted only as far as
-    this command's is (resuming)."""
+    """The modules whose code training may import: ``trust_modules`` and the modules of a scoring
+    function ``attention._target_`` and a normalizer ``attention.normalizer._target_`` name that
+    are not built in. The user's own config named them, as it names every class Hydra builds; a
+    checkpoint's config is trusted only as far as this command's is (resuming)."""
     trusted = [str(entry) for entry in cfg.get("trust_modules") or []]
-    target = OmegaConf.select(cfg, "attention._target_", default=None)
-    if isinstance(target, str) and target not in ALLOWED_TARGETS and "." in target:
-        trusted.append(target.rpartition(".")[0])
+    for key in ("attention._target_", "attention.normalizer._target_"):
+        target = OmegaConf.select(cfg, key, default=None)
+        if isinstance(target, str) and target not in ALLOWED_TARGETS and "." in target:
+            trusted.append(target.rpartition(".")[0])
     return trusted
+
+
+# The attention group's keys that are not the scoring function's: ``AttentionParts``' fields.
+PART_KEYS = tuple(field.name for field in dataclasses.fields(AttentionParts))
 
 
 def scoring_config(attention: DictConfig) -> dict[str, Any]:
     """The ``attention`` group's node as the scoring function's ``_partial_`` config, resolved:
-    without ``num_heads`` (renamed ``model.num_heads``: ``check_model_sizes`` refuses it)."""
+    without ``num_heads`` (renamed ``model.num_heads``: ``check_model_sizes`` refuses it) and
+    without the other parts of the attention (``attention_parts_config``)."""
     config = OmegaConf.to_container(attention, resolve=True)
     assert isinstance(config, dict)
-    return {str(key): value for key, value in config.items() if key != "num_heads"}
+    return {
+        str(key): value
+        for key, value in config.items()
+        if key != "num_heads" and key not in PART_KEYS
+    }
+
+
+def attention_parts_config(cfg: DictConfig) -> dict[str, Any]:
+    """The ``attention`` group's normalizer, window and key-bias keys as the model's
+    ``attention_parts`` (``seq2seq.attention.AttentionParts``), resolved; the key bias covers
+    ``data.max_src_len`` positions (``decoding.max_src_len`` for data without that limit) unless
+    ``attention.key_bias_positions`` says otherwise."""
+    parts = {key: OmegaConf.select(cfg, f"attention.{key}", default=None) for key in PART_KEYS}
+    parts = {
+        key: OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+        for key, value in parts.items()
+    }
+    defaults = AttentionParts()
+    for key in ("normalizer", "window", "key_bias"):
+        if parts[key] is None:
+            parts[key] = getattr(defaults, key)
+    if parts["key_bias"] is True and parts["key_bias_positions"] is None:
+        limit = OmegaConf.select(cfg, "data.max_src_len", default=None)
+        parts["key_bias_positions"] = limit or OmegaConf.select(cfg, "decoding.max_src_len")
+    return {"_target_": "seq2seq.attention.AttentionParts", **parts}
 
 
 def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> dict[str, Any]:
@@ -52,6 +84,7 @@ def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
         tgt_vocab_size=tgt_vocab_size,
         padding_idx=PAD_ID,
         attention=attention_config,
+        attention_parts=attention_parts_config(cfg),
     )
     return {str(key): value for key, value in model_config.items()}
 

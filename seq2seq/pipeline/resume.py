@@ -3,6 +3,7 @@ command's before Lightning reads them."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.attention import AttentionParts
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import RUNTIME_KEYS, ModelFileError, TrainedModel, read_checkpoint
 from seq2seq.inference.bundle import load_checkpoint as load_trained_checkpoint
@@ -120,10 +122,21 @@ def _plain(config: Any, key: str) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
+DEFAULT_PARTS = dataclasses.asdict(AttentionParts())
+
 # Keys added to (or moved within) the config since runs were first written, with the value that
 # reproduces what those runs did: a run or checkpoint without the key is the same as one with
 # this value (num_heads: attention.num_heads of RNN runs before it became model.num_heads).
-ADDED_KEYS = {"initial_temperature": 1.0, "alignment_loss_weight": 0.0, "num_heads": 1}
+ADDED_KEYS: dict[str, Any] = {
+    "initial_temperature": 1.0,
+    "alignment_loss_weight": 0.0,
+    "num_heads": 1,
+    # The attention's parts besides its score: global softmax without a key bias before them.
+    "normalizer": "softmax",
+    "window": "global",
+    "key_bias": False,
+    "attention_parts": {"_target_": "seq2seq.attention.AttentionParts", **DEFAULT_PARTS},
+}
 
 
 def _differences(old: Any, new: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
