@@ -144,6 +144,19 @@ class Normalization(nn.Module):
     ) -> Tensor:
         """logits (B·h, Tq, Tk), queries (B, Tq, Dq), valid_lens None, (B,) or (B, Tq),
         positions (B, Tq): each query's target step (local-m), -> weights (B·h, Tq, Tk)."""
+        weights, factor = self.parts(logits, queries, valid_lens, positions, heads)
+        return weights if factor is None else weights * factor.to(weights.dtype)
+
+    def parts(
+        self,
+        logits: Tensor,
+        queries: Tensor,
+        valid_lens: Tensor | None,
+        positions: Tensor | None = None,
+        heads: int = 1,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``forward`` in its two factors: the normalizer's weights (B·h, Tq, Tk), each row
+        summing to 1 over the keys in its window, and local-p's Gaussian (B·h, Tq, Tk) or None."""
         num_queries, num_keys = logits.shape[1:]
         if self.key_bias is not None:
             logits = self.key_bias(logits)  # + b_i
@@ -162,8 +175,13 @@ class Normalization(nn.Module):
         if heads > 1:  # the same mask for every head: row b·h + i is head i of sentence b
             is_valid = None if is_valid is None else is_valid.repeat_interleave(heads, 0)
             factor = None if factor is None else factor.repeat_interleave(heads, 0)
-        weights = self.normalizer(logits, is_valid)  # (B·h, Tq, Tk)
-        return weights if factor is None else weights * factor.to(weights.dtype)
+        return self.normalizer(logits, is_valid), factor  # (B·h, Tq, Tk)
+
+    @property
+    def alpha(self) -> float | None:
+        """The normalizer's α (1 softmax, 2 sparsemax, ...), None for a user's normalizer."""
+        alpha = getattr(self.normalizer, "alpha", None)
+        return None if alpha is None else float(alpha)
 
     def extra_repr(self) -> str:
         return self.description

@@ -26,6 +26,7 @@ from seq2seq.attention import (
     AdditiveAttention,
     Attention,
     MultiHeadAttention,
+    Normalization,
     masked_softmax,
     valid_key_mask,
 )
@@ -46,10 +47,14 @@ class AttentionStatistics:
     score_mean: float  # mean of the scores the softmax sees, score(q, k) / T
     score_std: float  # their standard deviation, pooled over all valid pairs
     score_row_std: float  # std within each query's row (what the softmax responds to), averaged
-    entropy: float  # attention entropy in nats, averaged over queries
+    entropy: float  # attention entropy in nats (over a sparse row's support), averaged
     max_weight: float  # largest weight of each query's row, averaged
-    softmax_jacobian: float  # ‖∂weights/∂scores‖_F per query, averaged: 0 when one-hot
+    # ‖∂weights/∂scores‖_F of the normalizer per query, averaged: 0 when one-hot (softmax's, or
+    # α-entmax's; None for a user's normalizer, whose Jacobian is unknown here)
+    softmax_jacobian: float | None
     tanh_saturation: float | None  # additive only: fraction of tanh units with |x| > 2
+    # share of exact-zero weights among the valid pairs: sparse normalizers and windows
+    zero_share: float = 0.0
 
     def as_metrics(self, prefix: str = "attn/") -> dict[str, float]:
         """Metric names and values for a logger; statistics that do not apply are left out."""
@@ -73,8 +78,10 @@ def valid_pairs(valid_lens: Tensor | None, query_mask: Tensor | None, shape: tor
 
 
 def entropy(weights: Tensor) -> Tensor:
-    """Entropy in nats of each row of ``weights`` (..., Tk); zero weights contribute 0."""
+    """Entropy in nats of each row of ``weights`` (..., Tk), renormalised to sum to 1 (local-p's
+    rows sum to less); zero weights contribute 0, so a sparse row's entropy is over its support."""
     weights = weights.double()
+    weights = weights / weights.sum(-1, keepdim=True).clamp(min=torch.finfo(weights.dtype).tiny)
     return -torch.special.xlogy(weights, weights).sum(-1)
 
 
@@ -89,6 +96,22 @@ def softmax_jacobian_norm(weights: Tensor) -> Tensor:
     return (sum_squares - 2 * weights.pow(3).sum(-1) + sum_squares.pow(2)).clamp(min=0).sqrt()
 
 
+def entmax_jacobian_norm(weights: Tensor, alpha: float) -> Tensor:
+    """Frobenius norm of α-entmax's Jacobian ``diag(s) - s sᵀ / Σ s``, s = w^(2-α) on the support
+    (``seq2seq.normalizers``), of each row (..., Tk); α = 1 is ``softmax_jacobian_norm``.
+
+    With u = s / Σ s: Σ s² - 2 Σ s² u + (Σ s u)² ... = Σ s² - 2 Σ s³ / Σ s + (Σ s²)² / (Σ s)².
+    """
+    if alpha == 1.0:
+        return softmax_jacobian_norm(weights)
+    weights = weights.double()
+    s = torch.where(weights > 0, weights.clamp(min=1e-300) ** (2 - alpha), 0.0)
+    total = s.sum(-1).clamp(min=1e-300)
+    squares = s.pow(2).sum(-1)
+    norm = squares - 2 * s.pow(3).sum(-1) / total + squares.pow(2) / total.pow(2)
+    return norm.clamp(min=0).sqrt()
+
+
 def tanh_saturation(preactivations: Tensor, is_valid: Tensor) -> float:
     """Fraction of tanh inputs (B, Tq, Tk, A) with |x| > 2, over the valid (query, key) pairs."""
     saturated = (preactivations.abs() > SATURATION_THRESHOLD).double().mean(-1)  # (B, Tq, Tk)
@@ -101,38 +124,77 @@ def attention_statistics(
     projected_keys: Tensor,
     valid_lens: Tensor | None = None,
     query_mask: Tensor | None = None,
+    positions: Tensor | None = None,
 ) -> AttentionStatistics:
     """Score, weight and saturation statistics of ``attention`` over the valid pairs.
 
     queries (B, Tq, Dq), ``projected_keys = attention.project_keys(keys)``; ``valid_lens`` and
-    ``query_mask`` as in ``valid_pairs``. Rows without a valid key or with a padded query are left
-    out; the pooled statistics weight every valid pair equally, the per-row ones every row.
+    ``query_mask`` as in ``valid_pairs``; ``positions`` (B, Tq) the queries' target steps (for a
+    local-m window). The weights are the attention's own (its normalizer, window and key bias).
+    Rows without a valid key or with a padded query are left out; the pooled statistics weight
+    every valid pair equally, the per-row ones every row.
     """
     logits = attention.logits(queries, projected_keys)  # (B, Tq, Tk)
+    saturation = None
+    if isinstance(attention, AdditiveAttention):
+        is_valid = valid_pairs(valid_lens, query_mask, logits.shape).to(logits.device)
+        if is_valid.any():
+            preactivations = attention.preactivations(queries, projected_keys)  # (B, Tq, Tk, A)
+            saturation = tanh_saturation(preactivations, is_valid)
+    return statistics_of(
+        logits, attention.normalization, queries, valid_lens, query_mask, positions, 1, saturation
+    )
+
+
+@torch.no_grad()
+def statistics_of(
+    logits: Tensor,
+    normalization: Normalization | None,
+    queries: Tensor,
+    valid_lens: Tensor | None,
+    query_mask: Tensor | None,
+    positions: Tensor | None,
+    heads: int,
+    saturation: float | None,
+) -> AttentionStatistics:
+    """``AttentionStatistics`` of logits (B·h, Tq, Tk) (h heads of B sentences, rows b·h + i),
+    weighed by ``normalization`` (None: masked softmax) from the sentences' queries (B, Tq, Dq),
+    ``valid_lens`` (B,) and ``positions`` (B, Tq); ``query_mask`` (B, Tq)."""
+    alpha: float | None = 1.0
+    if normalization is None:
+        lens = None if valid_lens is None else valid_lens.repeat_interleave(heads, 0)
+        normalized, factor = masked_softmax(logits, lens), None
+    else:
+        normalized, factor = normalization.parts(logits, queries, valid_lens, positions, heads)
+        alpha = normalization.alpha
+    weights = normalized if factor is None else normalized * factor
+    if valid_lens is not None:
+        valid_lens = valid_lens.repeat_interleave(heads, 0)
+    if query_mask is not None:
+        query_mask = query_mask.repeat_interleave(heads, 0)
     is_valid = valid_pairs(valid_lens, query_mask, logits.shape).to(logits.device)
     if not is_valid.any():
         raise ValueError("attention_statistics needs at least one valid (query, key) pair.")
-    weights = masked_softmax(logits, valid_lens)  # (B, Tq, Tk)
-    row_is_valid = is_valid.any(-1)  # (B, Tq)
+    row_is_valid = is_valid.any(-1)  # (B·h, Tq)
 
     valid_scores = logits.double()[is_valid]  # (number of valid pairs,)
     # Per-row spread: the softmax ignores a row's mean (shift invariance), only its spread matters.
-    counts = is_valid.sum(-1).clamp(min=1)  # (B, Tq)
+    counts = is_valid.sum(-1).clamp(min=1)  # (B·h, Tq)
     masked = logits.double().masked_fill(~is_valid, 0.0)
-    row_mean = masked.sum(-1) / counts  # (B, Tq)
-    row_var = ((masked - row_mean[..., None]).pow(2) * is_valid).sum(-1) / counts  # (B, Tq)
-
-    saturation = None
-    if isinstance(attention, AdditiveAttention):
-        saturation = tanh_saturation(attention.preactivations(queries, projected_keys), is_valid)
+    row_mean = masked.sum(-1) / counts  # (B·h, Tq)
+    row_var = ((masked - row_mean[..., None]).pow(2) * is_valid).sum(-1) / counts  # (B·h, Tq)
+    jacobian = None
+    if alpha is not None:
+        jacobian = float(entmax_jacobian_norm(normalized, alpha)[row_is_valid].mean())
     return AttentionStatistics(
         score_mean=float(valid_scores.mean()),
         score_std=float(valid_scores.std(correction=0)),
         score_row_std=float(row_var.sqrt()[row_is_valid].mean()),
         entropy=float(entropy(weights)[row_is_valid].mean()),
         max_weight=float(weights.double().amax(-1)[row_is_valid].mean()),
-        softmax_jacobian=float(softmax_jacobian_norm(weights)[row_is_valid].mean()),
+        softmax_jacobian=jacobian,
         tanh_saturation=saturation,
+        zero_share=float((weights[is_valid] == 0).double().mean()),
     )
 
 
@@ -165,15 +227,27 @@ def model_attention_statistics(
         queries, projected_keys = teacher_forced_queries(model, src, src_lens, tgt_in)
         positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
         query_mask = positions[None, :] < tgt_lens[:, None]  # (B, T)
+        steps = positions.expand(len(src_lens), -1)  # (B, T): query t is target step t
         attention = model.decoder.attention
         if isinstance(attention, MultiHeadAttention):
             # Every head's scores, as B·h rows of queries against their sentence's keys.
             heads = attention.num_heads
-            queries = attention.split_heads(attention.W_q(queries))  # (B·h, T, d)
-            src_lens = src_lens.repeat_interleave(heads)  # (B·h,)
-            query_mask = query_mask.repeat_interleave(heads, 0)  # (B·h, T)
-            attention = attention.scoring
-        return attention_statistics(attention, queries, projected_keys, src_lens, query_mask)
+            head_queries = attention.split_heads(attention.W_q(queries))  # (B·h, T, d)
+            scoring = attention.scoring
+            logits = scoring.logits(head_queries, projected_keys)  # (B·h, T, S)
+            saturation = None
+            if isinstance(scoring, AdditiveAttention):
+                pairs = valid_pairs(
+                    src_lens.repeat_interleave(heads), query_mask.repeat_interleave(heads, 0),
+                    logits.shape,
+                )  # fmt: skip
+                preactivations = scoring.preactivations(head_queries, projected_keys)
+                saturation = tanh_saturation(preactivations, pairs.to(logits.device))
+            return statistics_of(
+                logits, attention.normalization, queries, src_lens, query_mask, steps, heads,
+                saturation,
+            )  # fmt: skip
+        return attention_statistics(attention, queries, projected_keys, src_lens, query_mask, steps)
     finally:
         model.train(was_training)
 

@@ -55,9 +55,12 @@ SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 def attention_entropy(weights: Tensor, tgt_lens: Tensor) -> Tensor:
     """Summed entropy (nats) of the attention rows of each sentence's real target steps.
 
-    weights (B, T, S), tgt_lens (B,) -> (B,). Padded keys have weight 0 and add 0·log 0 = 0.
+    weights (B, T, S), tgt_lens (B,) -> (B,). Padded keys have weight 0 and add 0·log 0 = 0, so a
+    sparse row's entropy is over its support; a row is renormalised first (local-p's rows sum to
+    less than 1).
     """
     weights = weights.float()
+    weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
     entropy = -torch.special.xlogy(weights, weights).sum(dim=-1)  # (B, T)
     steps = torch.arange(weights.shape[1], device=weights.device)  # (T,)
     return (entropy * (steps[None, :] < tgt_lens[:, None])).sum(dim=-1)  # (B,)

@@ -1,0 +1,227 @@
+"""The attention's parts besides its score, measured on the toy task over seeds (issue 56).
+
+Trains the default model (bidirectional GRU, Bahdanau decoder) with each switch against the
+softmax/global baseline, one at a time, for each scoring function and seed, then scores every run's
+best checkpoint: test BLEU and AER (its ``summary.json``), greedy BLEU and AER on ``test_long``
+(sources longer than any in training, where a window should matter), the share of exact-zero
+weights over the real (target word, source word) pairs of the test set and the mean entropy of
+those rows (teacher forcing), and training tokens/s. Figures over seeds are means with a 95 %
+t interval (``seq2seq.analysis.intervals``); a variant's difference from its baseline is called
+larger than the seed-to-seed spread when their intervals do not overlap.
+
+Also the parameter counts of additive and general scoring around their crossover
+d_a = d_s · d_h / (d_s + d_h + 1), read from the modules' own ``numel()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from sacrebleu.metrics import BLEU
+
+from seq2seq import Translator
+from seq2seq.analysis.alignment import GoldAlignment, argmax_links, corpus_aer
+from seq2seq.analysis.intervals import Interval, mean_interval
+from seq2seq.attention import AdditiveAttention, GeneralAttention
+from seq2seq.data.toy import ToyTranslation
+
+log = logging.getLogger("seq2seq")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each switch against the baseline, one at a time: name -> train.py overrides.
+VARIANTS: dict[str, list[str]] = {
+    "baseline": [],
+    "sparsemax": ["attention.normalizer=sparsemax"],
+    "entmax15": ["attention.normalizer=entmax15"],
+    "local_m": ["attention.window=local_m", "attention.window_size=3"],
+    "local_p": ["attention.window=local_p", "attention.window_size=3"],
+    "key_bias": ["attention.key_bias=true"],
+}
+SCORINGS = ("additive", "scaled_dot")
+FIGURES = (
+    ("test_bleu", "test BLEU", 1),
+    ("test_aer", "test AER", 3),
+    ("long_bleu", "test_long BLEU", 1),
+    ("long_aer", "test_long AER", 3),
+    ("zero_share", "exact zeros", 3),
+    ("entropy", "entropy (nats)", 3),
+    ("tokens_per_s", "train tokens/s", 0),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    scoring: str
+    variant: str
+    seed: int
+
+    def directory(self, root: Path) -> Path:
+        return root / self.scoring / self.variant / f"seed-{self.seed}"
+
+    def overrides(self, epochs: int, extra: Sequence[str] = ()) -> list[str]:
+        return [
+            f"attention={self.scoring}",
+            *VARIANTS[self.variant],
+            f"seed={self.seed}",
+            f"trainer.max_epochs={epochs}",
+            "threads=1",
+            "logger=csv",
+            *extra,
+        ]
+
+
+def train(run: Run, root: Path, epochs: int, extra: Sequence[str] = ()) -> Path:
+    """Train ``run`` (unless its summary.json exists) in its directory under ``root``, with the
+    ``extra`` overrides."""
+    directory = run.directory(root)
+    if (directory / "summary.json").is_file():
+        return directory
+    command = [
+        sys.executable, str(ROOT / "train.py"), *run.overrides(epochs, extra),
+        f"run_dir={directory.resolve()}",
+    ]  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    log.info("training %s", " ".join(command[2:]))
+    with (directory / "train.log").open("w") as output:
+        subprocess.run(
+            command, check=True, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT,
+            env={**os.environ, "WANDB_MODE": "offline"},
+        )  # fmt: skip
+    return directory
+
+
+def evaluate(directory: Path) -> dict[str, float]:
+    """The figures of one trained run (cached in its ``evaluation.json``)."""
+    cached = directory / "evaluation.json"
+    if cached.is_file():
+        return dict(json.loads(cached.read_text()))
+    torch.set_num_threads(1)
+    summary = json.loads((directory / "summary.json").read_text())
+    translator = Translator.load(directory / "checkpoints" / "best.ckpt")
+    splits = ToyTranslation(seed=1).splits()  # data.seed's default: the runs' own splits
+    long = splits["test_long"]
+    hypotheses = translator.translate([example.src for example in long], beam_size=1)
+    long_bleu = BLEU(tokenize="none").corpus_score(hypotheses, [[e.tgt for e in long]]).score
+    figures = {
+        "test_bleu": summary["test_bleu"],
+        "test_aer": summary["test_aer"],
+        "long_bleu": long_bleu,
+        "long_aer": aer(translator, long),
+        "tokens_per_s": summary["train_tokens_per_s"],
+        **sparsity(translator, splits["test"]),
+    }
+    cached.write_text(json.dumps(figures, indent=2) + "\n")
+    return figures
+
+
+def aer(translator: Translator, examples: Sequence[Any]) -> float:
+    """AER of the argmax links of teacher-forced attention against the gold links."""
+    forced = translator.force_decode([e.src for e in examples], [e.tgt for e in examples])
+    links = [argmax_links(t.attention, len(t.src_tokens), len(t.tgt_tokens)) for t in forced]
+    gold = [GoldAlignment.from_links(e.alignment or ()) for e in examples]
+    return corpus_aer(links, gold)
+
+
+def sparsity(translator: Translator, examples: Sequence[Any]) -> dict[str, float]:
+    """The share of exact zeros among the weights of real (target word, source word) pairs, and
+    the mean entropy (nats) of those rows, renormalised (local-p's sum to less than 1)."""
+    forced = translator.force_decode([e.src for e in examples], [e.tgt for e in examples])
+    zeros = cells = 0
+    entropies: list[float] = []
+    for translation in forced:
+        weights = translation.attention.double()  # (T, S): real words only
+        zeros += int((weights == 0).sum())
+        cells += weights.numel()
+        rows = weights / weights.sum(-1, keepdim=True).clamp(min=1e-300)
+        entropies += (-torch.special.xlogy(rows, rows).sum(-1)).tolist()
+    return {"zero_share": zeros / cells, "entropy": sum(entropies) / len(entropies)}
+
+
+def run_all(
+    root: Path, seeds: Sequence[int], epochs: int, jobs: int, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Train (``jobs`` at a time) and evaluate every run; the figures per run and per group."""
+    runs = [Run(s, v, seed) for s in SCORINGS for v in VARIANTS for seed in seeds]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        directories = list(pool.map(lambda run: train(run, root, epochs, extra), runs))
+    with ThreadPoolExecutor(jobs) as pool:
+        figures = list(pool.map(evaluate, directories))
+    log.info("trained and evaluated %d runs in %.0f s", len(runs), time.perf_counter() - start)
+    per_run = [
+        {"scoring": r.scoring, "variant": r.variant, "seed": r.seed, **f}
+        for r, f in zip(runs, figures, strict=True)
+    ]
+    return {"seeds": list(seeds), "epochs": epochs, "overrides": list(extra), "runs": per_run}
+
+
+def group_intervals(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Interval]]:
+    """(scoring, variant) -> figure -> its interval over the seeds."""
+    groups: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for run in results["runs"]:
+        figures = groups.setdefault((run["scoring"], run["variant"]), {})
+        for key, _, _ in FIGURES:
+            figures.setdefault(key, []).append(float(run[key]))
+    return {
+        group: {key: mean_interval(values) for key, values in figures.items()}
+        for group, figures in groups.items()
+    }
+
+
+def render_table(results: dict[str, Any]) -> str:
+    """One markdown table per scoring function: mean ± 95 % half-width over the seeds, in bold
+    where the interval does not overlap the baseline's."""
+    intervals = group_intervals(results)
+    lines = []
+    for scoring in SCORINGS:
+        header = " | ".join(name for _, name, _ in FIGURES)
+        lines += [
+            f"**attention={scoring}** ({len(results['seeds'])} seeds, mean ± 95 % interval)",
+            "",
+            f"| variant | {header} |",
+            "|---" * (len(FIGURES) + 1) + "|",
+        ]
+        baseline = intervals[(scoring, "baseline")]
+        for variant in VARIANTS:
+            cells = []
+            for key, _, digits in FIGURES:
+                interval = intervals[(scoring, variant)][key]
+                text = interval.format(digits)
+                if variant != "baseline" and interval.separates_from(baseline[key]):
+                    text = f"**{text}**"
+                cells.append(text)
+            lines.append(f"| {variant} | {' | '.join(cells)} |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def crossover_table(query_size: int = 64, key_size: int = 128) -> str:
+    """Parameters of additive scoring for several d_a, and of general scoring, from the modules'
+    ``numel()``; the crossover d_a = d_s d_h / (d_s + d_h + 1) where they are equal."""
+    general = sum(p.numel() for p in GeneralAttention(query_size, key_size).parameters())
+    crossover = query_size * key_size / (query_size + key_size + 1)
+    lines = [
+        f"d_s = {query_size}, d_h = {key_size}: general scoring (W, d_h × d_s) has {general} "
+        f"parameters; additive (W_q, W_k, w_v) has d_a (d_s + d_h + 1). Equal at "
+        f"d_a = d_s d_h / (d_s + d_h + 1) = {crossover:.1f}.",
+        "",
+        "| d_a | additive parameters | general parameters | additive / general |",
+        "|---|---|---|---|",
+    ]
+    for size in sorted({16, 32, int(crossover), int(crossover) + 1, 64, 128}):
+        scoring = AdditiveAttention(query_size, key_size, size)
+        additive = sum(p.numel() for p in scoring.parameters())
+        lines.append(f"| {size} | {additive} | {general} | {additive / general:.2f} |")
+    return "\n".join(lines)

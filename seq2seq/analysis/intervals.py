@@ -1,0 +1,65 @@
+"""Mean and confidence interval of a figure over seeds, and whether two such intervals separate.
+
+Reporting one run per setting hides how much a figure moves from seed to seed; Clark et al. (2011,
+"Better hypothesis testing for statistical machine translation: controlling for optimizer
+instability") ask for several runs per setting and their spread. The interval here is Student's t
+interval of the mean of n independent runs, mean ± t_{(1+c)/2, n-1} · s / √n, with s the sample
+standard deviation (n - 1 in the denominator).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import stats
+
+from seq2seq.errors import Seq2SeqError
+
+
+class IntervalError(Seq2SeqError, ValueError):
+    """Too few values for an interval; the message says how many are needed."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A figure over ``n`` runs: its mean, sample standard deviation and confidence interval."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def separates_from(self, other: Interval) -> bool:
+        """Whether the two intervals do not overlap: the difference of the means is larger than
+        the seed-to-seed spread allows at this confidence (a conservative test)."""
+        return self.low > other.high or other.low > self.high
+
+    def format(self, digits: int = 1) -> str:
+        """``mean ± half-width``, e.g. ``99.1 ± 0.4``."""
+        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Student's t interval of the mean of ``values`` (at least two runs)."""
+    values = [float(value) for value in values]
+    if len(values) < 2:
+        raise IntervalError(
+            f"an interval over seeds needs at least 2 runs, got {len(values)}: train the same "
+            "setting with more seeds (e.g. python train.py -m seed=1,2,3)."
+        )
+    if not 0 < confidence < 1:
+        raise IntervalError(f"confidence must be between 0 and 1, got {confidence}.")
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values)
+    quantile = float(stats.t.ppf((1 + confidence) / 2, df=len(values) - 1))
+    half = quantile * std / math.sqrt(len(values))
+    return Interval(mean, std, mean - half, mean + half, len(values), confidence)
