@@ -26,7 +26,6 @@ cannot express (it adds the same to every key, and the softmax ignores it).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.errors import ConfigError
@@ -133,7 +132,7 @@ class KeyBias(nn.Module):
     def forward(self, logits: Tensor) -> Tensor:
         """logits (..., Tk) -> logits + b_{0..Tk-1}, (..., Tk)."""
         num_keys = logits.shape[-1]
-        bias = self.bias[:num_keys]
-        if num_keys > bias.shape[0]:
-            bias = F.pad(bias, (0, num_keys - bias.shape[0]))  # (Tk,)
+        # Zeros past the table, without a branch on Tk, so that a traced graph (ONNX) takes any
+        # source length: (P + Tk,) cut to (Tk,).
+        bias = torch.cat([self.bias, self.bias.new_zeros(num_keys)])[:num_keys]
         return logits + bias.to(logits.dtype)

@@ -6,9 +6,12 @@ is given: the same tokens for every model, so maps compare cell by cell) or on t
 translation. A Transformer gives every layer's and head's cross-attention as well as the last
 layer's average (what its decoding reports), and its encoder's and decoder's self-attention.
 With gold alignments: the AER of each map, per sentence, per model and per head. For every map:
-the entropy of each target step's weights and the spread of the scores behind them.
+the entropy of each target step's weights and the spread of the scores behind them (softmax
+models: sparsemax and entmax forget the scores below their threshold).
 
-Weights are rounded to 4 decimals: the page draws them and sums nothing again.
+Weights are rounded to 4 decimals: the page draws them and sums nothing again. Rounding makes a
+small weight look like none, so each map also lists, per row, the columns whose weight is
+exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ class ExplorerModel:
 
 
 def entropy(weights: Tensor) -> list[float]:
-    """The entropy, in nats, of each row of ``weights`` (T, S): 0 for a one-hot row, ln S for a
-    uniform one."""
+    """The entropy, in nats, of each row of ``weights`` (T, S), renormalised (local-p's rows sum
+    to less than 1): 0 for a one-hot row, ln S for a uniform one, over a sparse row's support."""
+    weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-12)
     rows = weights.clamp_min(1e-12)
     return [round(float(value), DECIMALS) for value in -(weights * rows.log()).sum(-1)]
 
@@ -62,10 +66,11 @@ SPREAD = 12
 
 
 def score_spread(weights: Tensor, readable: Tensor | None = None) -> dict[str, Any]:
-    """Histogram of (score − the row's mean score) over the cells of ``weights`` (T, S) that a
-    row may read (``readable`` (T, S) bool; all by default: causal self-attention's future is
-    masked, not scored)."""
+    """Histogram of (score − the row's mean score) over the cells of softmax ``weights`` (T, S)
+    that a row may read (``readable`` (T, S) bool; all by default: causal self-attention's future
+    is masked, not scored) and did read (a window's outside has weight exactly 0, unscored)."""
     readable = torch.ones_like(weights, dtype=torch.bool) if readable is None else readable
+    readable = readable & (weights > 0)
     logs = weights.clamp_min(1e-30).log()  # (T, S)
     means = (logs * readable).sum(-1, keepdim=True) / readable.sum(-1, keepdim=True).clamp_min(1)
     centered = (logs - means)[readable]  # (cells read,)
@@ -75,15 +80,25 @@ def score_spread(weights: Tensor, readable: Tensor | None = None) -> dict[str, A
     return {"low": -SPREAD, "counts": counts, "std": round(std, DECIMALS)}
 
 
+def exact_zeros(weights: Tensor) -> list[list[int]]:
+    """For each row of ``weights`` (T, S), the columns whose weight is exactly 0.0."""
+    return [row.nonzero()[:, 0].tolist() for row in weights == 0]
+
+
 def attention_map(
-    weights: Tensor, gold: GoldAlignment | None, readable: Tensor | None = None
+    weights: Tensor,
+    gold: GoldAlignment | None,
+    readable: Tensor | None = None,
+    softmax: bool = True,
 ) -> dict[str, Any]:
-    """One map (T, S) as the page reads it."""
+    """One map (T, S) as the page reads it; the score spread only for ``softmax`` weights, the
+    one normalizer whose weights keep every score (up to each row's mean)."""
     return {
         "weights": rounded(weights),
+        "zeros": exact_zeros(weights),
         "entropy": entropy(weights),
         "aer": aer(weights, gold),
-        "spread": score_spread(weights, readable),
+        "spread": score_spread(weights, readable) if softmax else None,
     }
 
 
@@ -127,6 +142,22 @@ def self_attention(translator: Translator, source: str, target_tokens: list[str]
     return torch.stack(captured["encoder"]).cpu(), torch.stack(captured["decoder"]).cpu()
 
 
+def attention_parts(model: ExplorerModel) -> dict[str, Any]:
+    """The model's normalizer, window and key bias (``AttentionParts``; files from before them
+    are global softmax). A user's normalizer is named by its ``_target_``."""
+    parts = model.translator.model_config.get("attention_parts") or {}
+    normalizer = parts.get("normalizer", "softmax")
+    if isinstance(normalizer, dict):
+        normalizer = str(normalizer.get("_target_", "your own"))
+    return {
+        "normalizer": normalizer,
+        "alpha": parts.get("alpha"),
+        "window": parts.get("window", "global"),
+        "window_size": parts.get("window_size"),
+        "key_bias": bool(parts.get("key_bias", False)),
+    }
+
+
 def describe_model(model: ExplorerModel) -> dict[str, Any]:
     config = model.translator.model_config
     attention = config.get("attention", {})
@@ -137,6 +168,7 @@ def describe_model(model: ExplorerModel) -> dict[str, Any]:
         "architecture": str(config.get("_target_", "")).rsplit(".", 1)[-1],
         "scoring": str(attention.get("_target_", "")).rsplit(".", 1)[-1],
         "scaled": attention.get("scaled"),
+        **attention_parts(model),
         "layers": None if layers is None else len(layers),
         "heads": None if layers is None else layers[0].cross_attention.num_heads,
         "backend": model.translator.backend,
@@ -152,12 +184,13 @@ def model_view(
 ) -> dict[str, Any]:
     """One model's view of one sentence."""
     translator = model.translator
+    softmax = attention_parts(model)["normalizer"] == "softmax"
     view: dict[str, Any] = {
         "hypothesis": translation.text,
         "hyp_tokens": translation.tgt_tokens or [],
         "hyp_attention": None
         if translation.attention is None
-        else attention_map(translation.attention, None),
+        else attention_map(translation.attention, None, softmax=softmax),
         "score": translation.score,
         "n_best": [{"text": text, "score": score} for text, score in translation.n_best or []],
     }
@@ -167,17 +200,21 @@ def model_view(
     view["src_tokens"] = forced.src_tokens or []
     view["forced_on"] = "reference" if reference is not None else "hypothesis"
     view["tgt_tokens"] = forced.tgt_tokens or []
-    view["forced"] = attention_map(forced.attention, gold)
+    view["forced"] = attention_map(forced.attention, gold, softmax=softmax)
     heads = translator.attention_heads(source, forced.tgt_tokens or [])
     if heads is not None:  # (L, h, T, S)
-        view["heads"] = [[attention_map(head, gold) for head in layer] for layer in heads]
+        view["heads"] = [
+            [attention_map(head, gold, softmax=softmax) for head in layer] for layer in heads
+        ]
         inputs = ["<bos>", *(forced.tgt_tokens or [])][: len(forced.tgt_tokens or []) or 1]
         encoder, decoder = self_attention(translator, source, forced.tgt_tokens or [])
         view["decoder_inputs"] = inputs
-        view["encoder_self"] = [[attention_map(h, None) for h in layer] for layer in encoder]
+        view["encoder_self"] = [
+            [attention_map(h, None, softmax=softmax) for h in layer] for layer in encoder
+        ]
         causal = torch.ones(decoder.shape[-2:], dtype=torch.bool).tril()  # (T, T)
         view["decoder_self"] = [
-            [attention_map(h, None, causal) for h in layer] for layer in decoder
+            [attention_map(h, None, causal, softmax) for h in layer] for layer in decoder
         ]
     return view
 

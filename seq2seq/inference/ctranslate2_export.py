@@ -52,6 +52,13 @@ def refusal(trained: TrainedModel) -> str | None:
             "Export it with --onnx for ONNX Runtime instead, or serve the bundle with PyTorch."
         )
     for name, module in model.named_modules():
+        if isinstance(module, MultiHeadAttention) and module.normalization is not None:
+            return (
+                f"CTranslate2 computes softmax attention over every key, and {name} has "
+                f"{module.normalization.description}, which it cannot compute. Export it with "
+                "--onnx for ONNX Runtime, which runs every normalizer, or serve the bundle with "
+                "PyTorch."
+            )
         if isinstance(module, MultiHeadAttention):
             scoring = module.scoring
             if not (

@@ -5,9 +5,14 @@ Shape legend: B batch, S source length, M memory size, K key size, H decoder sta
 Two graphs, because decoding is a loop that the caller drives:
 
 - ``encoder.onnx``: ``src (B,S) int64, src_lens (B,) int64 -> memory (B,S,M), keys (B,S,K),
-  projected_keys (B,S,A), state_h (B,H)`` [, ``state_c (B,H)`` for an LSTM decoder];
+  projected_keys (B,S,A), state_h (B,H)`` [, ``state_c (B,H)`` for an LSTM decoder]
+  [, ``state_step (B,) int64`` for a local-m window, the target step];
 - ``decoder_step.onnx``: ``prev_tokens (B,), memory, keys, projected_keys, src_lens, state_h
-  [, state_c] -> logits (B,V), weights (B,S), next_state_h [, next_state_c]``.
+  [, state_c] [, state_step] -> logits (B,V), weights (B,S), next_state_h [, next_state_c]
+  [, next_state_step]``.
+
+Every normalizer and window of ``seq2seq.attention.AttentionParts`` is part of the traced step (the
+normalizers' sorts and bisection loops become ONNX TopK, CumSum and unrolled elementwise ops).
 
 The packed bidirectional RNN is exported with torch's TorchScript-based ONNX exporter: the newer
 ``torch.export`` one cannot trace ``pack_padded_sequence`` (torch 2.13).
@@ -68,7 +73,9 @@ class DecoderStepGraph(nn.Module):
 
 
 def state_names(model: EncoderDecoder) -> list[str]:
-    return ["state_h", "state_c"] if model.decoder.is_lstm else ["state_h"]
+    """The decoder state's tensors: h, an LSTM's c, and a local-m window's step count."""
+    names = ["state_h", "state_c"] if model.decoder.is_lstm else ["state_h"]
+    return [*names, "state_step"] if model.decoder.counts_steps else names
 
 
 def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]:
@@ -174,7 +181,7 @@ def onnx_greedy_search(
         print(tgt_tok.decode([i for i in out[0] if i != 3]))
     """
     memory, keys, projected_keys, *state = encoder.run(None, {"src": src, "src_lens": src_lens})
-    names = ["state_h", "state_c"][: len(state)]
+    names = [output.name for output in encoder.get_outputs()][3:]  # state_h [, state_c, ...]
     prev_tokens = np.full(src.shape[0], bos_id, dtype=np.int64)
     finished = np.zeros(src.shape[0], dtype=bool)
     outputs = []

@@ -308,7 +308,8 @@ class OnnxSeq2Seq:
             str(directory / DECODER_STEP), providers=["CPUExecutionProvider"]
         )
         self.declared = {node.name for node in self.step.get_inputs()}
-        self.state_names = [name for name in ("state_h", "state_c") if name in self.declared]
+        # state_h [, state_c] [, state_step]: what the encoder returns after the source's three.
+        self.state_names = [output.name for output in self.encoder.get_outputs()][3:]
 
     def encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncodedSource, tuple[Tensor, ...]]:
         outputs = self.encoder.run(None, {"src": src.numpy(), "src_lens": src_lens.numpy()})

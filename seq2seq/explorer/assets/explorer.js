@@ -69,6 +69,7 @@ function heatmap(map, gold, name, difference = false) {
   const svg = el("svg:svg", { width: left + cols * cell + entropyWidth + 8, height: top + rows * cell + 4,
                               "data-model": name, class: "map" });
   const maxEntropy = Math.log(Math.max(cols, 2));
+  const zeros = map.zeros ? map.zeros.map((columns) => new Set(columns)) : null;
   map.weights.forEach((row, t) => {
     row.forEach((w, s) => {
       const color = difference
@@ -76,7 +77,10 @@ function heatmap(map, gold, name, difference = false) {
         : `rgba(8,48,107,${w})`;
       const rect = el("svg:rect", { x: left + s * cell, y: top + t * cell, width: cell, height: cell,
                                     fill: color, class: "cell", "data-row": t, "data-col": s, "data-w": w });
-      rect.appendChild(el("svg:title", {}, `${map.rows[t]} ← ${map.cols[s]}: ${w.toFixed(4)}`));
+      // Exactly 0 (a sparse normalizer's or a window's), not merely small after rounding.
+      const exact = zeros && zeros[t] && zeros[t].has(s);
+      if (exact) rect.setAttribute("data-zero", "");
+      rect.appendChild(el("svg:title", {}, `${map.rows[t]} ← ${map.cols[s]}: ${exact ? "exactly 0" : w.toFixed(4)}`));
       rect.addEventListener("mouseenter", () => highlight(t, s));
       svg.appendChild(rect);
     });
@@ -155,7 +159,13 @@ function highlight(row, col) {
 function panel(model, view, gold) {
   const box = el("div", { class: "panel", "data-model": model.name });
   box.appendChild(el("h2", {}, model.name));
-  const kind = [model.architecture, model.scoring, model.layers ? `${model.layers} layers × ${model.heads} heads` : null]
+  const parts = [
+    model.normalizer && model.normalizer !== "softmax" ? model.normalizer : null,
+    model.window && model.window !== "global" ? `${model.window} window` : null,
+    model.key_bias ? "key bias" : null,
+  ];
+  const kind = [model.architecture, model.scoring, ...parts,
+                model.layers ? `${model.layers} layers × ${model.heads} heads` : null]
     .filter(Boolean).join(" · ");
   box.appendChild(el("div", { class: "meta" }, kind));
   box.appendChild(el("div", { class: "hyp" }, `→ ${view.hypothesis}`));
