@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each switch against the baseline, one at a time: name -> train.py overrides.
 VARIANTS: dict[str, list[str]] = {
     "baseline": [],
+    # The baseline on the reference path, where every variant below trains (the C kernels
+    # compute global softmax only): the fair comparison of training speed.
+    "baseline, kernels off": ["model.kernels=off"],
     "sparsemax": ["attention.normalizer=sparsemax"],
     "entmax15": ["attention.normalizer=entmax15"],
     "local_m": ["attention.window=local_m", "attention.window_size=3"],
@@ -68,7 +71,8 @@ class Run:
     seed: int
 
     def directory(self, root: Path) -> Path:
-        return root / self.scoring / self.variant / f"seed-{self.seed}"
+        variant = self.variant.replace(", ", "_").replace(" ", "_")
+        return root / self.scoring / variant / f"seed-{self.seed}"
 
     def overrides(self, epochs: int, extra: Sequence[str] = ()) -> list[str]:
         return [

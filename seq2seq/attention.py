@@ -181,6 +181,8 @@ class Normalization(nn.Module):
     def alpha(self) -> float | None:
         """The normalizer's α (1 softmax, 2 sparsemax, ...), None for a user's normalizer."""
         alpha = getattr(self.normalizer, "alpha", None)
+        if isinstance(alpha, Tensor):
+            return float(alpha.detach())
         return None if alpha is None else float(alpha)
 
     def extra_repr(self) -> str:

@@ -13,6 +13,7 @@ that comparison does not depend on how the fast paths decide whether they apply.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -70,13 +71,15 @@ SUBCLASS = "subclass overriding score"
 CASES = [*SCORING_FUNCTIONS, SUBCLASS]
 
 
-def configs(family: str, scoring: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def configs(
+    family: str, scoring: str, overrides: Sequence[str] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the model's config, its reference's config): for a built-in scoring function the same;
     for the subclass, the scaled-dot config with ``CosineDot`` and with ``CosineByHand``."""
     if scoring != SUBCLASS:
-        config = model_config(family, scoring)
+        config = model_config(family, scoring, overrides)
         return config, config
-    config = model_config(family, "scaled_dot")
+    config = model_config(family, "scaled_dot", overrides)
     own, by_hand = (
         {**config, "attention": {**config["attention"], "_target_": f"{__name__}.{name}"}}
         for name in ("CosineDot", "CosineByHand")
@@ -84,9 +87,11 @@ def configs(family: str, scoring: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return own, by_hand
 
 
-def models(family: str, scoring: str, kernels: str) -> tuple[EncoderDecoder, EncoderDecoder]:
+def models(
+    family: str, scoring: str, kernels: str, overrides: Sequence[str] = ()
+) -> tuple[EncoderDecoder, EncoderDecoder]:
     """The model (kernels as given) and its reference (kernels off), with the same weights."""
-    config, reference_config = configs(family, scoring)
+    config, reference_config = configs(family, scoring, overrides)
     torch.manual_seed(0)
     model = build_model(config, kernels=kernels, trust_modules=[__name__])
     reference = build_model(reference_config, kernels="off", trust_modules=[__name__])
@@ -102,6 +107,60 @@ def test_training_validation_and_decoding_use_the_scoring_functions_score(
 ) -> None:
     model, reference = models(family, scoring, kernels)
     assert_attention_follows_score(model, reference, family)
+
+
+# The attention's other parts, one at a time (a Transformer takes the normalizers only). Small
+# windows, so that they cut into the test batch's sentences (lengths 3 to 7).
+PARTS = {
+    "sparsemax": ["attention.normalizer=sparsemax"],
+    "entmax15": ["attention.normalizer=entmax15"],
+    "learned entmax": [
+        "attention.normalizer=entmax",
+        "attention.alpha=learnable",
+        "attention.initial_alpha=1.3",
+    ],
+    "local_m": ["attention.window=local_m", "attention.window_size=1"],
+    "local_p": ["attention.window=local_p", "attention.window_size=1"],
+    "key_bias": ["attention.key_bias=true", "attention.key_bias_positions=5"],
+}
+
+
+def in_default_suite(family: str, scoring: str, kernels: str) -> bool:
+    """The cases the default suite runs (the slow set runs all): both kernel choices where the C
+    kernels have a loop of their own to stand aside from (additive scoring of an RNN decoder),
+    one elsewhere."""
+    if family == "transformer":
+        return scoring != "additive"
+    return kernels == "auto" or scoring == "additive"
+
+
+PART_CASES = [
+    pytest.param(
+        part, family, scoring, kernels,
+        marks=[] if in_default_suite(family, scoring, kernels) else [pytest.mark.slow],
+    )
+    for part in PARTS
+    for family in sorted(MODEL_OVERRIDES)
+    if family != "transformer" or "normalizer" in PARTS[part][0]
+    for scoring in ("additive", "scaled_dot", SUBCLASS)
+    for kernels in ("auto", "off")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("part", "family", "scoring", "kernels"), PART_CASES)
+def test_every_path_computes_the_attentions_parts_too(
+    part: str, family: str, scoring: str, kernels: str
+) -> None:
+    """The normalizer, window and key bias are one formula in training (the loss and its
+    gradients without the weights), validation, greedy and beam search (a local-m window's step
+    count reordered with the beams), whatever the scoring function and the kernels' choice."""
+    model, reference = models(family, scoring, kernels, PARTS[part])
+    assert any(module.normalization is not None for module in attentions(model))
+    assert_attention_follows_score(model, reference, family)
+
+
+def attentions(model: EncoderDecoder) -> list[Attention | MultiHeadAttention]:
+    return [m for m in model.modules() if isinstance(m, Attention | MultiHeadAttention)]
 
 
 @pytest.mark.parametrize("heads", [1, 2])
