@@ -165,6 +165,34 @@ def test_incompatible_sizes(
     assert expected in stderr
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["attention.normalizer=softmx"], "attention.normalizer='softmx' is not a normalizer"),
+        (["attention.window=local"], "attention.window='local' is not a window"),
+        (
+            ["attention.window=local_p", "attention.window_size=0"],
+            "attention.window_size=0 must be a whole number >= 1 for attention.window=local_p",
+        ),
+        (["attention.window_size=3"], "attention.window_size=3 is the half-width of a local"),
+        (
+            ["attention.normalizer=entmax", "attention.alpha=0.5"],
+            "attention.alpha must be a number above 1",
+        ),
+        (
+            ["attention.normalizer=sparsemax", "attention.alpha=1.5"],
+            "but attention.normalizer=sparsemax has no α to set",
+        ),
+        (["attention.key_bias=maybe"], "attention.key_bias must be true or false"),
+    ],
+)
+def test_bad_attention_parts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], expected: str
+) -> None:
+    stderr = train_in_process([f"run_dir={tmp_path}", *TINY, *overrides], capsys)
+    assert expected in stderr
+
+
 # --- data files: missing, empty, mismatched, invalid UTF-8 --------------------------------------
 
 

@@ -85,6 +85,57 @@ def test_the_example_keeps_the_scoring_contract(user_dir: Path, family: str, ker
     assert_attention_follows_score(model, reference, family)
 
 
+# The attention's other parts around the user's score: the switches.
+PARTS = {
+    "sparsemax": ["attention.normalizer=sparsemax"],
+    "entmax15": ["attention.normalizer=entmax15"],
+    "local_p": ["attention.window=local_p", "attention.window_size=3"],
+    "key_bias": ["attention.key_bias=true"],
+}
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+@pytest.mark.parametrize("family", ["bahdanau", "luong"])
+def test_the_attentions_parts_work_around_the_users_score(
+    user_dir: Path, family: str, part: str
+) -> None:
+    search = f"hydra.searchpath=[file://{user_dir / 'conf'}]"
+    config = model_config(family, "cosine", [search, *PARTS[part]])
+    trusted = [str(user_dir / "cosine_attention.py")]
+    torch.manual_seed(0)
+    model = build_model(config, kernels="auto", trust_modules=trusted)
+    reference = build_model(config, kernels="off", trust_modules=trusted)
+    reference.load_state_dict(model.state_dict())
+    assert model.decoder.attention.normalization is not None
+    assert_attention_follows_score(model, reference, family)
+
+
+@pytest.mark.slow  # end to end through train.py, as a user runs it
+@pytest.mark.parametrize("part", [*sorted(PARTS), "transformer entmax15"])
+def test_the_example_trains_with_each_part_and_translates(user_dir: Path, part: str) -> None:
+    data_and_trainer = [override for override in TINY if not override.startswith("model.")]
+    overrides = (
+        [*data_and_trainer, *TINY_TRANSFORMER, "attention.normalizer=entmax15"]
+        if part.startswith("transformer")
+        else [*TINY, *PARTS[part]]
+    )
+    name = part.replace(" ", "-")
+    result = run(
+        user_dir, "train.py", "--config-dir", "conf", "attention=cosine", *overrides,
+        "trainer.max_epochs=1", "logger=csv", "test_after_training=false",
+        f"hydra.run.dir=parts-{name}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (user_dir / "in.txt").write_text("a b c\nd e\n", encoding="utf-8")
+    checkpoint = user_dir / f"parts-{name}" / "checkpoints" / "best.ckpt"
+    translated = run(
+        user_dir, "scripts/translate.py", "--model", str(checkpoint), "--input", "in.txt",
+        "--beam-size", "5", "--trust-module", "cosine_attention",
+    )  # fmt: skip
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert len(translated.stdout.splitlines()) == 2
+
+
 @pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_the_bundle_translates_only_when_the_module_is_trusted(
     user_dir: Path, trained: dict[str, Path]

@@ -1,0 +1,97 @@
+"""Training speed of two revisions of this repository, A/B, in one invocation.
+
+    python -m benchmarks.ab_speed --old REV [--new REV] [--repeats 3] [--steps 300]
+        [--out docs/benchmark/ab] -- HYDRA OVERRIDES
+
+Checks out ``--old`` and ``--new`` (default: HEAD) into temporary git worktrees,
+then trains the same config in each (``python train.py`` with the overrides, ``--steps``
+optimizer steps, one thread, no test pass), alternating old, new, old, new... so that a slow
+spell of the machine falls on both, and reads each run's training tokens/s from its
+``summary.json``. Prints and writes the median of each and their ratio (new ÷ old).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def worktree(revision: str, directory: Path) -> Path:
+    """A detached worktree of ``revision`` at ``directory``."""
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(directory), revision],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return directory
+
+
+def tokens_per_second(checkout: Path, overrides: list[str], steps: int, run_dir: Path) -> float:
+    """Train in ``checkout`` and return its ``summary.json``'s training tokens/s."""
+    command = [
+        sys.executable, str(checkout / "train.py"), *overrides, f"trainer.max_steps={steps}",
+        "trainer.max_epochs=1000", "threads=1", "logger=csv", "test_after_training=false",
+        "trainer.enable_progress_bar=false", f"run_dir={run_dir}",
+    ]  # fmt: skip
+    # The checkout's own package: its directory comes first on the path (the script's).
+    subprocess.run(command, check=True, capture_output=True, cwd=checkout)
+    return float(json.loads((run_dir / "summary.json").read_text())["train_tokens_per_s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    overrides: list[str] = []
+    if "--" in argv:
+        overrides = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True, help="the revision to compare against")
+    parser.add_argument("--new", default="HEAD", help="the revision to measure (HEAD)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=None, help="write result.json here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch)
+        checkouts = {"old": worktree(args.old, base / "old")}
+        checkouts["new"] = worktree(args.new, base / "new")
+        speeds: dict[str, list[float]] = {"old": [], "new": []}
+        try:
+            for repeat in range(args.repeats):
+                for name in ("old", "new"):
+                    run_dir = base / f"{name}-{repeat}"
+                    speed = tokens_per_second(checkouts[name], overrides, args.steps, run_dir)
+                    speeds[name].append(speed)
+                    print(f"{name} {repeat}: {speed:,.0f} tokens/s", flush=True)
+        finally:
+            for checkout in checkouts.values():
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)],
+                    check=False, capture_output=True,
+                )  # fmt: skip
+    medians = {name: statistics.median(values) for name, values in speeds.items()}
+    result = {
+        "old": args.old,
+        "new": args.new,
+        "overrides": overrides,
+        "steps": args.steps,
+        "tokens_per_s": speeds,
+        "median": medians,
+        "ratio": medians["new"] / medians["old"],
+    }
+    print(json.dumps(result, indent=2))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        name = "_".join(o.replace("=", "-").replace(".", "-") for o in overrides) or "default"
+        (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
