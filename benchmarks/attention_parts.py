@@ -32,7 +32,8 @@ from sacrebleu.metrics import BLEU
 
 from seq2seq import Translator
 from seq2seq.analysis.alignment import GoldAlignment, argmax_links, corpus_aer
-from seq2seq.analysis.intervals import Interval, mean_interval
+from seq2seq.analysis.diagnostics import learned_alphas
+from seq2seq.analysis.intervals import Interval, IntervalError, mean_interval
 from seq2seq.attention import AdditiveAttention, GeneralAttention
 from seq2seq.data.toy import ToyTranslation
 
@@ -48,6 +49,11 @@ VARIANTS: dict[str, list[str]] = {
     "baseline, kernels off": ["model.kernels=off"],
     "sparsemax": ["attention.normalizer=sparsemax"],
     "entmax15": ["attention.normalizer=entmax15"],
+    "entmax, learned α": [
+        "attention.normalizer=entmax",
+        "attention.alpha=learnable",
+        "attention.initial_alpha=1.5",
+    ],
     "local_m": ["attention.window=local_m", "attention.window_size=3"],
     "local_p": ["attention.window=local_p", "attention.window_size=3"],
     "key_bias": ["attention.key_bias=true"],
@@ -71,7 +77,7 @@ class Run:
     seed: int
 
     def directory(self, root: Path) -> Path:
-        variant = self.variant.replace(", ", "_").replace(" ", "_")
+        variant = self.variant.replace(", ", "_").replace(" ", "_").replace("α", "alpha")
         return root / self.scoring / variant / f"seed-{self.seed}"
 
     def overrides(self, epochs: int, extra: Sequence[str] = ()) -> list[str]:
@@ -118,7 +124,9 @@ def evaluate(directory: Path) -> dict[str, float]:
     long = splits["test_long"]
     hypotheses = translator.translate([example.src for example in long], beam_size=1)
     long_bleu = BLEU(tokenize="none").corpus_score(hypotheses, [[e.tgt for e in long]]).score
+    alphas = learned_alphas(translator.model)
     figures = {
+        **({"alpha": alphas["attn/alpha"]} if alphas else {}),
         "test_bleu": summary["test_bleu"],
         "test_aer": summary["test_aer"],
         "long_bleu": long_bleu,
@@ -157,6 +165,11 @@ def run_all(
     root: Path, seeds: Sequence[int], epochs: int, jobs: int, extra: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Train (``jobs`` at a time) and evaluate every run; the figures per run and per group."""
+    if len(set(seeds)) < 2:
+        raise IntervalError(
+            f"--seeds {' '.join(map(str, seeds))}: an interval over seeds needs at least 2 "
+            "different seeds (e.g. --seeds 1 2 3); nothing was trained."
+        )
     runs = [Run(s, v, seed) for s in SCORINGS for v in VARIANTS for seed in seeds]
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
@@ -207,6 +220,11 @@ def render_table(results: dict[str, Any]) -> str:
                     text = f"**{text}**"
                 cells.append(text)
             lines.append(f"| {variant} | {' | '.join(cells)} |")
+        learned = [
+            run["alpha"] for run in results["runs"] if run["scoring"] == scoring and "alpha" in run
+        ]
+        if len(learned) >= 2:
+            lines += ["", f"Learned α at the end (from 1.5): {mean_interval(learned).format(3)}."]
         lines.append("")
     return "\n".join(lines).rstrip()
 

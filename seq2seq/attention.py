@@ -105,11 +105,17 @@ class AttentionParts:
                 f"attention.key_bias must be true or false, got {self.key_bias!r}: true adds a "
                 "learned bias per source position to the logits."
             )
+        if not self.key_bias and self.key_bias_positions is not None:
+            raise ConfigError(
+                f"attention.key_bias_positions={self.key_bias_positions} sizes the key bias, but "
+                "attention.key_bias=false has none. Use attention.key_bias=true with it, or leave "
+                "attention.key_bias_positions=null."
+            )
 
     def is_default(self) -> bool:
         """Global softmax attention without a key bias: what the attention computed before the
         parts were switches (``Attention.use_parts`` then adds nothing)."""
-        return self == AttentionParts(key_bias_positions=self.key_bias_positions)
+        return self == AttentionParts()
 
 
 class Normalization(nn.Module):

@@ -32,6 +32,7 @@ NaN when padded keys are masked with -inf (its issue 17); the tests hold ours to
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -196,10 +197,12 @@ def entmax_bisect(
     """α-entmax for any α > 1 (a float, or a 0-d tensor that may require a gradient), τ by
     bisection: Σ_i [(α - 1) z_i - τ]_+^(1/(α-1)) falls as τ rises, from >= 1 at
     τ = max (α - 1) z - 1 to <= 1 at τ = max (α - 1) z - n^(1-α) (n valid keys)."""
-    if not float(alpha.detach() if isinstance(alpha, Tensor) else alpha) > 1:
-        raise ValueError(f"entmax_bisect needs alpha > 1 (alpha = 1 is softmax), got {alpha}.")
     if isinstance(alpha, Tensor):
+        # No check on its value: reading it would stop a traced graph (torch.export) at a
+        # data-dependent branch; ``Entmax`` keeps a learned α above 1 by construction.
         return _EntmaxLearnedAlpha.apply(logits, is_valid, alpha, iterations)
+    if not alpha > 1:
+        raise ValueError(f"entmax_bisect needs alpha > 1 (alpha = 1 is softmax), got {alpha}.")
 
     def solve(z: Tensor, valid: Tensor | None) -> Tensor:
         return _bisect_weights(z, valid, alpha, iterations)
@@ -208,8 +211,10 @@ def entmax_bisect(
 
 
 def _bisect_weights(
-    logits: Tensor, is_valid: Tensor | None, alpha: float, iterations: int
+    logits: Tensor, is_valid: Tensor | None, alpha: float | Tensor, iterations: int
 ) -> Tensor:
+    """The bisection's weights; α a float or a 0-d tensor (a learned α: tensor arithmetic only,
+    so that an exported graph computes with the stored value)."""
     z, _, count = sorted_valid_logits(logits, is_valid)  # each row's largest valid logit is 0
     x = z * (alpha - 1)  # (B, Tq, Tk)
     exponent = 1 / (alpha - 1)
@@ -237,7 +242,7 @@ class _EntmaxLearnedAlpha(torch.autograd.Function):
     def forward(
         ctx: Any, logits: Tensor, is_valid: Tensor | None, alpha: Tensor, iterations: int
     ) -> Tensor:
-        weights = _bisect_weights(logits, is_valid, float(alpha), iterations)
+        weights = _bisect_weights(logits, is_valid, alpha.to(logits.dtype), iterations)
         ctx.save_for_backward(weights, alpha)
         return weights
 
@@ -295,16 +300,26 @@ class Entmax(nn.Module):
     starts at ``initial_alpha``: stored as ρ with α = 1 + softplus(ρ), so that it stays above 1
     (where α-entmax is defined) as it learns."""
 
-    def __init__(self, alpha: float | str = 1.5, initial_alpha: float = 1.5) -> None:
+    def __init__(self, alpha: float | str | None = 1.5, initial_alpha: float = 1.5) -> None:
         super().__init__()
         self.raw_alpha: nn.Parameter | None = None
         self.fixed_alpha = 1.5
+        start = check_alpha(initial_alpha, "initial_alpha")
         if alpha == LEARNABLE:
-            start = check_alpha(initial_alpha, "initial_alpha")
-            # softplus⁻¹(α - 1) = log(exp(α - 1) - 1)
-            self.raw_alpha = nn.Parameter(torch.tensor(math.log(math.expm1(start - 1))))
+            # softplus⁻¹(y) = log(exp(y) - 1) = y + log(1 - exp(-y)), y = α - 1: the second form
+            # does not overflow for a large start.
+            raw = (start - 1) + math.log(-math.expm1(-(start - 1)))
+            self.raw_alpha = nn.Parameter(torch.tensor(raw))
         else:
-            self.fixed_alpha = check_alpha(alpha, "alpha")
+            self.fixed_alpha = 1.5 if alpha is None else check_alpha(alpha, "alpha")
+            if start != 1.5:
+                fixed = "null (1.5)" if alpha is None else repr(alpha)
+                raise ConfigError(
+                    f"attention.initial_alpha={initial_alpha!r} is where a learned α starts, but "
+                    f"attention.alpha={fixed} is fixed. Use attention.alpha={LEARNABLE} "
+                    f"attention.initial_alpha={initial_alpha!r}, or set the fixed value with "
+                    f"attention.alpha={initial_alpha!r}."
+                )
 
     @property
     def alpha(self) -> Tensor | float:
@@ -352,9 +367,11 @@ def build_normalizer(
                 f"attention.normalizer must be one of {', '.join(NORMALIZERS)} or your own "
                 f"function or module (named by _target_), got {normalizer!r}."
             )
-        return UserNormalizer(normalizer)
+        # A module is copied: each attention gets its own parameters, as with a built-in one.
+        own = copy.deepcopy(normalizer) if isinstance(normalizer, nn.Module) else normalizer
+        return check_users_normalizer(UserNormalizer(own))
     if normalizer == "entmax":
-        return Entmax(1.5 if alpha is None else alpha, initial_alpha or 1.5)
+        return Entmax(alpha, 1.5 if initial_alpha is None else initial_alpha)
     if alpha is not None or initial_alpha is not None:
         raise ConfigError(_alpha_elsewhere(f"attention.normalizer={normalizer}"))
     builtin: dict[str, type[nn.Module]] = {
@@ -368,6 +385,45 @@ def build_normalizer(
             "attention.normalizer={_target_: mymodule.my_normalizer, _partial_: true}."
         )
     return builtin[normalizer]()
+
+
+# What a user's normalizer must be: called as normalizer(logits, is_valid).
+USERS_SIGNATURE = (
+    "a function (named with _partial_: true) or an nn.Module class (without _partial_) whose "
+    "call normalizer(logits (B, Tq, Tk), is_valid (B, Tq, Tk) bool or None) returns weights of "
+    "the logits' shape, each valid row on the simplex"
+)
+
+
+def check_users_normalizer(normalizer: UserNormalizer) -> UserNormalizer:
+    """Try a user's normalizer once on small logits, a padded row and an empty one, before any
+    training: a wrong signature, shape or NaN is one paragraph here, not a traceback later."""
+    logits = torch.tensor([[[2.0, 0.5, -1.0], [0.3, 0.1, 9.0], [0.0, 0.0, 0.0]]])  # (1, 3, 3)
+    is_valid = torch.tensor([[[True, True, True], [True, True, False], [False, False, False]]])
+    function = normalizer.function
+    named = getattr(function, "func", function)  # a partial's function
+    name = getattr(named, "__name__", type(named).__name__)
+    try:
+        with torch.no_grad():
+            weights = function(logits, is_valid)  # before our masking, which broadcasts
+    except Exception as error:  # the user's code: any failure is theirs to fix
+        raise ConfigError(
+            f"attention.normalizer: calling your normalizer {name} failed ({type(error).__name__}: "
+            f"{error}). It must be {USERS_SIGNATURE}."
+        ) from None
+    if not isinstance(weights, Tensor) or weights.shape != logits.shape:
+        shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+        raise ConfigError(
+            f"attention.normalizer: your normalizer {name} returned {shape} for logits of shape "
+            f"{tuple(logits.shape)}. It must be {USERS_SIGNATURE}."
+        )
+    if not torch.isfinite(weights).all():
+        raise ConfigError(
+            f"attention.normalizer: your normalizer {name} returned NaN or infinite weights for "
+            "finite logits (with a padded row and a row without a valid key: weights 0 there, "
+            f"not 0/0). It must be {USERS_SIGNATURE}."
+        )
+    return normalizer
 
 
 def check_alpha(alpha: object, key: str) -> float:

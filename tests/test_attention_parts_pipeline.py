@@ -7,6 +7,7 @@ normalizer plugs in behind the trust rules, and bad values are one paragraph."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,13 @@ def test_the_server_returns_the_exact_zeros(sparsemax_model: Path) -> None:
 
     app = create_app([ModelSource("sparse", sparsemax_model)])
     with TestClient(app) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/health").status_code != 200:  # the model loads in a worker thread
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         response = client.post("/translate", json={"src": SENTENCES[:3], "return_attention": True})
+        [described] = client.get("/models").json()["models"]
+    assert (described["normalizer"], described["window"]) == ("sparsemax", "global")
     assert response.status_code == 200, response.text
     rows = [row for r in response.json()["results"] for row in r["attention"]["weights"]]
     assert any(weight == 0.0 for row in rows for weight in row)

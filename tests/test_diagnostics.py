@@ -420,3 +420,66 @@ def test_update_docs_replaces_only_named_blocks(tmp_path: Path) -> None:
     page.write_text("a\n<!-- generated:x -->\n1\n<!-- /generated:x -->\nb\n")
     assert update_docs(page, {"x": "two\\1 $", "y": "unused"}) == ["x"]
     assert page.read_text() == "a\n<!-- generated:x -->\ntwo\\1 $\n<!-- /generated:x -->\nb\n"
+
+
+# ---- the attention's other parts: the statistics read the model's own weights ------------------
+
+
+def test_statistics_of_a_sparse_windowed_model_follow_its_own_weights() -> None:
+    """zero_share counts the exact zeros of the weights the model computes (sparsemax inside a
+    local-m window here), the entropy is over each row's support, and the Jacobian is
+    sparsemax's: ‖diag(s) - ssᵀ/|S|‖_F = sqrt(|S| - 1) for a support S."""
+    from functools import partial
+
+    from seq2seq.attention import AttentionParts, DotProductAttention
+    from seq2seq.models import LuongDecoder
+
+    torch.manual_seed(0)
+    parts = AttentionParts("sparsemax", window="local_m", window_size=1)
+    model = Seq2Seq(
+        13, 11, partial(DotProductAttention, temperature=0.2), embedding_size=8,
+        hidden_size=16, decoder=LuongDecoder, attention_parts=parts,
+    ).eval()  # fmt: skip
+    src_lens, tgt_lens = torch.tensor([6, 3]), torch.tensor([5, 2])
+    src, tgt_in = torch.randint(4, 13, (2, 6)), torch.randint(4, 11, (2, 5))
+    stats = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    with torch.no_grad():
+        _, weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    real = torch.zeros(2, 5, 6, dtype=torch.bool)
+    for b in range(2):
+        real[b, : tgt_lens[b], : src_lens[b]] = True
+    assert stats.zero_share == pytest.approx(float((weights[real] == 0).double().mean()))
+    assert stats.zero_share > 0.4  # the window alone leaves half of the keys out
+    rows = [weights[b, t, : src_lens[b]] for b in range(2) for t in range(int(tgt_lens[b]))]
+    support = [int((row > 0).sum()) for row in rows]
+    expected = sum(math.sqrt(size - 1) for size in support) / len(support)
+    assert stats.softmax_jacobian == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_transformer_logs_its_zero_share_and_a_learned_alpha_is_logged() -> None:
+    from functools import partial
+
+    from seq2seq.analysis.diagnostics import learned_alphas, transformer_head_metrics
+    from seq2seq.attention import AttentionParts, DotProductAttention
+    from seq2seq.models import Transformer
+
+    torch.manual_seed(1)
+    parts = AttentionParts("entmax", alpha="learnable", initial_alpha=1.7)
+    model = Transformer(
+        13, 11, partial(DotProductAttention, temperature=0.1), d_model=16, num_heads=2,
+        d_ff=32, encoder_layers=1, decoder_layers=1, attention_parts=parts,
+    )  # fmt: skip
+    src_lens, tgt_lens = torch.tensor([6, 3]), torch.tensor([5, 2])
+    src, tgt_in = torch.randint(4, 13, (2, 6)), torch.randint(4, 11, (2, 5))
+    metrics = transformer_head_metrics(model, src, src_lens, tgt_in, tgt_lens)
+    model.eval()
+    with torch.no_grad():
+        source, _ = model.encode(src, src_lens)
+        weights = model.decoder.cross_attention_weights(tgt_in, source)  # (B, L, h, T, S)
+    real = torch.zeros(2, 5, 6, dtype=torch.bool)
+    for b in range(2):
+        real[b, : tgt_lens[b], : src_lens[b]] = True
+    pairs = real[:, None, None].expand_as(weights)
+    assert metrics["attn/zero_share"] == pytest.approx(float((weights[pairs] == 0).double().mean()))
+    assert metrics["attn/zero_share"] > 0
+    assert learned_alphas(model) == {"attn/alpha": pytest.approx(1.7, rel=1e-5)}

@@ -167,6 +167,13 @@ def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: 
         luong = app_config.copy()
         luong.model.decoder._target_ = "seq2seq.models.LuongDecoder"
         assert describe_run(luong).name == "dot-lstm-luong-toy"
+        # The attention's other parts name the run too, so tables and W&B tell them apart.
+        parts = app_config.copy()
+        parts.attention.normalizer = "entmax"
+        parts.attention.alpha = 1.3
+        parts.attention.window = "local_p"
+        parts.attention.window_size = 3
+        assert describe_run(parts).name == "dot+entmax1.3+local_p3-lstm-toy"
         OmegaConf.set_readonly(config.hydra, False)
         config.hydra.mode = RunMode.MULTIRUN
         config.hydra.sweep.dir = "multirun/sweep-1"

@@ -5,6 +5,7 @@ in float64 with masks, and the masking contract of ``masked_softmax`` in every d
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -228,3 +229,70 @@ def test_entmax_has_no_nan_at_extreme_logits() -> None:
         weights = normalizer(logits, None)
         assert not torch.isnan(weights).any(), name
         assert math.isclose(float(weights.sum()), 1.0, rel_tol=1e-5), name
+
+
+def one_argument(logits: Tensor) -> Tensor:
+    return torch.softmax(logits, -1)
+
+
+def wrong_shape(logits: Tensor, is_valid: Tensor | None) -> Tensor:
+    return torch.softmax(logits, -1)[..., :1]
+
+
+def zero_over_zero(logits: Tensor, is_valid: Tensor | None) -> Tensor:
+    weights = logits.exp() * is_valid
+    return weights / weights.sum(-1, keepdim=True)  # NaN for a row without a valid key
+
+
+class Scaled(torch.nn.Module):
+    """A user's module normalizer with a parameter of its own."""
+
+    def __init__(self, start: float = 1.0) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(start))
+
+    def forward(self, logits: Tensor, is_valid: Tensor | None) -> Tensor:
+        return softmax(logits * self.scale, is_valid)
+
+
+@pytest.mark.parametrize(
+    ("normalizer", "expected"),
+    [
+        (one_argument, "calling your normalizer one_argument failed (TypeError"),
+        (wrong_shape, "your normalizer wrong_shape returned (1, 3, 1) for logits of shape"),
+        (zero_over_zero, "your normalizer zero_over_zero returned NaN or infinite weights"),
+        (functools.partial(Scaled, 2.0), "calling your normalizer Scaled failed"),
+    ],
+    ids=["one argument", "wrong shape", "NaN", "a module class named with _partial_"],
+)
+def test_a_users_normalizer_is_tried_before_training(normalizer, expected: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        build_normalizer(normalizer)
+    assert expected in str(error.value)
+    assert "normalizer(logits (B, Tq, Tk), is_valid (B, Tq, Tk) bool or None)" in str(error.value)
+
+
+def test_a_users_module_is_copied_into_every_attention() -> None:
+    shared = Scaled()
+    first, second = build_normalizer(shared), build_normalizer(shared)
+    assert first.function.scale is not second.function.scale
+    assert first.function.scale is not shared.scale
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (("entmax", None, 1.3), "attention.initial_alpha=1.3 is where a learned α starts"),
+        (("entmax", 1.3, 1.7), "but attention.alpha=1.3 is fixed"),
+        (("entmax", "learnable", 0), "attention.initial_alpha must be a number above 1"),
+    ],
+)
+def test_initial_alpha_is_for_a_learned_alpha_only(arguments, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        build_normalizer(*arguments)
+
+
+def test_a_learned_alpha_may_start_anywhere_above_one() -> None:
+    for start in (1.001, 1.5, 40.0, 1000.0):
+        alpha = Entmax("learnable", start).alpha
+        assert float(torch.as_tensor(alpha).detach()) == pytest.approx(start, rel=1e-6)

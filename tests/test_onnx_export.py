@@ -94,3 +94,39 @@ def assert_onnx_greedy_is_eager_greedy(
     for row in range(len(src)):
         length = int(expected.lengths[row])
         assert tokens[row, :length].tolist() == expected.tokens[row, :length].tolist()
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize(
+    "parts",
+    [{}, {"normalizer": "sparsemax"}, {"window": "local_m", "window_size": 1}],
+    ids=["softmax", "sparsemax", "local_m"],
+)
+def test_beam_search_over_the_onnx_graphs_is_eager_beam_search(
+    tmp_path: Path, heads: int, parts: dict[str, Any]
+) -> None:
+    """K hypotheses of several sentences at once (the graphs were traced with one row per
+    sentence), multi-head attention, a normalizer, and a local-m step count reordered with the
+    beams: the same n-best tokens, scores and attention as eager PyTorch."""
+    from functools import partial
+
+    from seq2seq.attention import AdditiveAttention, AttentionParts
+    from seq2seq.inference.onnx_transformer import OnnxSeq2Seq
+    from seq2seq.search import beam_search
+
+    torch.manual_seed(0)
+    attention = partial(AdditiveAttention, num_hiddens=16)
+    model = Seq2Seq(
+        13, 11, attention, embedding_size=8, hidden_size=16, num_heads=heads,
+        attention_parts=AttentionParts(**parts),
+    ).eval()  # fmt: skip
+    export_onnx(model, tmp_path)
+    onnx = OnnxSeq2Seq(tmp_path)
+    src_lens = torch.tensor([9, 6, 3, 1])
+    src = torch.randint(4, 13, (4, 9))
+    src[torch.arange(9)[None, :] >= src_lens[:, None]] = PAD_ID
+    ids = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "beam_size": 4, "n_best": 3}
+    eager, ours = beam_search(model, src, src_lens, **ids), beam_search(onnx, src, src_lens, **ids)
+    assert torch.equal(ours.tokens, eager.tokens)
+    torch.testing.assert_close(ours.scores, eager.scores)
+    torch.testing.assert_close(ours.attention, eager.attention, rtol=1e-4, atol=1e-6)

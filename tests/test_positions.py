@@ -187,6 +187,7 @@ def test_key_bias_changes_the_weights_where_a_scalar_bias_cannot() -> None:
         ({"key_bias": "yes"}, "attention.key_bias must be true or false"),
         ({"key_bias": True}, "attention.key_bias=true needs attention.key_bias_positions"),
         ({"key_bias": True, "key_bias_positions": 0}, "attention.key_bias_positions=0 must be"),
+        ({"key_bias_positions": 5}, "but attention.key_bias=false has none"),
     ],
 )
 def test_bad_windows_and_biases_name_the_key_and_the_fix(parts: dict, expected: str) -> None:
@@ -204,6 +205,6 @@ def test_local_m_without_positions_says_what_the_decoder_must_pass() -> None:
 def test_default_parts_add_no_module_and_no_parameter() -> None:
     attention = AdditiveAttention(8, 8, 8)
     before = {name for name, _ in attention.named_parameters()}
-    attention.use_parts(AttentionParts(key_bias_positions=100), 8)
+    attention.use_parts(AttentionParts(), 8)
     assert attention.normalization is None
     assert {name for name, _ in attention.named_parameters()} == before

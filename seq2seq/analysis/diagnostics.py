@@ -304,7 +304,23 @@ def transformer_head_metrics(
     }
     average = weights[:, -1].mean(1)  # (B, T, S)
     metrics["attn/entropy"] = float(entropy(average)[query_mask].mean())
+    # Exact zeros among the real (query, key) pairs of every layer's and head's cross-attention.
+    real_keys = valid_key_mask(src_lens, weights.shape[3], weights.shape[4])  # (B, T, S)
+    pairs = (real_keys & query_mask[:, :, None])[:, None, None].expand_as(weights)
+    metrics["attn/zero_share"] = float((weights[pairs] == 0).double().mean())
     return metrics
+
+
+def learned_alphas(model: EncoderDecoder) -> dict[str, float]:
+    """``attn/alpha``: the mean α of the attentions whose entmax learns it (``attention.alpha=
+    learnable``), which no other metric shows; nothing when none does."""
+    alphas = [
+        float(alpha.detach())
+        for module in model.modules()
+        if isinstance(module, Normalization)
+        and isinstance(alpha := getattr(module.normalizer, "alpha", None), Tensor)
+    ]
+    return {"attn/alpha": sum(alphas) / len(alphas)} if alphas else {}
 
 
 def gradient_norm(parameters: Iterable[Tensor]) -> float | None:
@@ -375,6 +391,7 @@ class AttentionDiagnostics(pl.Callback):
             metrics = transformer_head_metrics(model, *batch)
         else:
             metrics = model_attention_statistics(model, *batch).as_metrics()
+        metrics.update(learned_alphas(model))
         # Every rank measures the same sentences with the same weights: no syncing needed.
         pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
 

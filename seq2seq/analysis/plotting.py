@@ -10,8 +10,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed, none is opened
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.image import AxesImage
+from matplotlib.patches import Rectangle
 from torch import Tensor
 
 
@@ -31,6 +33,13 @@ def draw_attention(
             f"{len(src_tokens)} source tokens."
         )
     image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    # Exact zeros (a sparse normalizer's, a window's) hatched, so that no small weight looks like
+    # one: imshow draws both white.
+    for row, column in zip(*np.nonzero(np.asarray(matrix) == 0), strict=True):
+        corner = (float(column) - 0.5, float(row) - 0.5)
+        axes.add_patch(
+            Rectangle(corner, 1, 1, fill=False, hatch="////", edgecolor="#c8c8c8", linewidth=0)
+        )
     axes.set_xticks(range(columns), list(src_tokens), rotation=60, ha="right")
     axes.set_yticks(range(rows), list(tgt_tokens))
     axes.set_xlabel("source")

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
 from seq2seq.data.tokenization import BOS_ID, encode_batch
+from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator, token_ids
 from seq2seq.models.transformer import Transformer, TransformerEncoderLayer
 
@@ -44,7 +45,8 @@ def entropy(weights: Tensor) -> list[float]:
     to less than 1): 0 for a one-hot row, ln S for a uniform one, over a sparse row's support."""
     weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-12)
     rows = weights.clamp_min(1e-12)
-    return [round(float(value), DECIMALS) for value in -(weights * rows.log()).sum(-1)]
+    # + 0.0: a one-hot row's -0.0 reads 0.
+    return [round(float(value), DECIMALS) + 0.0 for value in -(weights * rows.log()).sum(-1)]
 
 
 def rounded(weights: Tensor) -> list[list[float]]:
@@ -142,22 +144,6 @@ def self_attention(translator: Translator, source: str, target_tokens: list[str]
     return torch.stack(captured["encoder"]).cpu(), torch.stack(captured["decoder"]).cpu()
 
 
-def attention_parts(model: ExplorerModel) -> dict[str, Any]:
-    """The model's normalizer, window and key bias (``AttentionParts``; files from before them
-    are global softmax). A user's normalizer is named by its ``_target_``."""
-    parts = model.translator.model_config.get("attention_parts") or {}
-    normalizer = parts.get("normalizer", "softmax")
-    if isinstance(normalizer, dict):
-        normalizer = str(normalizer.get("_target_", "your own"))
-    return {
-        "normalizer": normalizer,
-        "alpha": parts.get("alpha"),
-        "window": parts.get("window", "global"),
-        "window_size": parts.get("window_size"),
-        "key_bias": bool(parts.get("key_bias", False)),
-    }
-
-
 def describe_model(model: ExplorerModel) -> dict[str, Any]:
     config = model.translator.model_config
     attention = config.get("attention", {})
@@ -168,7 +154,7 @@ def describe_model(model: ExplorerModel) -> dict[str, Any]:
         "architecture": str(config.get("_target_", "")).rsplit(".", 1)[-1],
         "scoring": str(attention.get("_target_", "")).rsplit(".", 1)[-1],
         "scaled": attention.get("scaled"),
-        **attention_parts(model),
+        **attention_parts_of(config),
         "layers": None if layers is None else len(layers),
         "heads": None if layers is None else layers[0].cross_attention.num_heads,
         "backend": model.translator.backend,
@@ -184,7 +170,10 @@ def model_view(
 ) -> dict[str, Any]:
     """One model's view of one sentence."""
     translator = model.translator
-    softmax = attention_parts(model)["normalizer"] == "softmax"
+    # The score spread is read back from softmax weights: not from a sparse normalizer's (it
+    # forgets the scores below its threshold) nor from local-p's (times a Gaussian).
+    parts = attention_parts_of(translator.model_config)
+    softmax = parts["normalizer"] == "softmax" and parts["window"] != "local_p"
     view: dict[str, Any] = {
         "hypothesis": translation.text,
         "hyp_tokens": translation.tgt_tokens or [],

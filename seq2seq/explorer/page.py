@@ -23,10 +23,17 @@ def page(data: dict[str, Any]) -> str:
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(str(data.get('title', 'Attention explorer')))}</title>\n"
         f"<style>\n{asset('explorer.css')}</style>\n</head>\n<body>\n"
+        # The hatching of exact zeros, defined once for every map (an id is page-wide).
+        '<svg width="0" height="0" style="position:absolute"><defs>'
+        '<pattern id="exact-zero" width="4" height="4" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="4" height="4" fill="#fff"/>'
+        '<line x1="0" y1="0" x2="0" y2="4" stroke="#c8c8c8" stroke-width="1.5"/></pattern>'
+        "</defs></svg>\n"
         '<header id="controls"></header>\n<div id="source"></div>\n<div id="panels"></div>\n'
         '<div id="note">Hover a target or source token, or a cell: the same row and column light '
         "up in every panel. Bars beside a map: the entropy of each target step's weights. Boxes: "
-        "gold links (solid sure, dashed possible).</div>\n"
+        "gold links (solid sure, dashed possible). Hatched cells: weight exactly 0 (a sparse "
+        "normalizer's or a window's), not merely small.</div>\n"
         f'<script type="application/json" id="data">{payload}</script>\n'
         f"<script>\n{asset('explorer.js')}</script>\n</body>\n</html>\n"
     )

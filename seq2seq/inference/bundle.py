@@ -70,6 +70,23 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
 }
 
 
+def attention_parts_of(model_config: dict[str, Any]) -> dict[str, Any]:
+    """A model config's normalizer, window and key bias (``seq2seq.attention.AttentionParts``) as
+    plain values for a page or an API: files from before the parts were switches are global
+    softmax; a user's normalizer is named by its ``_target_``."""
+    parts = model_config.get("attention_parts") or {}
+    normalizer = parts.get("normalizer", "softmax")
+    if isinstance(normalizer, dict):
+        normalizer = str(normalizer.get("_target_", "your own"))
+    return {
+        "normalizer": normalizer,
+        "alpha": parts.get("alpha"),
+        "window": parts.get("window", "global"),
+        "window_size": parts.get("window_size"),
+        "key_bias": bool(parts.get("key_bias", False)),
+    }
+
+
 # Decoding settings for files that do not carry one (the training config's defaults).
 DEFAULT_DECODING: dict[str, Any] = {"max_len_a": 2.0, "max_len_b": 10, "max_src_len": 256}
 

@@ -319,6 +319,12 @@ class OnnxSeq2Seq:
     def decode_step(
         self, prev_tokens: Tensor, state: tuple[Tensor, ...], source: EncodedSource
     ) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
+        rows, sentences = prev_tokens.shape[0], source.memory.shape[0]
+        if rows != sentences:
+            # Beam search: K hypotheses per sentence (rows b·K + k). The graph was traced with
+            # one query row per sentence and reads the source row by row: give it its copy.
+            hypotheses = torch.arange(sentences).repeat_interleave(rows // sentences)  # (R,)
+            source = source.index_select(hypotheses)
         feeds = {
             "prev_tokens": prev_tokens.numpy(),
             "memory": source.memory.numpy(),

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seq2seq.analysis.compare import SUMMARY_FILE
 from seq2seq.atomic import write_atomic
-from seq2seq.pipeline.building import model_kind
+from seq2seq.pipeline.building import attention_parts_config, model_kind
 from seq2seq.training.lit_module import LitSeq2Seq
 from seq2seq.training.loggers import RunInfo
 
@@ -44,6 +44,8 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
         else "transformer"
     )
     model_name = model if decoder in ("bahdanau", "transformer") else f"{model}-{decoder}"
+    parts = parts_label(cfg)
+    attention = f"{attention}+{parts}" if parts else attention
     if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
         cfg = cfg.copy()
         with open_dict(cfg):
@@ -56,6 +58,26 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
         tags=(str(attention), str(model), str(data), decoder),
         config={str(key): value for key, value in config.items()},
     )
+
+
+def parts_label(cfg: DictConfig) -> str:
+    """The attention's parts that differ from global softmax, for names and tables:
+    ``sparsemax``, ``entmax1.3``, ``local_p3``, ``key_bias``, joined by ``+``; "" by default."""
+    parts = attention_parts_config(cfg)
+    shown = []
+    normalizer = parts["normalizer"]
+    if isinstance(normalizer, dict):
+        shown.append(str(normalizer.get("_target_", "own")).rsplit(".", 1)[-1])
+    elif normalizer == "entmax":
+        shown.append(f"entmax{parts['alpha'] if parts['alpha'] is not None else 1.5}")
+    elif normalizer != "softmax":
+        shown.append(str(normalizer))
+    if parts["window"] != "global":
+        size = parts["window_size"] if parts["window_size"] is not None else 10
+        shown.append(f"{parts['window']}{size}")
+    if parts["key_bias"]:
+        shown.append("key_bias")
+    return "+".join(shown)
 
 
 def log_effective_batch(cfg: DictConfig, trainer: pl.Trainer) -> None:

@@ -158,8 +158,11 @@ def check_same_model(ckpt_path: str, saved: dict[str, Any], model_config: dict[s
         if key.removeprefix("model.") not in RUNTIME_KEYS
     }
     if changed:
+        # The attention's parts are the attention.* keys on the command line.
         shown = "; ".join(
-            f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items()
+            f"{key.replace('model.attention_parts.', 'attention.')}: {old!r} in the checkpoint, "
+            f"{new!r} now"
+            for key, (old, new) in changed.items()
         )
         raise ConfigError(
             f"ckpt_path={ckpt_path} holds a different model than this config builds ({shown}). "

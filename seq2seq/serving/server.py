@@ -2,7 +2,8 @@
 
     POST /translate  {"model", "src": [...], "beam_size", "length_penalty", "n_best",
                       "return_attention", "return_scores"} -> one result per sentence
-    GET  /models     name, architecture, scoring function, parameters, backend, vocabularies
+    GET  /models     name, architecture, scoring function, normalizer, window, key bias,
+                     parameters, backend, vocabularies
     GET  /health     200 once every model is loaded, 503 before
     GET  /           the attention explorer, live: sentences typed are translated by every model
     POST /explore    {"src": "a sentence"} -> the explorer's data for it
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import page
+from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
 
@@ -109,6 +111,7 @@ def describe(name: str, translator: Translator) -> dict[str, Any]:
         "decoder": decoder.rsplit(".", 1)[-1] or None,
         "scoring": scoring,
         "scaled": attention.get("scaled"),
+        **attention_parts_of(config),
         "num_heads": config.get("num_heads"),
         "parameters": sum(p.numel() for p in translator.model.parameters()),
         "backend": translator.backend,

@@ -79,7 +79,10 @@ function heatmap(map, gold, name, difference = false) {
                                     fill: color, class: "cell", "data-row": t, "data-col": s, "data-w": w });
       // Exactly 0 (a sparse normalizer's or a window's), not merely small after rounding.
       const exact = zeros && zeros[t] && zeros[t].has(s);
-      if (exact) rect.setAttribute("data-zero", "");
+      if (exact) { // hatched (the page's pattern), so that no weight looks like none
+        rect.setAttribute("data-zero", "");
+        rect.setAttribute("fill", "url(#exact-zero)");
+      }
       rect.appendChild(el("svg:title", {}, `${map.rows[t]} ← ${map.cols[s]}: ${exact ? "exactly 0" : w.toFixed(4)}`));
       rect.addEventListener("mouseenter", () => highlight(t, s));
       svg.appendChild(rect);
@@ -160,8 +163,10 @@ function panel(model, view, gold) {
   const box = el("div", { class: "panel", "data-model": model.name });
   box.appendChild(el("h2", {}, model.name));
   const parts = [
-    model.normalizer && model.normalizer !== "softmax" ? model.normalizer : null,
-    model.window && model.window !== "global" ? `${model.window} window` : null,
+    model.normalizer && model.normalizer !== "softmax"
+      ? (model.normalizer === "entmax" ? `entmax α = ${model.alpha === null || model.alpha === undefined ? 1.5 : model.alpha}` : model.normalizer) : null,
+    model.window && model.window !== "global"
+      ? `${model.window} window, D = ${model.window_size === null || model.window_size === undefined ? 10 : model.window_size}` : null,
     model.key_bias ? "key bias" : null,
   ];
   const kind = [model.architecture, model.scoring, ...parts,
