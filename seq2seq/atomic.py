@@ -22,6 +22,9 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     try:
         os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide the file from others
         write(temporary)
+        # Again: a writer may replace the file rather than write into it (safetensors' save_file
+        # leaves 0600).
+        os.chmod(temporary, 0o666 & ~umask)
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())  # the data must be on disk before the name points at it
         os.replace(temporary, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -32,6 +33,12 @@ def test_bundle_holds_the_promised_files_and_config(bundle_dir: Path) -> None:
     assert config["src_vocab_size"] == config["model"]["src_vocab_size"]
     assert config["seq2seq_version"]
     assert "val/bleu" in config["metrics"]
+    # Every file readable by others, as the umask allows (the weights too: not save_file's 0600).
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {oct(path.stat().st_mode & 0o777) for path in bundle_dir.iterdir()} == {
+        oct(0o666 & ~umask)
+    }
 
 
 def test_bundle_and_checkpoint_translate_identically(
