@@ -35,7 +35,7 @@ def worktree(revision: str, directory: Path) -> Path:
 def tokens_per_second(checkout: Path, overrides: list[str], steps: int, run_dir: Path) -> float:
     """Train in ``checkout`` and return its ``summary.json``'s training tokens/s."""
     command = [
-        sys.executable, str(checkout / "train.py"), *overrides, f"trainer.max_steps={steps}",
+        sys.executable, str(checkout / "train.py"), *overrides, f"+trainer.max_steps={steps}",
         "trainer.max_epochs=1000", "threads=1", "logger=csv", "test_after_training=false",
         "trainer.enable_progress_bar=false", f"run_dir={run_dir}",
     ]  # fmt: skip

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -182,6 +184,56 @@ def run_all(
         for r, f in zip(runs, figures, strict=True)
     ]
     return {"seeds": list(seeds), "epochs": epochs, "overrides": list(extra), "runs": per_run}
+
+
+def measure_speed(repeats: int, steps: int, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Training tokens/s of every (scoring, variant), one run at a time on one thread, ``steps``
+    updates each, the whole set ``repeats`` times over (interleaved, so that a slow spell of the
+    machine falls on all of them): median per setting."""
+    measured: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for repeat in range(repeats):
+            for scoring in SCORINGS:
+                for variant in VARIANTS:
+                    run = Run(scoring, variant, 1)
+                    directory = Path(scratch) / f"{repeat}" / scoring / variant.replace(" ", "_")
+                    overrides = [
+                        *run.overrides(1, extra), f"+trainer.max_steps={steps}",
+                        "trainer.max_epochs=1000", "test_after_training=false",
+                        "trainer.enable_progress_bar=false", f"run_dir={directory}",
+                    ]  # fmt: skip
+                    subprocess.run(
+                        [sys.executable, str(ROOT / "train.py"), *overrides], check=True,
+                        capture_output=True, cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"},
+                    )  # fmt: skip
+                    summary = json.loads((directory / "summary.json").read_text())
+                    key = f"{scoring}/{variant}"
+                    measured.setdefault(key, []).append(float(summary["train_tokens_per_s"]))
+                    log.info("%s: %.0f tokens/s", key, measured[key][-1])
+    return {
+        "repeats": repeats,
+        "steps": steps,
+        "tokens_per_s": measured,
+        "median": {key: statistics.median(values) for key, values in measured.items()},
+    }
+
+
+def render_speed(speed: dict[str, Any]) -> str:
+    """Median tokens/s per setting, and its ratio to the baseline with and without the kernels."""
+    median = speed["median"]
+    header = " | ".join(f"{s} tokens/s | ÷ baseline | ÷ kernels off" for s in SCORINGS)
+    lines = [
+        f"| variant | {header} |",
+        "|---" * (1 + 3 * len(SCORINGS)) + "|",
+    ]
+    for variant in VARIANTS:
+        cells = []
+        for scoring in SCORINGS:
+            value = median[f"{scoring}/{variant}"]
+            base, off = median[f"{scoring}/baseline"], median[f"{scoring}/baseline, kernels off"]
+            cells += [f"{value:,.0f}", f"{value / base:.2f}", f"{value / off:.2f}"]
+        lines.append(f"| {variant} | {' | '.join(cells)} |")
+    return "\n".join(lines)
 
 
 def group_intervals(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Interval]]:

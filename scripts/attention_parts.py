@@ -2,13 +2,16 @@
 
     python scripts/attention_parts.py --runs outputs/attention_parts [--seeds 1 2 3]
         [--epochs 2] [--jobs 2] [--out docs/attention_parts] [--docs docs/attention.md]
+        [--speed-repeats 2 --speed-steps 150]
 
 Trains the default model with each switch of ``benchmarks/attention_parts.py`` (sparsemax,
 entmax15, local_m, local_p, key_bias) and the softmax/global baseline, for additive and scaled_dot
 scoring and each seed, ``--jobs`` runs at a time with one thread each (runs already in ``--runs``
 are kept); scores every best checkpoint; writes ``results.json`` and ``report.md`` (mean and 95 %
 interval over the seeds) to ``--out``, and refreshes the generated blocks of ``--docs``. Three
-seeds of twelve settings at 2 epochs take about two hours on 2 CPU cores.
+seeds of fourteen settings at 2 epochs take about two hours on 2 CPU cores. ``--speed-repeats``
+also times every setting on a quiet machine, one run at a time (``speed.json``): the runs above
+share the cores with each other, so their tokens/s compare only roughly.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from pathlib import Path
 # benchmarks/ sits beside scripts/ in a checkout and is not installed with the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.attention_parts import crossover_table, render_table, run_all
+from benchmarks.attention_parts import (
+    crossover_table,
+    measure_speed,
+    render_speed,
+    render_table,
+    run_all,
+)
 from benchmarks.attention_report import update_docs
 from seq2seq.cli import int_at_least, run
 
@@ -41,6 +50,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
     )
+    parser.add_argument(
+        "--speed-repeats", type=int, default=0,
+        help="also time every setting this many times, one run at a time (0: no)",
+    )  # fmt: skip
+    parser.add_argument("--speed-steps", type=int_at_least(1), default=150, help="(150)")
     return parser.parse_args(argv)
 
 
@@ -51,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     sections = {"attention_parts": render_table(results), "crossover": crossover_table()}
+    speed_file = args.out / "speed.json"
+    if args.speed_repeats:
+        speed = measure_speed(args.speed_repeats, args.speed_steps, args.overrides)
+        speed["machine"] = results["machine"]
+        speed_file.write_text(json.dumps(speed, indent=2) + "\n")
+    if speed_file.is_file():
+        sections["attention_parts_speed"] = render_speed(json.loads(speed_file.read_text()))
     command = " ".join(["python scripts/attention_parts.py", *(argv or sys.argv[1:])])
     report = "\n\n".join([f"# The attention's parts, measured\n\n`{command}`", *sections.values()])
     (args.out / "report.md").write_text(report + "\n")
