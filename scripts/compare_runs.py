@@ -1,12 +1,18 @@
 """Compare training runs side by side from their local files (no W&B server needed).
 
     python scripts/compare_runs.py multirun/2026-11-22/10-00-00/ [more runs ...] [--out DIR]
+        [--by KEY ...] [--pair RUN_A RUN_B] [--test bs|ar] [--samples N]
 
 Prints a markdown table (one row per run: attention, parameters, best val BLEU, test BLEU, AER,
-training time, tokens/s) and writes bleu_curves.png (val BLEU against step, all runs),
-attention_grid.png (one validation sentence's attention under each run) and explorer.html (the
-attention explorer: every run's best checkpoint on the same validation sentences, side by side)
-to --out (default: the first directory given).
+training time, tokens/s); then the runs as results: grouped by their config but the seed (or by
+the config keys --by names), each group's figures as mean ± 95 % interval over its seeds, and a
+paired significance test between every two groups (sacreBLEU's paired bootstrap, or approximate
+randomization with --test ar, for BLEU and chrF; a paired bootstrap over sentences for AER), seed
+by seed, with whether the difference is beyond the seed-to-seed spread. --pair tests two runs.
+Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
+interval), attention_grid.png (one validation sentence's attention under each run) and
+explorer.html (the attention explorer: every run's best checkpoint on the same validation
+sentences, side by side) to --out (default: the first directory given).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from seq2seq import Translator
 from seq2seq.analysis.compare import (
     RunRecord,
+    RunsError,
     find_runs,
     markdown_table,
     plot_attention_grid,
@@ -26,7 +33,17 @@ from seq2seq.analysis.compare import (
     read_run,
     run_labels,
 )
-from seq2seq.cli import UsageError, add_trust_argument, run
+from seq2seq.analysis.groups import (
+    Group,
+    compare_groups,
+    flat_config,
+    group_runs,
+    groups_table,
+    plot_bleu_bands,
+    significance_table,
+)
+from seq2seq.analysis.significance import TESTS
+from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import snapshot_sentences
 
@@ -37,6 +54,16 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="run or multirun directories")
     parser.add_argument("--out", type=Path, help="where to write the PNGs (the first directory)")
+    parser.add_argument(
+        "--by", nargs="+", metavar="KEY",
+        help="group by these config keys (default: every key but the seed and where it ran)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pair", nargs=2, type=Path, metavar=("BASELINE", "SYSTEM"),
+        help="also test these two run directories against each other",
+    )  # fmt: skip
+    parser.add_argument("--test", choices=TESTS, default="bs", help="paired test (bs)")
+    parser.add_argument("--samples", type=int_at_least(1), help="resamples or trials")
     add_trust_argument(parser)
     return parser.parse_args()
 
@@ -50,6 +77,7 @@ def main() -> int:
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
     print(markdown_table(runs), end="")
+    print_groups(runs, args, out_dir)
     curves = plot_bleu_curves(runs, out_dir / "bleu_curves.png")
     log.info("wrote %s", curves)
     grid = plot_attention_grid(runs, out_dir / "attention_grid.png")
@@ -61,6 +89,31 @@ def main() -> int:
     if page is not None:
         log.info("wrote %s", page)
     return 0
+
+
+def print_groups(runs: list[RunRecord], args: argparse.Namespace, out_dir: Path) -> None:
+    """The groups' table, their paired tests and bleu_bands.png; the tests of --pair."""
+    groups = group_runs(runs, args.by)
+    if args.by and all(len(group.runs) == 1 for group in groups):
+        raise UsageError(
+            f"--by {' '.join(args.by)} puts every run in a group of its own, so there is no "
+            "interval over seeds to show: train each setting with several seeds (e.g. python "
+            "train.py -m ... seed=1,2,3) or group by fewer keys."
+        )
+    tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
+    if len(groups) > 1 or args.by:
+        print(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}", end="")
+        log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
+        try:
+            comparisons = compare_groups(groups, tokenize, args.test, args.samples)
+        except RunsError as error:
+            log.warning("no paired tests: %s", error)
+        else:
+            print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
+    if args.pair:
+        pair = [Group(str(path), [read_run(path)]) for path in args.pair]
+        comparisons = compare_groups(pair, tokenize, args.test, args.samples)
+        print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
 
 
 def write_explorer(runs: list[RunRecord], path: Path, trust_modules: list[str]) -> Path | None:

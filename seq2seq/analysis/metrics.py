@@ -4,17 +4,21 @@ Each evaluated sentence becomes one ``SentenceScore`` keyed by its index in the 
 gather their scores, ``merge_sentence_scores`` drops the duplicates that a sharded sampler adds to
 even out the ranks and restores dataset order, and ``corpus_metrics`` computes sacreBLEU, chrF,
 the token-weighted loss, the mean attention entropy and AER once, over the whole split: the same
-numbers as one process evaluating the same split.
+numbers as one process evaluating the same split. ``write_test_records`` keeps what paired tests
+between runs read (``seq2seq.analysis.groups``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import sacrebleu
 
 from seq2seq.analysis.alignment import AlignmentCounts
+from seq2seq.atomic import write_atomic
 
 
 @dataclass(frozen=True)
@@ -69,3 +73,34 @@ def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") 
     for name, counts in per_head.items():
         metrics[f"aer/{name}"] = counts.aer
     return metrics
+
+
+# What a run keeps of its test pass, beside summary.json, for comparisons that pair sentences
+# (seq2seq.analysis.significance): one line per test sentence, in dataset order.
+TEST_HYPOTHESES = "test_hypotheses.txt"
+TEST_REFERENCES = "test_references.txt"
+# Per sentence, tab-separated: |A ∩ S|, |A ∩ P|, |A|, |S| of the argmax links (AlignmentCounts),
+# or "-" for a sentence without gold links; only where the data has gold alignments.
+TEST_ALIGNMENTS = "test_alignments.tsv"
+
+
+def write_test_records(scores: Sequence[SentenceScore], run_dir: Path) -> None:
+    """The test pass's translations, references and alignment counts, in dataset order."""
+    lines = {
+        TEST_HYPOTHESES: [score.hypothesis for score in scores],
+        TEST_REFERENCES: [score.reference for score in scores],
+    }
+    if any(score.alignment is not None for score in scores):
+        lines[TEST_ALIGNMENTS] = [
+            "-"
+            if (counts := score.alignment) is None
+            else f"{counts.hits_sure}\t{counts.hits_possible}\t{counts.predicted}\t{counts.sure}"
+            for score in scores
+        ]
+    for name, rows in lines.items():
+        text = "".join(f"{row}\n" for row in rows)
+        write_atomic(run_dir / name, functools.partial(write_text, text=text))
+
+
+def write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")

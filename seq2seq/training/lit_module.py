@@ -29,7 +29,12 @@ from seq2seq.analysis.alignment import (
     argmax_links,
     count_links,
 )
-from seq2seq.analysis.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
+from seq2seq.analysis.metrics import (
+    SentenceScore,
+    corpus_metrics,
+    merge_sentence_scores,
+    write_test_records,
+)
 from seq2seq.atomic import write_atomic
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import Seq2SeqDataModule
@@ -363,11 +368,13 @@ class LitSeq2Seq(pl.LightningModule):
         metrics computed once from them (the same on every rank)."""
         scores = merge_sentence_scores(gather_objects(self._eval_scores))
         self._eval_scores = []
+        run_dir = Path(self.trainer.default_root_dir)
         if split == "val" and not self.trainer.sanity_checking and self.trainer.is_global_zero:
             self._write_hypotheses(
-                [score.hypothesis for score in scores],
-                Path(self.trainer.default_root_dir) / "val_hypotheses.txt",
+                [score.hypothesis for score in scores], run_dir / "val_hypotheses.txt"
             )
+        if split == "test" and self.trainer.is_global_zero:
+            write_test_records(scores, run_dir)
         metrics = corpus_metrics(scores, self.bleu_tokenize)
         return {f"{split}/{name}": value for name, value in metrics.items()}
 

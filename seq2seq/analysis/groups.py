@@ -1,0 +1,368 @@
+"""Runs read as results: grouped by their config but the seed, each group's figures with an
+interval over its seeds, paired significance between groups, and val BLEU curves with bands.
+
+Clark et al. (2011) ask two things of a comparison of MT systems: several runs of each (an
+optimizer's seed moves BLEU by itself) with their spread, and a paired test on the same sentences.
+A group here is every run whose ``config.yaml`` is the same but for the seed (and the keys in
+``NOT_THE_EXPERIMENT``, which say where and how a run ran, not what it trained), or the same in
+the keys ``--by`` names. A difference between two groups is *beyond the seed-to-seed spread* when
+their 95 % intervals over seeds do not overlap (``seq2seq.analysis.intervals``); the paired tests
+(``seq2seq.analysis.significance``) compare each seed of one group with the same seed of the
+other, on the test sentences both runs kept (``test_hypotheses.txt``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import yaml
+
+from seq2seq.analysis.alignment import AlignmentCounts
+from seq2seq.analysis.compare import RunRecord, RunsError
+from seq2seq.analysis.intervals import Interval, mean_interval
+from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
+from seq2seq.analysis.significance import (
+    DEFAULT_SAMPLES,
+    paired_aer_bootstrap,
+    paired_translation_test,
+)
+
+CONFIG_FILE = "config.yaml"
+
+# Config keys (and key prefixes) that say where and how a run ran, not what it trained; and the
+# seed, with data.module.seed, which the resolved config copies from it.
+NOT_THE_EXPERIMENT = (
+    "seed", "data.module.seed", "run_dir", "ckpt_path", "trust_modules", "threads", "logger",
+    "data.cache_dir", "trainer.enable_progress_bar", "test_after_training", "examples",
+    "checkpoint",
+)  # fmt: skip
+
+# (summary or metric key, column name, digits): the figures of a group.
+FIGURES = (
+    ("test_bleu", "test BLEU", 1),
+    ("test_chrf", "test chrF", 1),
+    ("test_aer", "test AER", 3),
+    ("best_val_bleu", "best val BLEU", 1),
+    ("train_tokens_per_s", "tokens/s", 0),
+)
+
+
+@dataclass
+class Group:
+    """Runs of one setting: ``label`` names what sets it apart from the other groups."""
+
+    label: str
+    runs: list[RunRecord]
+
+    @property
+    def seeds(self) -> list[Any]:
+        return [run_seed(run) for run in self.runs]
+
+
+def flat_config(run: RunRecord) -> dict[str, Any]:
+    """The run's ``config.yaml`` as ``{"a.b.c": value}``."""
+    path = run.path / CONFIG_FILE
+    if not path.is_file():
+        raise RunsError(
+            f"{run.path} has no {CONFIG_FILE}, so it cannot be grouped with other runs by its "
+            "settings: compare run directories that train.py wrote, or name the groups' keys "
+            "with --by."
+        )
+    return flatten(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def run_seed(run: RunRecord) -> Any:
+    return flat_config(run).get("seed")
+
+
+def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a flat config that define what the run trained."""
+    return {
+        key: value
+        for key, value in config.items()
+        if not any(key == name or key.startswith(f"{name}.") for name in NOT_THE_EXPERIMENT)
+    }
+
+
+def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> list[Group]:
+    """Runs grouped by their config but the seed, or by the keys ``by`` (in first-seen order);
+    each group labelled with the keys whose values tell the groups apart."""
+    configs = [flat_config(run) for run in runs]
+    if by:
+        unknown = [key for key in by if not any(key in config for config in configs)]
+        if unknown:
+            raise RunsError(
+                f"--by {' '.join(unknown)}: no run's {CONFIG_FILE} has "
+                f"{'this key' if len(unknown) == 1 else 'these keys'}. Name keys as the config "
+                "writes them, e.g. --by attention._target_ attention.scaled or --by seed."
+            )
+        keys = [{key: config.get(key) for key in by} for config in configs]
+    else:
+        keys = [experiment_keys(config) for config in configs]
+    grouped: dict[str, tuple[dict[str, Any], list[RunRecord]]] = {}
+    for key, run in zip(keys, runs, strict=True):
+        grouped.setdefault(repr(sorted(key.items(), key=str)), (key, []))[1].append(run)
+    members = [runs_ for _, runs_ in grouped.values()]
+    labels = override_labels(members) or config_labels([key for key, _ in grouped.values()])
+    return [Group(label or "all runs", runs_) for label, runs_ in zip(labels, members, strict=True)]
+
+
+def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
+    """Each group named by the command-line overrides that set it apart (``attention=additive``),
+    from each run's ``.hydra/overrides.yaml`` without its seed; None where a run has none, or the
+    runs of a group were started with different ones."""
+    per_group = []
+    for runs in groups:
+        found = set()
+        for run in runs:
+            path = run.path / ".hydra" / "overrides.yaml"
+            if not path.is_file():
+                return None
+            overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+            found.add(tuple(o for o in map(str, overrides) if not o.startswith("seed=")))
+        if len(found) != 1:
+            return None
+        per_group.append(found.pop())
+    shared = set.intersection(*(set(overrides) for overrides in per_group))
+    labels = [", ".join(o for o in overrides if o not in shared) for overrides in per_group]
+    return labels if len(set(labels)) == len(labels) else None
+
+
+def config_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
+    """Each group named by the config keys whose values differ: where a scoring function's
+    ``_target_`` differs, only it and the keys every group has (not the keys one class takes and
+    another lacks), a ``_target_`` by its class name."""
+    differing = sorted(
+        name
+        for name in {name for key in settings for name in key}
+        if len({repr(key.get(name)) for key in settings}) > 1
+        and (name.endswith("._target_") or all(name in key for key in settings))
+    )
+    labels = []
+    for key in settings:
+        parts = []
+        for name in differing:
+            value = key.get(name)
+            if name.endswith("._target_") and isinstance(value, str):
+                name, value = name.removesuffix("._target_"), value.rsplit(".", 1)[-1]
+            parts.append(f"{name}={value}")
+        labels.append(", ".join(parts))
+    return labels
+
+
+def figure_of(run: RunRecord, key: str) -> float | None:
+    """A run's figure: from ``summary.json``, or test chrF from ``metrics.csv``."""
+    if key == "test_chrf":
+        return run.last("test/chrf")
+    value = run.summary.get(key)
+    return None if value is None else float(value)
+
+
+def group_figures(group: Group) -> dict[str, Interval | float | None]:
+    """Each figure over the group's runs: an interval with two runs or more, else the value."""
+    figures: dict[str, Interval | float | None] = {}
+    for key, _, _ in FIGURES:
+        values = [v for run in group.runs if (v := figure_of(run, key)) is not None]
+        if len(values) >= 2:
+            figures[key] = mean_interval(values)
+        else:
+            figures[key] = values[0] if values else None
+    return figures
+
+
+def groups_table(groups: Sequence[Group]) -> str:
+    """Markdown: a row per group, n runs, each figure's mean ± 95 % half-width over seeds."""
+    header = ["group", "runs", *(name for _, name, _ in FIGURES)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for group in groups:
+        cells = [group.label, str(len(group.runs))]
+        for (_, _, digits), value in zip(FIGURES, group_figures(group).values(), strict=True):
+            if isinstance(value, Interval):
+                cells.append(value.format(digits))
+            elif value is None or math.isnan(value):
+                cells.append("–")
+            else:
+                cells.append(f"{value:.{digits}f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Group ``system`` against group ``baseline`` on one metric: the difference of the means,
+    whether it is beyond the seed-to-seed spread (None: a group has one run), and the p-values
+    of the paired test of each seed pair."""
+
+    baseline: str
+    system: str
+    metric: str
+    difference: float
+    beyond_spread: bool | None
+    p_values: tuple[float, ...]
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def read_alignments(path: Path) -> list[AlignmentCounts] | None:
+    """``test_alignments.tsv`` as counts per sentence (a sentence without gold links has none)."""
+    if not path.is_file():
+        return None
+    counts = []
+    for line in read_lines(path):
+        if line == "-":
+            counts.append(AlignmentCounts())
+        else:
+            hits_sure, hits_possible, predicted, sure = (int(v) for v in line.split("\t"))
+            counts.append(AlignmentCounts(hits_sure, hits_possible, predicted, sure))
+    return counts
+
+
+def check_testable(groups: Sequence[Group]) -> None:
+    """A RunsError for a run without its test records, or for runs of different test sets."""
+    references: tuple[Path, list[str]] | None = None
+    for run in (run for group in groups for run in group.runs):
+        for name in (TEST_HYPOTHESES, TEST_REFERENCES):
+            if not (run.path / name).is_file():
+                raise RunsError(
+                    f"{run.path} has no {name}: a paired test needs each run's translations of the "
+                    "test set, which train.py keeps beside summary.json since this version (runs "
+                    "trained before it, or with test_after_training=false, have none). Score the "
+                    "run again (python scripts/evaluate.py --hyp-out) or retrain it; without "
+                    "paired tests, compare the intervals alone."
+                )
+        lines = read_lines(run.path / TEST_REFERENCES)
+        if references is None:
+            references = (run.path, lines)
+        elif lines != references[1]:
+            raise RunsError(
+                f"{run.path} and {references[0]} were tested on different sentences "
+                f"({TEST_REFERENCES} differ): a paired test compares translations of the same "
+                "test set. Compare runs of the same data.* settings."
+            )
+
+
+def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecord]]:
+    """Runs of the two groups paired by seed where their seeds are the same, else in order of
+    seed; as many pairs as the smaller group has runs."""
+
+    def ordered(group: Group) -> list[RunRecord]:
+        return sorted(group.runs, key=lambda run: str(run_seed(run)))
+
+    if set(map(str, baseline.seeds)) == set(map(str, system.seeds)):
+        by_seed = {str(run_seed(run)): run for run in system.runs}
+        return [(run, by_seed[str(run_seed(run))]) for run in ordered(baseline)]
+    return list(zip(ordered(baseline), ordered(system), strict=False))
+
+
+def compare_groups(
+    groups: Sequence[Group],
+    bleu_tokenize: str,
+    test: str = "bs",
+    samples: int | None = None,
+) -> list[Comparison]:
+    """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER."""
+    check_testable(groups)
+    comparisons = []
+    for baseline, system in itertools.combinations(groups, 2):
+        p_values: dict[str, list[float]] = {"BLEU": [], "chrF": [], "AER": []}
+        for run_a, run_b in seed_pairs(baseline, system):
+            references = read_lines(run_a.path / TEST_REFERENCES)
+            for result in paired_translation_test(
+                read_lines(run_a.path / TEST_HYPOTHESES),
+                read_lines(run_b.path / TEST_HYPOTHESES),
+                references, bleu_tokenize, test, samples,
+            ):  # fmt: skip
+                p_values[result.metric].append(result.p_value)
+            alignments = [read_alignments(run.path / TEST_ALIGNMENTS) for run in (run_a, run_b)]
+            if alignments[0] is not None and alignments[1] is not None:
+                aer = paired_aer_bootstrap(
+                    alignments[0], alignments[1], samples or DEFAULT_SAMPLES["bs"]
+                )
+                p_values["AER"].append(aer.p_value)
+        figures = [group_figures(baseline), group_figures(system)]
+        for metric, key in (("BLEU", "test_bleu"), ("chrF", "test_chrf"), ("AER", "test_aer")):
+            if not p_values[metric]:
+                continue
+            first, second = (figure[key] for figure in figures)
+            means = [v.mean if isinstance(v, Interval) else v for v in (first, second)]
+            if means[0] is None or means[1] is None:
+                continue
+            beyond = None
+            if isinstance(first, Interval) and isinstance(second, Interval):
+                beyond = first.separates_from(second)
+            comparisons.append(
+                Comparison(
+                    baseline.label, system.label, metric, means[1] - means[0], beyond,
+                    tuple(p_values[metric]),
+                )
+            )  # fmt: skip
+    return comparisons
+
+
+def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
+    """Markdown: each pair and metric, the difference of means, the seed pairs' p-values (*:
+    below 0.05) and whether the difference is beyond the seed-to-seed spread."""
+    name = {"bs": "paired bootstrap", "ar": "approximate randomization"}[test]
+    lines = [
+        f"| baseline | system | metric | Δ mean | p ({name}), per seed pair | beyond seed spread |",
+        "|---|---|---|---|---|---|",
+    ]
+    for comparison in comparisons:
+        digits = 3 if comparison.metric == "AER" else 2
+        p_values = ", ".join(f"{p:.4f}{'*' if p < 0.05 else ''}" for p in comparison.p_values)
+        beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
+        lines.append(
+            f"| {comparison.baseline} | {comparison.system} | {comparison.metric} | "
+            f"{comparison.difference:+.{digits}f} | {p_values} | {beyond} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
+    """val BLEU against step: each group's mean over its runs, with the 95 % interval as a band
+    (at the steps every run of the group validated)."""
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    try:
+        for group in groups:
+            series = [dict(run.series("val/bleu")) for run in group.runs]
+            steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+            if not steps:
+                continue
+            if len(series) == 1:
+                axes.plot(steps, [series[0][s] for s in steps], marker="o", label=group.label)
+                continue
+            intervals = [mean_interval([s[step] for s in series]) for step in steps]
+            line = axes.plot(
+                steps, [i.mean for i in intervals], marker="o",
+                label=f"{group.label} ({len(series)} runs)",
+            )  # fmt: skip
+            axes.fill_between(
+                steps, [i.low for i in intervals], [i.high for i in intervals],
+                color=line[0].get_color(), alpha=0.2, linewidth=0,
+            )  # fmt: skip
+        axes.set_xlabel("training step")
+        axes.set_ylabel("val BLEU (mean, 95 % interval over seeds)")
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
+    return path

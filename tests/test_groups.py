@@ -1,0 +1,122 @@
+"""Runs as results: grouping ignores the seed and nothing else, and a real multirun of two scoring
+functions over two seeds reads, through compare_runs.py, as two groups with intervals and paired
+tests whose p-values are sacreBLEU's own command line's on the runs' kept test files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from seq2seq.analysis.compare import RunsError, read_run
+from seq2seq.analysis.groups import group_runs
+from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
+from tests.configs import ROOT, TINY
+
+
+def fake_run(directory: Path, config: dict[str, Any], test_bleu: float) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (directory / "summary.json").write_text(json.dumps({"test_bleu": test_bleu}))
+    return directory
+
+
+def config(seed: int, **changes: Any) -> dict[str, Any]:
+    base = {
+        "seed": seed, "run_dir": f"outputs/{seed}", "threads": 1,
+        "attention": {"_target_": "seq2seq.attention.AdditiveAttention", "normalizer": "softmax"},
+        "model": {"hidden_size": 256}, "data": {"module": {"seed": seed}, "cache_dir": ".cache"},
+        "logger": {"group": f"sweep-{seed}"},
+    }  # fmt: skip
+    for key, value in changes.items():
+        section, name = key.split("__")
+        base[section] = {**base[section], name: value}
+    return base
+
+
+def test_grouping_ignores_the_seed_and_nothing_else(tmp_path: Path) -> None:
+    runs = [
+        fake_run(tmp_path / "a1", config(1), 90.0),
+        fake_run(tmp_path / "a2", config(2), 91.0),
+        fake_run(tmp_path / "b1", config(1, attention__normalizer="sparsemax"), 92.0),
+        fake_run(tmp_path / "b2", config(2, attention__normalizer="sparsemax"), 93.0),
+        fake_run(tmp_path / "c1", config(1, model__hidden_size=128), 80.0),
+    ]
+    groups = group_runs([read_run(path) for path in runs])
+    assert [(g.label, [r.path.name for r in g.runs]) for g in groups] == [
+        ("attention.normalizer=softmax, model.hidden_size=256", ["a1", "a2"]),
+        ("attention.normalizer=sparsemax, model.hidden_size=256", ["b1", "b2"]),
+        ("attention.normalizer=softmax, model.hidden_size=128", ["c1"]),
+    ]
+    by_seed = group_runs([read_run(path) for path in runs], by=["seed"])
+    assert [g.label for g in by_seed] == ["seed=1", "seed=2"]
+    with pytest.raises(RunsError, match=re.escape("--by model.hiden_size: no run's config.yaml")):
+        group_runs([read_run(path) for path in runs], by=["model.hiden_size"])
+
+
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two scoring functions × two seeds, one tiny epoch each, through train.py -m."""
+    sweep = tmp_path_factory.mktemp("sweep")
+    completed = subprocess.run(
+        [sys.executable, "train.py", "-m", "attention=additive,scaled_dot", "seed=1,2", *TINY,
+         "trainer.max_epochs=1", "logger=csv", "threads=1", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return sweep
+
+
+def test_a_run_keeps_its_test_translations_references_and_link_counts(multirun: Path) -> None:
+    run = multirun / "0"
+    hypotheses = (run / TEST_HYPOTHESES).read_text().splitlines()
+    references = (run / TEST_REFERENCES).read_text().splitlines()
+    counts = [line.split("\t") for line in (run / TEST_ALIGNMENTS).read_text().splitlines()]
+    assert len(hypotheses) == len(references) == len(counts) == 50  # data.test_size
+    assert all(len(row) == 4 for row in counts)
+    # The summary's test BLEU is sacreBLEU's on the kept files (the toy data: tokenize none).
+    from sacrebleu.metrics.bleu import BLEU
+
+    summary = json.loads((run / "summary.json").read_text())
+    bleu = BLEU(tokenize="none").corpus_score(hypotheses, [references]).score
+    assert bleu == pytest.approx(summary["test_bleu"], abs=1e-3)
+
+
+def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests(
+    multirun: Path, tmp_path: Path
+) -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(multirun), "--out", str(tmp_path),
+         "--pair", str(multirun / "0"), str(multirun / "1")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    out = completed.stdout
+    groups = re.findall(r"^\| attention=(\w+) \| 2 \| ([0-9.]+) ± ([0-9.]+) \|", out, re.MULTILINE)
+    assert sorted(name for name, _, _ in groups) == ["additive", "scaled_dot"]
+    assert "| attention=additive | attention=scaled_dot | BLEU |" in out
+    assert (tmp_path / "bleu_bands.png").is_file()
+    # --pair: the first two jobs (seeds 1 and 2 of additive): sacreBLEU's CLI on their files.
+    executable = shutil.which("sacrebleu")
+    if executable is None:
+        pytest.skip("the sacrebleu command is not on PATH")
+    cli = subprocess.run(
+        [executable, str(multirun / "0" / TEST_REFERENCES), "-i",
+         str(multirun / "0" / TEST_HYPOTHESES), str(multirun / "1" / TEST_HYPOTHESES),
+         "--paired-bs", "-m", "bleu", "chrf", "-f", "text", "--tokenize", "none"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    expected = re.findall(r"\(p = ([0-9.]+)\)", cli.stdout)
+    pair_table = out.split("--pair:")[1]
+    ours = re.findall(r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| ([0-9.]+)\*? \|", pair_table)
+    assert ours == expected
