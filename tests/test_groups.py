@@ -64,13 +64,14 @@ def test_grouping_ignores_the_seed_and_nothing_else(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two scoring functions × two seeds, one tiny epoch each, through train.py -m."""
+    """Two scoring functions × two seeds, one tiny epoch each, through train.py -m, logged to
+    W&B offline (no server)."""
     sweep = tmp_path_factory.mktemp("sweep")
     completed = subprocess.run(
         [sys.executable, "train.py", "-m", "attention=additive,scaled_dot", "seed=1,2", *TINY,
-         "trainer.max_epochs=1", "logger=csv", "threads=1", f"hydra.sweep.dir={sweep}"],
+         "trainer.max_epochs=1", "logger=wandb", "threads=1", f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"},
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     return sweep
@@ -120,3 +121,29 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     pair_table = out.split("--pair:")[1]
     ours = re.findall(r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| ([0-9.]+)\*? \|", pair_table)
     assert ours == expected
+
+
+def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Path) -> None:
+    """What compare_runs.py prints, the multirun wrote when it ended: comparison.md, and the same
+    tables in a W&B summary run of the sweep (offline files: each table a JSON file)."""
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(multirun), "--out", str(multirun / "cmp")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    printed = completed.stdout.split("Groups (mean ± 95 % interval over seeds):")[1]
+    summary = (multirun / "comparison.md").read_text()
+    for table in ("| group | runs |", "| baseline | system | metric |"):
+        start = printed.index(table)
+        block = printed[start : printed.index("\n\n", start) if "\n\n" in printed[start:] else None]
+        assert block.strip() in summary
+    tables = {}
+    for path in multirun.glob("wandb/offline-run-*/files/media/table/*.table.json"):
+        tables[path.name.split("_")[0]] = json.loads(path.read_text())
+    assert set(tables) == {"groups", "paired"}
+    groups_markdown = printed[printed.index("| group | runs |") :].splitlines()
+    header = [cell.strip() for cell in groups_markdown[0].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in groups_markdown[2:4]]
+    assert tables["groups"]["columns"] == header
+    assert tables["groups"]["data"] == rows

@@ -317,7 +317,9 @@ def test_compare_runs_tables_and_plots_two_runs(
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     assert lines[0].startswith("| run | attention | parameters | best val BLEU | test BLEU | AER")
-    rows = [line.split(" | ") for line in lines[2:]]
+    # The per-run table ends at the first blank line (the groups' tables follow).
+    table = lines[2 : lines.index("")] if "" in lines else lines[2:]
+    rows = [line.split(" | ") for line in table]
     summary = json.loads((wandb_run / "summary.json").read_text())
     other = json.loads((tensorboard_run / "summary.json").read_text())
     assert [row[1] for row in rows] == [summary["attention"], other["attention"]]

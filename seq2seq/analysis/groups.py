@@ -185,10 +185,21 @@ def group_figures(group: Group) -> dict[str, Interval | float | None]:
     return figures
 
 
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def groups_table(groups: Sequence[Group]) -> str:
     """Markdown: a row per group, n runs, each figure's mean ± 95 % half-width over seeds."""
+    return markdown(*groups_rows(groups))
+
+
+def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
+    """``groups_table``'s header and cells (what the W&B summary table holds too)."""
     header = ["group", "runs", *(name for _, name, _ in FIGURES)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for group in groups:
         cells = [group.label, str(len(group.runs))]
         for (_, _, digits), value in zip(FIGURES, group_figures(group).values(), strict=True):
@@ -198,8 +209,8 @@ def groups_table(groups: Sequence[Group]) -> str:
                 cells.append("–")
             else:
                 cells.append(f"{value:.{digits}f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return header, rows
 
 
 @dataclass(frozen=True)
@@ -319,20 +330,30 @@ def compare_groups(
 def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
     """Markdown: each pair and metric, the difference of means, the seed pairs' p-values (*:
     below 0.05) and whether the difference is beyond the seed-to-seed spread."""
+    return markdown(*significance_rows(comparisons, test))
+
+
+def significance_rows(
+    comparisons: Sequence[Comparison], test: str
+) -> tuple[list[str], list[list[str]]]:
+    """``significance_table``'s header and cells."""
     name = {"bs": "paired bootstrap", "ar": "approximate randomization"}[test]
-    lines = [
-        f"| baseline | system | metric | Δ mean | p ({name}), per seed pair | beyond seed spread |",
-        "|---|---|---|---|---|---|",
-    ]
+    header = [
+        "baseline", "system", "metric", "Δ mean", f"p ({name}), per seed pair",
+        "beyond seed spread",
+    ]  # fmt: skip
+    rows = []
     for comparison in comparisons:
         digits = 3 if comparison.metric == "AER" else 2
         p_values = ", ".join(f"{p:.4f}{'*' if p < 0.05 else ''}" for p in comparison.p_values)
         beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
-        lines.append(
-            f"| {comparison.baseline} | {comparison.system} | {comparison.metric} | "
-            f"{comparison.difference:+.{digits}f} | {p_values} | {beyond} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append(
+            [
+                comparison.baseline, comparison.system, comparison.metric,
+                f"{comparison.difference:+.{digits}f}", p_values, beyond,
+            ]
+        )  # fmt: skip
+    return header, rows
 
 
 def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:

@@ -52,11 +52,14 @@ def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
             cfg.run_dir = str(run_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
+    name = f"{attention}-{model_name}-{data}"
+    # ``seed`` is in the config already; ``setting`` is the same for every seed of a setting, so
+    # that W&B groups the seeds of one setting (Group by: setting) as compare_runs.py does.
     return RunInfo(
-        name=f"{attention}-{model_name}-{data}",
+        name=name,
         group=group,
         tags=(str(attention), str(model), str(data), decoder),
-        config={str(key): value for key, value in config.items()},
+        config={**{str(key): value for key, value in config.items()}, "setting": name},
     )
 
 

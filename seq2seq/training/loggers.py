@@ -107,6 +107,49 @@ def wandb_logger(
     return logger
 
 
+def log_summary_tables(
+    directory: Path,
+    tables: dict[str, tuple[list[str], list[list[str]]]],
+    name: str,
+    group: str,
+    project: str = "seq2seq",
+    entity: str | None = None,
+    mode: str = "auto",
+    init_timeout: float = 60.0,
+) -> Path | None:
+    """One more W&B run, ``job_type="summary"``, in a multirun's ``group``, that logs ``tables``
+    (name -> header and rows) as W&B tables; offline where a training run would be (its files in
+    ``directory/wandb``). Returns the run's directory, or None with ``mode=disabled``."""
+    import wandb
+
+    resolved = wandb_mode(mode)
+    if resolved == "disabled":
+        return None
+    arguments: dict[str, Any] = {
+        "project": project, "entity": entity, "group": group, "name": name,
+        "job_type": "summary", "dir": str(directory),
+        "settings": wandb.Settings(init_timeout=init_timeout, silent=True),
+    }  # fmt: skip
+    try:
+        run = wandb.init(mode=resolved, **arguments)  # type: ignore[arg-type]  # a checked mode
+    except Exception as error:  # wandb raises many types for "cannot reach the server"
+        if resolved != "online":
+            raise
+        log.warning("W&B could not start an online run (%s); logging the summary offline", error)
+        _finish_wandb()
+        run = wandb.init(mode="offline", **arguments)
+    try:
+        run.log(
+            {
+                key: wandb.Table(columns=list[str | int](header), data=rows)
+                for key, (header, rows) in tables.items()
+            }
+        )
+        return Path(run.dir).parent
+    finally:
+        run.finish()
+
+
 def finish(loggers: list[Logger]) -> None:
     """End the W&B run of this training, so that the next job of a multirun starts its own."""
     for logger in loggers:
