@@ -147,3 +147,44 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in groups_markdown[2:4]]
     assert tables["groups"]["columns"] == header
     assert tables["groups"]["data"] == rows
+
+
+def run_compare(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", *map(str, arguments)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def with_test_records(run: Path, references: list[str], hypotheses: list[str]) -> Path:
+    (run / TEST_REFERENCES).write_text("".join(f"{r}\n" for r in references))
+    (run / TEST_HYPOTHESES).write_text("".join(f"{h}\n" for h in hypotheses))
+    return run
+
+
+def test_bad_comparisons_are_one_paragraph(tmp_path: Path) -> None:
+    first = with_test_records(
+        fake_run(tmp_path / "a", config(1), 90.0), ["a b", "c d"], ["a b", "c"]
+    )
+    other_set = with_test_records(
+        fake_run(tmp_path / "b", config(1, model__hidden_size=128), 80.0), ["x y", "z"], ["x", "z"]
+    )
+    no_records = fake_run(tmp_path / "c", config(2, model__hidden_size=64), 70.0)
+    for arguments, expected in [
+        (["--pair", first, other_set], "were tested on different sentences"),
+        (["--pair", first, no_records], "has no test_hypotheses.txt"),
+        (["--by", "model.hidden_size"], "puts every run in a group of its own"),
+    ]:
+        completed = run_compare(first, other_set, no_records, "--out", tmp_path / "out", *arguments)
+        assert completed.returncode == 2, completed.stderr[-2000:]
+        assert "Traceback" not in completed.stderr
+        [error] = [line for line in completed.stderr.splitlines() if line.startswith("error: ")]
+        assert expected in error
+    # Without --pair the groups still print; the paired tests say why they are missing.
+    completed = run_compare(first, no_records, "--out", tmp_path / "out")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "| group | runs |" in completed.stdout
+    assert (
+        "no paired tests" in completed.stderr and "has no test_hypotheses.txt" in completed.stderr
+    )

@@ -150,7 +150,8 @@ def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
         axes.set_xlabel("training step")
         axes.set_ylabel("val BLEU")
         axes.grid(alpha=0.3)
-        axes.legend()
+        if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing
+            axes.legend()
         figure.tight_layout()
         figure.savefig(path, dpi=120)
     finally:
