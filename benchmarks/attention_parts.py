@@ -281,6 +281,36 @@ def render_table(results: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip()
 
 
+def plot_key_bias(root: Path, path: Path, positions: int = 24) -> Path | None:
+    """What ``attention.key_bias`` learns: b_i against source position i for each key-bias run
+    (the first ``positions``; training sources have at most 20 words, later b_i stay at 0)."""
+    import matplotlib.pyplot as plt
+
+    found = sorted(root.glob("*/key_bias/seed-*/checkpoints/best.ckpt"))
+    if not found:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4))
+    try:
+        for checkpoint in found:
+            model = Translator.load(checkpoint).model
+            bias = model.decoder.attention.normalization.key_bias.bias.detach()[:positions]
+            scoring, seed = checkpoint.parts[-5], checkpoint.parts[-3]
+            style = "-" if scoring == "additive" else "--"
+            axes.plot(
+                range(len(bias)), bias.tolist(), style, marker=".", label=f"{scoring}, {seed}"
+            )
+        axes.axhline(0, color="#999", linewidth=0.8)
+        axes.set_xlabel("source position i")
+        axes.set_ylabel("learned b_i (added to the logits)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+    finally:
+        plt.close(figure)
+    return path
+
+
 def crossover_table(query_size: int = 64, key_size: int = 128) -> str:
     """Parameters of additive scoring for several d_a, and of general scoring, from the modules'
     ``numel()``; the crossover d_a = d_s d_h / (d_s + d_h + 1) where they are equal."""

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.attention_parts import (
     crossover_table,
     measure_speed,
+    plot_key_bias,
     render_speed,
     render_table,
     run_all,
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         speed_file.write_text(json.dumps(speed, indent=2) + "\n")
     if speed_file.is_file():
         sections["attention_parts_speed"] = render_speed(json.loads(speed_file.read_text()))
+    plot = plot_key_bias(args.runs, args.out / "key_bias.png")
+    if plot is not None:
+        log.info("wrote %s", plot)
     command = " ".join(["python scripts/attention_parts.py", *(argv or sys.argv[1:])])
     report = "\n\n".join([f"# The attention's parts, measured\n\n`{command}`", *sections.values()])
     (args.out / "report.md").write_text(report + "\n")
