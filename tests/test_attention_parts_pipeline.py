@@ -66,6 +66,11 @@ def test_a_switch_trains_decodes_and_exports_a_bundle_that_translates_as_its_che
             assert str(parts[key.removeprefix("attention.")]).lower() == value
     bundle = export_bundle(trained, tmp_path / "bundle")
     assert json.loads((bundle / "config.json").read_text())["model"]["attention_parts"] == parts
+    assert_bundle_translates_as_checkpoint(checkpoint, bundle)
+
+
+def assert_bundle_translates_as_checkpoint(checkpoint: Path, bundle: Path) -> None:
+    """Greedy and beam-5 translations of ``SENTENCES``, and their attention, are the same."""
     from_checkpoint, from_bundle = Translator.load(checkpoint), Translator.load(bundle)
     for beam_size in (1, 5):
         expected = from_checkpoint.translate_detailed(SENTENCES, beam_size, with_attention=True)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from seq2seq.attention import AdditiveAttention, GeneralAttention
+from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
 from seq2seq.models.model import DecoderFactory, Seq2Seq
 from seq2seq.search import greedy_search
@@ -23,6 +24,8 @@ ATTENTIONS: dict[str, AttentionFactory] = {
     name: scoring_factory(name, {"num_hiddens": 12}) for name in SCORING_FUNCTIONS
 }
 DECODERS: dict[str, DecoderFactory] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
+# Names of decoder settings the tests run: each of DECODERS, and Luong's with input feeding.
+VARIANTS = [*DECODERS, "luong+feed"]
 BOS, EOS, PAD = 2, 3, 0
 
 
@@ -44,7 +47,8 @@ def make_model(
         dropout=dropout,
         rnn=nn.LSTM if lstm else nn.GRU,
         cell=nn.LSTMCell if lstm else nn.GRUCell,
-        decoder=DECODERS[decoder],
+        decoder=DECODERS[decoder.removesuffix("+feed")],
+        input_feeding=decoder.endswith("+feed"),
     ).eval()
 
 
@@ -56,7 +60,7 @@ def make_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, src_lens, tgt_in
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_teacher_forcing_equals_stepping_decode_step(
@@ -76,7 +80,7 @@ def test_teacher_forcing_equals_stepping_decode_step(
     assert (weights[1, :, 2:] == 0).all() and (weights[2, :, 4:] == 0).all()
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_appended_source_padding_changes_nothing(attention: str, decoder: str) -> None:
     model = make_model(attention, decoder=decoder)
@@ -88,7 +92,7 @@ def test_appended_source_padding_changes_nothing(attention: str, decoder: str) -
     torch.testing.assert_close(longer_weights[..., :5], weights)
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 def test_each_sentence_is_independent_of_its_batch(decoder: str) -> None:
     model = make_model("general", decoder=decoder)
     src, src_lens, tgt_in = make_batch()
@@ -124,7 +128,7 @@ def test_dropout_is_active_only_in_training() -> None:
     assert not torch.allclose(train_logits, eval_logits)
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 @pytest.mark.parametrize("attention", ["additive", "scaled_dot"])
 def test_greedy_batch_equals_one_by_one(attention: str, decoder: str) -> None:
     model = make_model(attention, decoder=decoder)
@@ -156,7 +160,7 @@ def test_greedy_follows_the_argmax_of_decode_step() -> None:
                 assert int(hypotheses.tokens[b, t]) == int(prev[b])
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_skipping_the_weights_changes_no_logit(attention: str, decoder: str) -> None:
     model = make_model(attention, decoder=decoder)
@@ -173,7 +177,9 @@ def stepwise_luong_reference(
     """Luong et al. (2015) written out one step at a time, from the model's own parameters:
     h_0 = the encoder's summary if it has the size H, else tanh(W_b summary + b_b);
     h_t = GRUCell(e_{t-1}, h_{t-1}); weights_t = softmax over real keys of score(h_t, keys);
-    c_t = weights_t · memory; logits_t = W_s tanh(W_c [c_t; h_t]) + b_s."""
+    c_t = weights_t · memory; logits_t = W_s tanh(W_c [c_t; h_t]) + b_s. With input feeding
+    (section 3.3), h~_0 = 0 and h_t = GRUCell([e_{t-1}; h~_{t-1}], h_{t-1}), where h~_t =
+    tanh(W_c [c_t; h_t])."""
     decoder = model.decoder
     memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
     keys = decoder.key_projection(memory)  # (B, S, H)
@@ -184,8 +190,11 @@ def stepwise_luong_reference(
         hidden = torch.tanh(decoder.bridge(summary))  # (B, H)
     is_real = torch.arange(src.shape[1])[None, :] < src_lens[:, None]  # (B, S)
     all_logits, all_weights = [], []
+    attentional = torch.zeros_like(hidden)  # h~_0 (B, H)
     for t in range(tgt_in.shape[1]):
         embedded = decoder.embedding(tgt_in[:, t])  # (B, E)
+        if decoder.input_feeding:
+            embedded = torch.cat([embedded, attentional], dim=-1)  # (B, E + H)
         hidden = decoder.cell(embedded, hidden)  # (B, H)
         scores = decoder.attention.logits(hidden[:, None], decoder.attention.project_keys(keys))[
             :, 0
@@ -198,15 +207,16 @@ def stepwise_luong_reference(
     return torch.stack(all_logits, 1), torch.stack(all_weights, 1)  # (B, T, V), (B, T, S)
 
 
+@pytest.mark.parametrize("decoder", ["luong", "luong+feed"])
 @pytest.mark.parametrize(
     "encoder_hidden_size", [None, 5], ids=["summary-is-h0", "bridge-and-key-projection"]
 )
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_luong_parallel_path_equals_a_stepwise_reference(
-    attention: str, encoder_hidden_size: int | None
+    attention: str, encoder_hidden_size: int | None, decoder: str
 ) -> None:
     # 5: the memory (10) is bridged and, for dot products, its keys projected to 16.
-    model = make_model(attention, decoder="luong", encoder_hidden_size=encoder_hidden_size)
+    model = make_model(attention, decoder=decoder, encoder_hidden_size=encoder_hidden_size)
     src, src_lens, tgt_in = make_batch()
     logits, weights = model(src, src_lens, tgt_in)  # one RNN call, one batched attention
     ref_logits, ref_weights = stepwise_luong_reference(model, src, src_lens, tgt_in)
@@ -270,16 +280,18 @@ def test_luong_starts_from_the_summary_or_a_bridge_when_sizes_differ(lstm: bool)
     assert all(tensor.shape == (3, 16) for tensor in state)
 
 
+@pytest.mark.parametrize("decoder", ["luong", "luong+feed"])
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
-def test_luong_beam_one_is_greedy(attention: str, lstm: bool) -> None:
-    model = make_model(attention, lstm, decoder="luong")
+def test_luong_beam_one_is_greedy(attention: str, lstm: bool, decoder: str) -> None:
+    model = make_model(attention, lstm, decoder=decoder)
     src, src_lens, _ = make_batch()
     assert_beam_one_is_greedy(model, src, src_lens)
 
 
-def test_luong_gradients_match_the_stepwise_reference() -> None:
-    model = make_model("general", decoder="luong").train()
+@pytest.mark.parametrize("decoder", ["luong", "luong+feed"])
+def test_luong_gradients_match_the_stepwise_reference(decoder: str) -> None:
+    model = make_model("general", decoder=decoder).train()
     model.apply(
         lambda module: setattr(module, "p", 0.0) if isinstance(module, nn.Dropout) else None
     )
@@ -304,7 +316,7 @@ def test_source_rows_are_selected_once_per_distinct_tensor() -> None:
     assert picked.src_lens.tolist() == [3, 3, 4]
 
 
-@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("decoder", VARIANTS)
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 def test_hypotheses_sharing_their_sentences_source_equal_a_source_copied_per_row(
     attention: str, decoder: str
@@ -336,3 +348,28 @@ def test_query_rows_that_are_not_whole_hypotheses_per_sentence_are_refused() -> 
         state = tuple(tensor.index_select(0, rows) for tensor in state)
         with pytest.raises(ValueError, match="5 query rows for 3 source sentences"):
             model.decode_step(torch.full((5,), BOS), state, source)
+
+
+def test_input_feeding_feeds_the_attentional_vector_and_only_to_luong() -> None:
+    fed = make_model(decoder="luong+feed")
+    assert fed.decoder.cell.input_size == 8 + 16  # [e; h~]
+    assert fed.decoder.state_names() == ["h", "feed"]
+    src, src_lens, _ = make_batch()
+    _, state = fed.encode(src, src_lens)
+    assert torch.equal(state[1], torch.zeros(3, 16))  # h~_0 = 0: nothing attended yet
+    with pytest.raises(ConfigError, match=r"model\.input_feeding=true is for the Luong decoder"):
+        make_model(decoder="bahdanau+feed")
+
+
+def test_input_feeding_state_is_what_the_next_step_reads() -> None:
+    """The state's h~ after a step is the step's own attentional vector: feeding a different one
+    changes the next logits (so beam search must reorder it with its beams)."""
+    model = make_model("general", lstm=True, decoder="luong+feed")
+    assert model.decoder.state_names() == ["h", "c", "feed"]
+    src, src_lens, tgt_in = make_batch()
+    source, state = model.encode(src, src_lens)
+    _, state, _ = model.decode_step(tgt_in[:, 0], state, source)
+    logits, _, _ = model.decode_step(tgt_in[:, 1], state, source)
+    shuffled = (state[0], state[1], state[2].flip(0))
+    other, _, _ = model.decode_step(tgt_in[:, 1], shuffled, source)
+    assert not torch.allclose(logits, other)

@@ -23,8 +23,8 @@ from torch import Tensor
 
 from seq2seq.attention import Attention, DotProductAttention, MultiHeadAttention, own_formula
 from seq2seq.inference.bundle import build_model
-from seq2seq.kernels import say_once
-from seq2seq.models import EncoderDecoder
+from seq2seq.kernels import is_accelerated, say_once
+from seq2seq.models import EncoderDecoder, LuongDecoder
 from tests.scoring import (
     MODEL_OVERRIDES,
     SCORING_FUNCTIONS,
@@ -159,6 +159,21 @@ def test_every_path_computes_the_attentions_parts_too(
     assert_attention_follows_score(model, reference, family)
 
 
+@pytest.mark.parametrize("part", ["none", "sparsemax", "local_m"])
+@pytest.mark.parametrize("kernels", ["auto", "off"])
+@pytest.mark.parametrize("scoring", ["additive", "scaled_dot", "general", SUBCLASS])
+def test_an_input_fed_decoder_computes_the_score_and_parts_on_every_path(
+    scoring: str, kernels: str, part: str
+) -> None:
+    """Input feeding (the Luong decoder's cell reads the last attentional vector): training,
+    validation, greedy and beam search (the vector reordered with the beams) compute the scoring
+    function's own weights; with the kernels on, the decoder stands aside for the reference."""
+    overrides = ["model.input_feeding=true", *PARTS.get(part, [])]
+    model, reference = models("luong", scoring, kernels, overrides)
+    assert model.decoder.input_feeding and type(model.decoder) is LuongDecoder
+    assert_attention_follows_score(model, reference, "luong")
+
+
 def attentions(model: EncoderDecoder) -> list[Attention | MultiHeadAttention]:
     return [m for m in model.modules() if isinstance(m, Attention | MultiHeadAttention)]
 
@@ -207,6 +222,16 @@ def test_the_kernels_say_once_why_they_stand_aside(caplog: pytest.LogCaptureFixt
     messages = [record.getMessage() for record in caplog.records if "stand" in record.message]
     assert len([m for m in messages if "CosineDot overrides DotProductAttention.score" in m]) == 1
     assert any("CosineByHand is not one of this package's scoring functions" in m for m in messages)
+
+
+def test_the_kernels_say_why_an_input_fed_decoder_runs_the_reference(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
+        model, _ = models("luong", "dot", "auto", ["model.input_feeding=true"])
+    assert is_accelerated(model.encoder) and not is_accelerated(model.decoder)
+    assert any("input_feeding=true" in record.getMessage() for record in caplog.records)
 
 
 def test_own_formula_names_the_overridden_methods() -> None:

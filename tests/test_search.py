@@ -13,7 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import AdditiveAttention, DotProductAttention
-from seq2seq.models.decoder import AttentionFactory, DecoderState, EncodedSource
+from seq2seq.models.decoder import (
+    AttentionFactory,
+    BahdanauDecoder,
+    DecoderState,
+    EncodedSource,
+    LuongDecoder,
+)
 from seq2seq.models.model import Seq2Seq
 from seq2seq.models.transformer import Transformer
 from seq2seq.search import (
@@ -32,9 +38,14 @@ PAD, BOS, EOS = 0, 2, 3
 
 
 def make_model(
-    seed: int, attention: str = "additive", tgt_vocab_size: int = 11, eos_bias: float = 0.0
+    seed: int,
+    attention: str = "additive",
+    tgt_vocab_size: int = 11,
+    eos_bias: float = 0.0,
+    input_feeding: bool = False,
 ) -> Seq2Seq:
-    """A small random model in eval mode; ``eos_bias`` makes EOS likelier so hypotheses vary."""
+    """A small random model in eval mode; ``eos_bias`` makes EOS likelier so hypotheses vary.
+    A Bahdanau decoder, or with ``input_feeding`` an input-fed Luong decoder."""
     torch.manual_seed(seed)
     model = Seq2Seq(
         src_vocab_size=13,
@@ -43,6 +54,8 @@ def make_model(
         embedding_size=8,
         hidden_size=16,
         dropout=0.3,
+        decoder=LuongDecoder if input_feeding else BahdanauDecoder,
+        input_feeding=input_feeding,
     ).eval()
     with torch.no_grad():
         model.decoder.output_layer.bias[EOS] += eos_bias
@@ -434,7 +447,7 @@ def test_ranks_without_a_hypothesis_are_empty_slots() -> None:
 @pytest.mark.parametrize(
     ("beam_size", "alpha", "n_best"), [(1, 0.0, 1), (3, 0.6, 2), (5, 1.0, 5), (4, -0.3, 3)]
 )
-@pytest.mark.parametrize("family", ["bahdanau", "transformer"])
+@pytest.mark.parametrize("family", ["bahdanau", "luong+feed", "transformer"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batched_beam_search_is_the_plain_one(
     family: str, seed: int, beam_size: int, alpha: float, n_best: int
@@ -443,7 +456,9 @@ def test_batched_beam_search_is_the_plain_one(
     dropped when done) returns what ``beam_search_reference`` (a list of hypotheses per
     sentence, the steps named) does: the same N best, their scores, lengths and attention."""
     model: nn.Module = (
-        make_model(seed, eos_bias=2.0) if family == "bahdanau" else make_tiny_transformer(seed)
+        make_tiny_transformer(seed)
+        if family == "transformer"
+        else make_model(seed, eos_bias=2.0, input_feeding=family == "luong+feed")
     )
     model = model.double()  # no near-tie flips between batched and one-sentence arithmetic
     src, src_lens = make_batch(seed, [6, 2, 5, 4])

@@ -6,10 +6,11 @@ Two graphs, because decoding is a loop that the caller drives:
 
 - ``encoder.onnx``: ``src (B,S) int64, src_lens (B,) int64 -> memory (B,S,M), keys (B,S,K),
   projected_keys (B,S,A), state_h (B,H)`` [, ``state_c (B,H)`` for an LSTM decoder]
+  [, ``state_feed (B,H)``, the attentional vector of an input-fed decoder]
   [, ``state_step (B,) int64`` for a local-m window, the target step];
 - ``decoder_step.onnx``: ``prev_tokens (B,), memory, keys, projected_keys, src_lens, state_h
-  [, state_c] [, state_step] -> logits (B,V), weights (B,S), next_state_h [, next_state_c]
-  [, next_state_step]``.
+  [, state_c] [, state_feed] [, state_step] -> logits (B,V), weights (B,S), next_state_h
+  [, next_state_c] [, next_state_feed] [, next_state_step]``.
 
 Every normalizer and window of ``seq2seq.attention.AttentionParts`` is part of the traced step (the
 normalizers' sorts and bisection loops become ONNX TopK, CumSum and unrolled elementwise ops).
@@ -73,9 +74,9 @@ class DecoderStepGraph(nn.Module):
 
 
 def state_names(model: EncoderDecoder) -> list[str]:
-    """The decoder state's tensors: h, an LSTM's c, and a local-m window's step count."""
-    names = ["state_h", "state_c"] if model.decoder.is_lstm else ["state_h"]
-    return [*names, "state_step"] if model.decoder.counts_steps else names
+    """The decoder state's tensors: h, an LSTM's c, an input-fed decoder's attentional vector,
+    and a local-m window's step count."""
+    return [f"state_{name}" for name in model.decoder.state_names()]
 
 
 def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]:

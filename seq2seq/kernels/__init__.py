@@ -53,7 +53,8 @@ def accelerate(model: nn.Module) -> nn.Module:
     function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
     is said once. An RNN decoder whose attention has other parts than global softmax (a
     normalizer, a window, a key bias) keeps the reference decoder whole: its C loops compute
-    softmax over every key.
+    softmax over every key; so does an input-fed decoder, whose cell waits for each step's
+    attention.
     """
     reference_only: set[int] = set()
     for module in model.modules():
@@ -67,6 +68,14 @@ def accelerate(model: nn.Module) -> nn.Module:
                 )
         attention = getattr(module, "attention", None)
         if isinstance(attention, Attention | MultiHeadAttention) and attention.normalization:
+            reference_only.update(id(part) for part in module.modules())
+        if getattr(module, "input_feeding", False):
+            say_once(
+                "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "
+                "reads the attention of the step before, so its cell cannot run over all steps in "
+                "one call, which is what its C kernels do: the decoder runs on the reference path "
+                "(the encoder keeps its kernels)."
+            )
             reference_only.update(id(part) for part in module.modules())
     for module in model.modules():
         accelerated = ACCELERATED.get(type(module))

@@ -13,12 +13,13 @@ out:
   the previous step's attention, so teacher forcing is a loop over T. It starts from a bridge,
   s_0 = tanh(W_b summary), and its output layer reads ``[s_t; c_t; e_{t-1}]`` (the paper's deep
   output without the maxout).
-- ``LuongDecoder`` (Luong et al., 2015, without input feeding): h_t = cell(e_{t-1}, h_{t-1}) does
-  not depend on the attention, so teacher forcing runs the cell over all T steps first (one call
-  in the kernels' subclass: C on the CPU, cuDNN on a GPU), and the T states then attend as T
-  queries in one batched operation. It starts from the encoder's
-  summary itself when that has the state's size, and reads out the attentional state
-  ``tanh(W_c [c_t; h_t])`` (eq. 5–6).
+- ``LuongDecoder`` (Luong et al., 2015): h_t = cell(e_{t-1}, h_{t-1}) does not depend on the
+  attention, so teacher forcing runs the cell over all T steps first (one call in the kernels'
+  subclass: C on the CPU, cuDNN on a GPU), and the T states then attend as T queries in one
+  batched operation. It starts from the encoder's summary itself when that has the state's
+  size, and reads out the attentional state ``tanh(W_c [c_t; h_t])`` (eq. 5–6). With
+  ``input_feeding`` (§3.3) that state also joins the next step's input, and teacher forcing is a
+  loop over T again.
 
 This is the reference implementation, plain PyTorch: what the tests define as correct and what
 runs on a GPU. ``seq2seq.kernels`` has CPU-accelerated subclasses of both decoders.
@@ -34,13 +35,16 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention, AttentionParts, MultiHeadAttention, head_size
+from seq2seq.errors import ConfigError
 from seq2seq.models.embedding import Embedding
 
 AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
 
-# A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both. A decoder whose
-# window is centred on the target step (local-m) appends that step, (B,) int64: (h, [c,] t).
+# A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both. An input-fed Luong
+# decoder appends the last attentional vector h~ (B, H); a decoder whose window is centred on the
+# target step (local-m) appends that step, (B,) int64: (h, [c,] [h~,] [t]). ``state_names`` says
+# which a decoder has; search reorders every tensor of the tuple with its beams.
 DecoderState = tuple[Tensor, ...]
 
 
@@ -142,6 +146,8 @@ class AttentionDecoder(nn.Module):
     # True: the initial state is the encoder's summary itself when it has the state's size
     # (Luong); False: always a bridge s_0 = tanh(W_b summary) (Bahdanau).
     starts_from_summary: ClassVar[bool]
+    # True: ``input_feeding`` may feed the last attentional vector to the cell (Luong, §3.3).
+    can_feed_input: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -155,8 +161,18 @@ class AttentionDecoder(nn.Module):
         cell: CellFactory = nn.GRUCell,
         num_heads: int = 1,
         attention_parts: AttentionParts | None = None,
+        input_feeding: bool = False,
     ) -> None:
         super().__init__()
+        if input_feeding and not self.can_feed_input:
+            raise ConfigError(
+                f"model.input_feeding=true is for the Luong decoder (model.decoder=luong); the "
+                f"{type(self).__name__.removesuffix('Decoder')} decoder's cell already reads the "
+                "context of its own step, attended from its previous state, and it has no "
+                "attentional vector to feed. Set model.input_feeding=false, or use "
+                "model.decoder=luong."
+            )
+        self.input_feeding = input_feeding
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.attention: Attention | MultiHeadAttention = attention_module(
@@ -176,6 +192,7 @@ class AttentionDecoder(nn.Module):
         self.embedding_size = embedding_size
         self.memory_size = memory_size
         cell_input_size = embedding_size + (memory_size if self.feeds_context else 0)
+        cell_input_size += hidden_size if input_feeding else 0  # h~_{t-1}, of the state's size
         self.cell = cell(cell_input_size, hidden_size)
         self.is_lstm = isinstance(self.cell, nn.LSTMCell)
         # The bridge turns the encoder's sentence summary into the initial state (and LSTM cell).
@@ -208,19 +225,37 @@ class AttentionDecoder(nn.Module):
         else:
             bridged = torch.tanh(self.bridge(summary))  # (B, H) or (B, 2H) for an LSTM
             cell_state = tuple(bridged.chunk(2, dim=-1)) if self.is_lstm else (bridged,)
+        if self.input_feeding:
+            # h~_0 = 0: nothing attended yet (Luong et al. 2015; OpenNMT-py, Joey NMT).
+            cell_state = (*cell_state, summary.new_zeros(summary.shape[0], self.cell.hidden_size))
         if not self.counts_steps:
             return cell_state
         steps = torch.zeros(summary.shape[0], dtype=torch.long, device=summary.device)  # (B,)
         return (*cell_state, steps)
 
+    def state_names(self) -> list[str]:
+        """What each tensor of the state is, in order: h, an LSTM's c, the fed attentional
+        vector, the step count (what ONNX names the decoder step's inputs and outputs)."""
+        names = ["h", "c"] if self.is_lstm else ["h"]
+        names += ["feed"] if self.input_feeding else []
+        return [*names, "step"] if self.counts_steps else names
+
     def steps_of(self, state: DecoderState) -> Tensor | None:
         """The target step of each row (B,), where the state counts them (local-m), else None."""
         return state[-1] if self.counts_steps else None
 
-    def advance(self, cell_state: DecoderState, state: DecoderState) -> DecoderState:
-        """The state after one step: the cell's new state, and the step counted on."""
+    def feed_of(self, state: DecoderState) -> Tensor | None:
+        """The last attentional vector h~_{t-1} (B, H) of an input-fed decoder, else None."""
+        return state[2 if self.is_lstm else 1] if self.input_feeding else None
+
+    def advance(
+        self, cell_state: DecoderState, state: DecoderState, feed: Tensor | None = None
+    ) -> DecoderState:
+        """The state after one step: the cell's new state, the attentional vector to feed (an
+        input-fed decoder), and the step counted on."""
+        fed = (feed,) if feed is not None else ()
         steps = self.steps_of(state)
-        return cell_state if steps is None else (*cell_state, steps + 1)
+        return (*cell_state, *fed) if steps is None else (*cell_state, *fed, steps + 1)
 
     def attend(
         self,
@@ -380,17 +415,24 @@ class BahdanauDecoder(AttentionDecoder):
 class LuongDecoder(AttentionDecoder):
     """The cell runs over all target steps at once; then every step attends in one batched op.
 
-    Luong et al. (2015), section 3, without input feeding: h_t = cell(e_{t-1}, h_{t-1}), the
-    query is h_t itself, and the logits are W_s tanh(W_c [c_t; h_t]) + b_s (eq. 5–6). The first
-    state is the encoder's summary (the final forward and backward states) when it has the
-    decoder's size, as in the paper and OpenNMT-py; otherwise a bridge maps it. On the reverse
-    task (docs/performance.md) these two choices took the updates to dev BLEU 95 from 625 to
-    312 (median of 3 seeds), where OpenNMT-py's dot model reaches it. ``decode_step`` steps the
-    same cell, so decoding and teacher forcing compute the same function.
+    Luong et al. (2015), section 3: h_t = cell(e_{t-1}, h_{t-1}), the query is h_t itself, and
+    the logits are W_s tanh(W_c [c_t; h_t]) + b_s (eq. 5–6). The first state is the encoder's
+    summary (the final forward and backward states) when it has the decoder's size, as in the
+    paper and OpenNMT-py; otherwise a bridge maps it. On the reverse task (docs/performance.md)
+    these two choices took the updates to dev BLEU 95 from 625 to 312 (median of 3 seeds), where
+    OpenNMT-py's dot model reaches it. ``decode_step`` steps the same cell, so decoding and
+    teacher forcing compute the same function.
+
+    With ``input_feeding`` (section 3.3), the attentional vector h~_{t-1} = tanh(W_c [c_{t-1};
+    h_{t-1}]) is fed to the next step with the word, h_t = cell([e_{t-1}; h~_{t-1}], h_{t-1}), so
+    that each step knows where the last one looked. Each step then waits for the previous one's
+    attention: teacher forcing is a loop over T, as in the Bahdanau decoder (``fed_step``), and
+    h~ is part of the state. As in OpenNMT-py, what is fed is h~ after the output's dropout.
     """
 
     feeds_context = False
     starts_from_summary = True
+    can_feed_input = True
 
     def build_output(
         self, vocab_size: int, embedding_size: int, hidden_size: int, memory_size: int
@@ -414,11 +456,51 @@ class LuongDecoder(AttentionDecoder):
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        if self.input_feeding:
+            return self.fed_forward(embedded, state, source, need_weights)
         hiddens = self.run_cell(embedded, state)  # (B, T, H)
         # All T queries at once: (B, T, H) against (B, S, K) -> contexts (B, T, M).
         positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
         contexts, weights = self.attend(hiddens, source, need_weights, positions)
         return self.output(hiddens, contexts), weights  # (B, T, V)
+
+    def fed_forward(
+        self, embedded: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Input-fed teacher forcing, one step at a time: embedded (B, T, E) -> logits (B, T, V),
+        weights (B, T, S) or None."""
+        fed, weights = [], []
+        for step_embedded in embedded.unbind(1):  # (B, E) each
+            state, _, attentional, step_weights = self.fed_step(
+                step_embedded, state, source, need_weights
+            )
+            fed.append(attentional)
+            if step_weights is not None:
+                weights.append(step_weights)
+        logits = self.output_layer(torch.stack(fed, dim=1))  # one matmul: (B, T, H) @ (H, V)
+        return logits, torch.stack(weights, dim=1) if need_weights else None
+
+    def fed_step(
+        self,
+        embedded: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        need_weights: bool = True,
+    ) -> tuple[DecoderState, Tensor, Tensor, Tensor | None]:
+        """One input-fed step from the previous word's embedding e_{t-1} (B, E) -> the new state
+        (h_t and h~_t in it), h_t (B, H), h~_t after dropout (B, H: what the output layer and
+        the next step read), weights (B, S) or None."""
+        feed = self.feed_of(state)
+        assert feed is not None  # an input-fed decoder's state holds h~_{t-1}
+        steps = self.steps_of(state)
+        # h_t = cell([e_{t-1}; h~_{t-1}], h_{t-1}): (B, E + H) in.
+        cell_state = self.step_cell(torch.cat([embedded, feed], dim=-1), state)
+        query = cell_state[0][:, None, :]  # (B, 1, H): h_t asks where to look
+        positions = None if steps is None else steps[:, None]  # (B, 1): step t
+        context, weights = self.attend(query, source, need_weights, positions)  # (B,1,M), (B,1,S)
+        attentional = self.dropout(self.attentional_vector(query[:, 0], context[:, 0]))  # (B, H)
+        new_state = self.advance(cell_state, state, attentional)
+        return new_state, query[:, 0], attentional, None if weights is None else weights[:, 0]
 
     def positions(self, state: DecoderState, tgt_in: Tensor) -> Tensor | None:
         """Under teacher forcing, the target step of each query (B, T) where a window needs it:
@@ -433,23 +515,38 @@ class LuongDecoder(AttentionDecoder):
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
+        embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+        if self.input_feeding:
+            new_state, _, attentional, weights = self.fed_step(embedded, state, source)
+            assert weights is not None  # asked for by default
+            return self.output_layer(attentional), new_state, weights  # (B, V)
         steps = self.steps_of(state)
-        cell_state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
+        cell_state = self.step_cell(embedded, state)
         query = cell_state[0][:, None, :]  # (B, 1, H): h_t asks where to look
         positions = None if steps is None else steps[:, None]  # (B, 1): step t
-        context, weights = self.attend(query, source, positions=positions)  # (B,1,M), (B,1,S)
-        assert weights is not None  # asked for by default
+        context, step_weights = self.attend(query, source, positions=positions)
+        assert step_weights is not None  # asked for by default
         logits = self.output(query[:, 0], context[:, 0])  # (B, V)
-        return logits, self.advance(cell_state, state), weights[:, 0]
+        return logits, self.advance(cell_state, state), step_weights[:, 0]
+
+    def attentional_vector(self, hidden: Tensor, contexts: Tensor) -> Tensor:
+        """Luong's attentional state h~ = tanh(W_c [c_t; h_t]) (..., H), eq. 5, from states
+        (..., H) and contexts (..., M)."""
+        return torch.tanh(self.attentional(torch.cat([contexts, hidden], dim=-1)))
 
     def output(self, hidden: Tensor, contexts: Tensor) -> Tensor:
-        """Logits (..., V) from states (..., H) and contexts (..., M), through Luong's attentional
-        state tanh(W_c [c_t; h_t]) (..., H), eq. 5, and W_s, eq. 6."""
-        attentional = torch.tanh(self.attentional(torch.cat([contexts, hidden], dim=-1)))
-        return self.output_layer(self.dropout(attentional))  # (..., V)
+        """Logits (..., V) from states (..., H) and contexts (..., M): W_s h~ + b_s, eq. 6."""
+        return self.output_layer(self.dropout(self.attentional_vector(hidden, contexts)))
 
     def teacher_forced_queries(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource
     ) -> Tensor:
         """Query t is the state after reading tgt_in[:, t], (B, T, H)."""
-        return self.run_cell(self.dropout(self.embedding(tgt_in)), state)
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        if not self.input_feeding:
+            return self.run_cell(embedded, state)
+        queries = []
+        for step_embedded in embedded.unbind(1):  # (B, E) each
+            state, query, _, _ = self.fed_step(step_embedded, state, source, need_weights=False)
+            queries.append(query)
+        return torch.stack(queries, dim=1)  # (B, T, H)

@@ -65,7 +65,8 @@ class Seq2Seq(EncoderDecoder):
     output has the decoder's size). ``num_heads`` > 1 makes the attention a multi-head attention
     around the scoring function (``model.num_heads``, as in a Transformer; 1 is the single scoring
     function). ``attention_parts``: the attention's normalizer, window and key bias
-    (``seq2seq.attention.AttentionParts``; None: global softmax, no bias).
+    (``seq2seq.attention.AttentionParts``; None: global softmax, no bias). ``input_feeding``:
+    the Luong decoder feeds its last attentional vector to the cell (``LuongDecoder``).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class Seq2Seq(EncoderDecoder):
         decoder: DecoderFactory = BahdanauDecoder,
         num_heads: int = 1,
         attention_parts: AttentionParts | None = None,
+        input_feeding: bool = False,
     ) -> None:
         super().__init__()
         for name, size in [("embedding_size", embedding_size), ("hidden_size", hidden_size)]:
@@ -111,4 +113,5 @@ class Seq2Seq(EncoderDecoder):
             cell=cell,
             num_heads=num_heads,
             attention_parts=attention_parts,
+            input_feeding=input_feeding,
         )

@@ -136,6 +136,7 @@ ADDED_KEYS: dict[str, Any] = {
     "window": "global",
     "key_bias": False,
     "attention_parts": {"_target_": "seq2seq.attention.AttentionParts", **DEFAULT_PARTS},
+    "input_feeding": False,
 }
 
 
