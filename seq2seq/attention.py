@@ -34,6 +34,13 @@ the normalizer (``attention.normalizer``: softmax, sparsemax, entmax15, α-entma
 builds them around its scoring function (``Attention.use_parts``); by default there are none and
 the weights are ``masked_softmax``'s, as before they existed.
 
+Coverage (``attention.coverage``; Tu et al., 2016; See et al., 2017) gives the score what the
+decoder has attended so far, c_i = Σ_{t'<t} a_{t'i}, passed to ``forward`` as ``coverage``
+(B, Tq, Tk): inside the tanh for additive attention, ``w_vᵀ tanh(W_q q + W_k k + w_c c_i)`` (See
+et al. eq. 11), and for every other scoring function (a user's included) as a learned scale
+added to the logits, ``score(q, k) / T + γ c_i`` (one γ per head in multi-head attention). w_c
+and γ start at 0, so a model starts as its coverage-free self and learns how much to use it.
+
 ``score`` is the contract: a faster path that computes the same weights another way
 (``F.scaled_dot_product_attention`` here, the C kernels in ``seq2seq.kernels``) applies only to a
 module whose ``score``, ``project_keys`` and ``logits`` are the built-in ones (``scores_as``), so
@@ -96,6 +103,7 @@ class AttentionParts:
     window_size: int | None = None
     key_bias: bool = False
     key_bias_positions: int | None = None
+    coverage: bool = False
 
     def __post_init__(self) -> None:
         if self.window not in WINDOWS:
@@ -110,6 +118,11 @@ class AttentionParts:
                 f"attention.key_bias_positions={self.key_bias_positions} sizes the key bias, but "
                 "attention.key_bias=false has none. Use attention.key_bias=true with it, or leave "
                 "attention.key_bias_positions=null."
+            )
+        if not isinstance(self.coverage, bool):
+            raise ConfigError(
+                f"attention.coverage must be true or false, got {self.coverage!r}: true gives "
+                "the score the attention summed over the steps so far (Tu et al., 2016)."
             )
 
     def is_default(self) -> bool:
@@ -205,6 +218,8 @@ def describe_parts(parts: AttentionParts) -> str:
         shown.append(f"attention.window={parts.window}")
     if parts.key_bias:
         shown.append("attention.key_bias=true")
+    if parts.coverage:
+        shown.append("attention.coverage=true")
     return ", ".join(shown)
 
 
@@ -233,6 +248,8 @@ class Attention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         # The parts besides the score (``use_parts``); None: masked softmax over every key.
         self.normalization: Normalization | None = None
+        # w_c (A,) of additive attention, or γ (): how coverage enters the score (``use_parts``).
+        self.coverage_weight: nn.Parameter | None = None
         self.log_temperature: nn.Parameter | None = None
         self.fixed_temperature = 1.0
         start = _check_temperature(initial_temperature, "initial_temperature")
@@ -282,7 +299,23 @@ class Attention(nn.Module):
         """Give this attention the ``parts`` besides its score (``AttentionParts``), built for
         queries of ``query_size``; the default parts add nothing. Returns the attention."""
         self.normalization = None if parts.is_default() else Normalization(parts, query_size)
+        if parts.coverage:
+            self.coverage_weight = nn.Parameter(torch.zeros(self.coverage_size()))
         return self
+
+    def coverage_size(self) -> tuple[int, ...]:
+        """The shape of ``coverage_weight``: () for γ, added to the logits (``covered_logits``)."""
+        return ()
+
+    def covered_logits(self, queries: Tensor, projected_keys: Tensor, coverage: Tensor) -> Tensor:
+        """The logits (B, Tq, Tk) with the coverage so far, coverage (B, Tq, Tk):
+        ``score(q, k) / T + γ c_i``."""
+        if self.coverage_weight is None:
+            raise ValueError(
+                "coverage was passed to an attention built without it: build the model with "
+                "attention.coverage=true (AttentionParts(coverage=True))."
+            )
+        return self.logits(queries, projected_keys) + self.coverage_weight * coverage
 
     def normalize(
         self,
@@ -307,14 +340,19 @@ class Attention(nn.Module):
         projected_keys: Tensor | None = None,
         projected_values: Tensor | None = None,
         positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Returns ``context`` (B, Tq, Dv) and the attention ``weights`` (B, Tq, Tk).
-        ``positions`` (B, Tq): each query's target step, for a local-m window."""
+        ``positions`` (B, Tq): each query's target step, for a local-m window; ``coverage``
+        (B, Tq, Tk): each query's attention so far, for a model with coverage."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
         if projected_values is not None:
             values = projected_values
-        logits = self.logits(queries, projected_keys)  # (B, Tq, Tk)
+        if coverage is None:
+            logits = self.logits(queries, projected_keys)  # (B, Tq, Tk)
+        else:
+            logits = self.covered_logits(queries, projected_keys, coverage)  # (B, Tq, Tk)
         weights = self.normalize(logits, queries, valid_lens, positions)  # (B, Tq, Tk)
         # Dropout regularises which keys are read; the weights returned are the undropped ones.
         context = torch.bmm(self.dropout(weights), values)  # (B,Tq,Tk) @ (B,Tk,Dv) -> (B,Tq,Dv)
@@ -373,15 +411,32 @@ class AdditiveAttention(Attention):
     def project_keys(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # (B, Tk, Dk) -> (B, Tk, A)
 
-    def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
-        """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b)``, layer-normed if asked."""
+    def preactivations(
+        self, queries: Tensor, projected_keys: Tensor, coverage: Tensor | None = None
+    ) -> Tensor:
+        """What enters the tanh, (B, Tq, Tk, A): ``W_q q + W_k k (+ b) (+ w_c c)``, layer-normed
+        if asked; coverage (B, Tq, Tk) where the model has it."""
         # Broadcast every query against every key: (B,Tq,1,A) + (B,1,Tk,A) -> (B,Tq,Tk,A).
         summed = self.W_q(queries)[:, :, None, :] + projected_keys[:, None, :, :]
+        if coverage is not None:
+            assert self.coverage_weight is not None  # covered_logits checked
+            summed = summed + coverage[..., None] * self.coverage_weight  # (B,Tq,Tk,1) · (A,)
         return summed if self.layer_norm is None else self.layer_norm(summed)
 
     def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
         features = torch.tanh(self.preactivations(queries, projected_keys))  # (B, Tq, Tk, A)
         return self.w_v(features).squeeze(-1)  # (B, Tq, Tk, 1) -> (B, Tq, Tk)
+
+    def coverage_size(self) -> tuple[int, ...]:
+        """w_c (A,) inside the tanh, or, for a subclass with a score of its own, γ ()."""
+        return (self.W_q.out_features,) if has_formula_of(self, AdditiveAttention) else ()
+
+    def covered_logits(self, queries: Tensor, projected_keys: Tensor, coverage: Tensor) -> Tensor:
+        """See et al. (2017) eq. 11: ``w_vᵀ tanh(W_q q + W_k k + w_c c_i) / T``, (B, Tq, Tk)."""
+        if self.coverage_weight is None or self.coverage_weight.dim() == 0:
+            return super().covered_logits(queries, projected_keys, coverage)
+        features = torch.tanh(self.preactivations(queries, projected_keys, coverage))
+        return self.w_v(features).squeeze(-1) / self.temperature  # (B, Tq, Tk)
 
 
 class DotProductAttention(Attention):
@@ -522,11 +577,15 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.normalization: Normalization | None = None  # ``use_parts``; None: masked softmax
+        self.coverage_weight: nn.Parameter | None = None  # γ (h,): ``use_parts``
 
     def use_parts(self, parts: AttentionParts, query_size: int) -> MultiHeadAttention:
         """``Attention.use_parts`` for every head at once: one normalizer, window and key bias
-        shared by the heads (the window read from the queries before their projection)."""
+        shared by the heads (the window read from the queries before their projection), and with
+        coverage, one γ per head added to its logits (whatever the scoring function)."""
         self.normalization = None if parts.is_default() else Normalization(parts, query_size)
+        if parts.coverage:
+            self.coverage_weight = nn.Parameter(torch.zeros(self.num_heads))
         return self
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -565,20 +624,22 @@ class MultiHeadAttention(nn.Module):
         projected_values: Tensor | None = None,
         need_weights: bool = True,
         positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """queries (B, Tq, Dq), keys (B, Tk, Dk), values (B, Tk, Dv), valid_lens (B,) or (B, Tq)
         -> context (B, Tq, D), weights (B, h, Tq, Tk) (None without ``need_weights``).
 
         ``projected_keys`` / ``projected_values`` (``project_keys`` / ``project_values``) stand
         in for the keys' and values' projections where they were computed once before;
-        ``positions`` (B, Tq) are the queries' target steps (a local-m window)."""
+        ``positions`` (B, Tq) are the queries' target steps (a local-m window); ``coverage``
+        (B, Tq, Tk) each query's attention so far (heads averaged), for a model with coverage."""
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
         if projected_values is None:
             projected_values = self.project_values(values)
         head_queries = self.split_heads(self.W_q(queries))  # (B·h, Tq, d)
         lens = self.head_lens(valid_lens)
-        if not need_weights and self.sdpa_applies():
+        if not need_weights and coverage is None and self.sdpa_applies():
             assert isinstance(self.scoring, DotProductAttention)  # sdpa_applies checked
             context = sdpa_context(
                 head_queries, projected_keys, projected_values, lens,
@@ -586,6 +647,15 @@ class MultiHeadAttention(nn.Module):
             )  # fmt: skip
             return self.W_o(self.merge_heads(context)), None
         logits = self.scoring.logits(head_queries, projected_keys)  # (B·h, Tq, Tk)
+        if coverage is not None:
+            if self.coverage_weight is None:
+                raise ValueError(
+                    "coverage was passed to a multi-head attention built without it: build the "
+                    "model with attention.coverage=true (AttentionParts(coverage=True))."
+                )
+            # γ_i c for head i: (1, h, 1, 1) · (B, 1, Tq, Tk) -> (B, h, Tq, Tk) -> (B·h, Tq, Tk)
+            scaled = self.coverage_weight[None, :, None, None] * coverage[:, None]
+            logits = logits + scaled.flatten(0, 1)
         if self.normalization is None:
             weights = masked_softmax(logits, lens)  # (B·h, Tq, Tk)
         else:
@@ -646,12 +716,14 @@ def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention
     softmax over every key (no ``AttentionParts`` of its own). What a fast path that computes
     ``builtin``'s formula another way must check; ``isinstance`` alone would let a subclass with
     its own ``score`` train on its parent's formula."""
-    return (
-        isinstance(attention, builtin)
-        and attention.normalization is None
-        and all(
-            getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
-        )
+    return attention.normalization is None and has_formula_of(attention, builtin)
+
+
+def has_formula_of(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:
+    """Whether ``attention`` is a ``builtin`` whose ``score``, ``project_keys`` and ``logits``
+    are ``builtin``'s own, whatever its other parts."""
+    return isinstance(attention, builtin) and all(
+        getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
     )
 
 

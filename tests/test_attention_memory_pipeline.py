@@ -1,10 +1,12 @@
-"""Attention with memory from the command line to the files: an input-fed Luong decoder trains,
-validates, decodes (greedy, beam 5, n-best 3) and exports a bundle that translates as its
-checkpoint does; the switch travels in checkpoints and bundles, a resume that changes it is
-refused, and a decoder without an attentional vector to feed says so in one paragraph."""
+"""Attention with memory from the command line to the files: an input-fed Luong decoder, and a
+model with coverage and the coverage loss, train, validate, decode (greedy, beam 5, n-best 3) and
+export a bundle that translates as its checkpoint does; the switches travel in checkpoints and
+bundles, a resume that changes them is refused, and what cannot take them says so in one
+paragraph. (A killed and resumed run: tests/test_resume.py.)"""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from seq2seq import Translator
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import export_bundle, load
+from tests.configs import TINY_TRANSFORMER
 from tests.test_attention_parts_pipeline import (
     SENTENCES,
     assert_bundle_translates_as_checkpoint,
@@ -45,3 +48,40 @@ def test_the_bahdanau_decoder_refuses_input_feeding_in_one_paragraph(tmp_path: P
     with pytest.raises(ConfigError, match="is for the Luong decoder") as refused:
         tiny_run(tmp_path / "run", ["model.input_feeding=true"])
     assert "\n" not in str(refused.value)
+
+
+COVERAGE = ["attention.coverage=true", "optim.coverage_loss_weight=1"]
+
+
+def test_coverage_and_its_loss_train_decode_and_export_a_bundle(tmp_path: Path) -> None:
+    result = tiny_run(tmp_path / "run", [*COVERAGE, "trainer.log_every_n_steps=5"])
+    checkpoint = Path(result["best_checkpoint"])
+    trained = load(checkpoint)
+    assert trained.model_config["attention_parts"]["coverage"] is True
+    weight = trained.model.decoder.attention.coverage_weight
+    assert weight is not None and weight.abs().sum() > 0, "w_c learned from its start at 0"
+    with (tmp_path / "run" / "metrics.csv").open() as lines:
+        rows = list(csv.DictReader(lines))
+    losses = [float(row["train/coverage_loss"]) for row in rows if row.get("train/coverage_loss")]
+    assert losses and all(loss >= 0 for loss in losses)
+    bundle = export_bundle(trained, tmp_path / "bundle")
+    assert_bundle_translates_as_checkpoint(checkpoint, bundle)
+    nbest = Translator.load(bundle).translate_detailed(SENTENCES[:4], 5, n_best=3)
+    assert all(len(translation.n_best) == 3 for translation in nbest)
+
+
+def test_a_transformer_refuses_coverage_but_takes_its_loss(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"does not take attention\.coverage=true") as refused:
+        tiny_run(tmp_path / "refused", [*TINY_TRANSFORMER, "attention.coverage=true"])
+    assert "\n" not in str(refused.value)
+    result = tiny_run(
+        tmp_path / "run",
+        [*TINY_TRANSFORMER, "optim.coverage_loss_weight=1", "trainer.max_epochs=1"],
+    )
+    assert result["best_val_bleu"] >= 0
+
+
+@pytest.mark.parametrize("value", ["-1", "yes", "true"])
+def test_a_bad_coverage_loss_weight_is_one_paragraph(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"optim\.coverage_loss_weight must be a number"):
+        tiny_run(tmp_path / "run", [f"optim.coverage_loss_weight={value}"])

@@ -31,7 +31,7 @@ def test_decoder_loss_is_the_summed_token_cross_entropy_of_the_model(decoder: st
         logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"
     )
     memory, summary = model.encoder(batch["src"], batch["src_lens"])
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     loss = DecoderLoss(model.decoder)(
         batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state
     )
@@ -61,7 +61,7 @@ def losses_match_eager(
     for length in lengths:
         batch = random_batch(6, length, 20, device, seed=length)
         memory, summary = model.encoder(batch["src"], batch["src_lens"])
-        state = model.decoder.init_state(summary)
+        state = model.initial_state(summary, memory)
         inputs = (batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
         torch.testing.assert_close(graphs(*inputs), DecoderLoss(model.decoder)(*inputs))
 
@@ -158,7 +158,7 @@ def test_every_replay_draws_fresh_dropout_masks() -> None:
     graphs = DecoderGraphs(model.decoder)
     batch = random_batch(6, 7, 20, "cuda")
     memory, summary = model.encoder(batch["src"], batch["src_lens"])
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     inputs = (batch["tgt_in"], batch["tgt_out"], memory.detach(), batch["src_lens"])
     inputs += tuple(tensor.detach() for tensor in state)
     losses = {float(graphs(*inputs)) for _ in range(4)}
@@ -182,7 +182,7 @@ def test_graphs_replay_in_any_order_and_warm_up_on_one_stream() -> None:
         wrt = [memory, summary, *model.decoder.parameters()]
         results = []
         for decode in (graphs, eager):
-            state = model.decoder.init_state(summary)  # each backward frees the bridge's graph
+            state = model.initial_state(summary, memory)  # each backward frees the bridge's graph
             loss = decode(batch["tgt_in"], batch["tgt_out"], memory, batch["src_lens"], *state)
             grads = torch.autograd.grad(loss, wrt, allow_unused=True)
             # A parameter the loss does not read (the bridge: it runs before) may get None.

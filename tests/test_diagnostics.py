@@ -483,3 +483,34 @@ def test_a_transformer_logs_its_zero_share_and_a_learned_alpha_is_logged() -> No
     assert metrics["attn/zero_share"] == pytest.approx(float((weights[pairs] == 0).double().mean()))
     assert metrics["attn/zero_share"] > 0
     assert learned_alphas(model) == {"attn/alpha": pytest.approx(1.7, rel=1e-5)}
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("scoring", ["additive", "general"])
+def test_statistics_of_a_model_with_coverage_follow_its_own_weights(
+    scoring: str, heads: int
+) -> None:
+    """With coverage, each teacher-forced query's logits read what the steps before it attended:
+    the statistics' entropy and largest weight are those of the weights the model computes."""
+    from seq2seq.attention import AttentionParts
+    from tests.test_model import ATTENTIONS, randomize_coverage
+
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        13, 11, ATTENTIONS[scoring], embedding_size=8, hidden_size=16, num_heads=heads,
+        attention_parts=AttentionParts(coverage=True),
+    ).eval()  # fmt: skip
+    randomize_coverage(model)
+    src_lens, tgt_lens = torch.tensor([6, 3]), torch.tensor([5, 2])
+    src, tgt_in = torch.randint(4, 13, (2, 6)), torch.randint(4, 11, (2, 5))
+    stats = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    with torch.no_grad():
+        _, weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    rows = [weights[b, t, : src_lens[b]] for b in range(2) for t in range(int(tgt_lens[b]))]
+    if heads == 1:  # multi-head statistics pool the heads, the model's map averages them
+        entropies = [float(-(row * row.clamp(min=1e-30).log()).sum()) for row in rows]
+        assert stats.entropy == pytest.approx(sum(entropies) / len(entropies), rel=1e-5)
+        largest = [float(row.max()) for row in rows]
+        assert stats.max_weight == pytest.approx(sum(largest) / len(largest), rel=1e-5)
+    else:  # each head's rows hold weights: the pooled largest weight lies in (0, 1]
+        assert 0 < stats.max_weight <= 1

@@ -98,7 +98,7 @@ def test_the_loss_on_packed_rows_equals_the_padded_loss(
     real = int((batch["tgt_out"] != 0).sum())
     for packed in (True, False):
         memory, summary = model.encoder(batch["src"], batch["src_lens"])
-        state = model.decoder.init_state(summary)
+        state = model.initial_state(summary, memory)
         if packed:
             source = model.decoder.prepare_source(memory, batch["src_lens"])
             logits, _ = model.decoder.teacher_forced_logits(
@@ -133,7 +133,7 @@ def test_packing_applies_where_the_kernels_run(overrides: list[str], fused: bool
     model = build_dropout_free(compose([*TINY, *overrides]), vocab_size=20, device="cpu")
     batch = random_batch(6, 9, 20, "cpu")
     memory, summary = model.encoder(batch["src"], batch["src_lens"])
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     source = model.decoder.prepare_source(memory, batch["src_lens"])
     logits, targets = model.decoder.teacher_forced_logits(
         batch["tgt_in"], batch["tgt_out"], state, source

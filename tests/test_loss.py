@@ -1,5 +1,5 @@
-"""The training loss: summed token cross-entropy, with label smoothing as its formula says, and
-guided alignment's cross-entropy to the gold attention."""
+"""The training loss: summed token cross-entropy, with label smoothing as its formula says,
+guided alignment's cross-entropy to the gold attention, and the coverage loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import pytest
 import torch
 from torch import Tensor
 
-from seq2seq.training.loss import alignment_loss, decoder_loss, gold_attention, guided_loss
+from seq2seq.training.loss import (
+    alignment_loss,
+    coverage_loss,
+    decoder_loss,
+    gold_attention,
+    guided_loss,
+)
 from tests.test_model import make_batch, make_model
 from tests.test_transformer import make_transformer
 
@@ -29,7 +35,7 @@ def test_label_smoothing_is_its_formula(epsilon: float, kind: str) -> None:
     tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), 3)], dim=1)
     tgt_out[2, 4:] = 0  # padding the loss must skip
     memory, summary = model.encoder(src, src_lens)
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     loss = decoder_loss(model.decoder, tgt_in, tgt_out, memory, src_lens, *state,
                         label_smoothing=epsilon)  # fmt: skip
     logits, _ = model(src, src_lens, tgt_in)
@@ -71,9 +77,31 @@ def test_guided_loss_is_the_token_loss_plus_nothing_hidden(kind: str) -> None:
     gold = gold_attention([((0, 0), (1, 1)), ((1, 0),), None], src.shape[1], tgt_in.shape[1])
     token_loss, aligned = guided_loss(model, src, src_lens, tgt_in, tgt_out, gold, 0.1)
     memory, summary = model.encoder(src, src_lens)
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     expected = decoder_loss(model.decoder, tgt_in, tgt_out, memory, src_lens, *state,
                             label_smoothing=0.1)  # fmt: skip
     torch.testing.assert_close(token_loss, expected, atol=1e-4, rtol=1e-5)
     _, weights = model(src, src_lens, tgt_in)
     torch.testing.assert_close(aligned, alignment_loss(weights, gold))
+
+
+def test_coverage_loss_is_see_et_al_eq_12_written_out() -> None:
+    """Σ over real target steps t and source words i of min(a_ti, Σ_{t'<t} a_t'i)."""
+    torch.manual_seed(0)
+    weights = torch.rand(2, 4, 3).softmax(-1)  # (B, T, S)
+    is_target = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    expected = 0.0
+    for b in range(2):
+        for t in range(4):
+            if not is_target[b, t]:
+                continue
+            for i in range(3):
+                before = sum(float(weights[b, u, i]) for u in range(t))
+                expected += min(float(weights[b, t, i]), before)
+    assert float(coverage_loss(weights, is_target)) == pytest.approx(expected, rel=1e-6)
+    # The first step has nothing before it; attending the same word twice costs the smaller.
+    once = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # each word once: no loss
+    twice = torch.tensor([[[1.0, 0.0], [0.6, 0.4]]])  # 0.6 of word 0 again
+    all_steps = torch.ones(1, 2, dtype=torch.bool)
+    assert float(coverage_loss(once, all_steps)) == 0.0
+    assert float(coverage_loss(twice, all_steps)) == pytest.approx(0.6)

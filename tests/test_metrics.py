@@ -6,9 +6,15 @@ import random
 
 import pytest
 import sacrebleu
+import torch
 
 from seq2seq.analysis.alignment import AlignmentCounts
-from seq2seq.analysis.metrics import SentenceScore, corpus_metrics, merge_sentence_scores
+from seq2seq.analysis.metrics import (
+    SentenceScore,
+    attention_totals,
+    corpus_metrics,
+    merge_sentence_scores,
+)
 from seq2seq.data.batching import BucketBatchSampler
 
 WORDS = ["the", "a", "dog", "cat", "sees", "runs", "big", "small", "red", "blue"]
@@ -72,3 +78,26 @@ def test_metrics_follow_their_formulas() -> None:
 def test_no_gold_alignment_means_no_aer() -> None:
     plain = [SentenceScore(0, "a b", "a b", 1.0, 3, 0.5)]
     assert "aer" not in corpus_metrics(plain)
+
+
+def test_attention_totals_count_over_and_under_attended_real_source_tokens() -> None:
+    # Sentence 0: 3 source tokens over 2 steps; token 0 gets 1.6 (over), tokens 1 and 2 get 0.3
+    # and 0.1 (under). Sentence 1: 2 real tokens and a padded one (never counted), each read once.
+    attention = torch.tensor(
+        [
+            [[0.8, 0.1, 0.1], [0.8, 0.2, 0.0]],
+            [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+        ]
+    )  # (B, L, S)
+    over, under = attention_totals(attention, torch.tensor([3, 2]))
+    assert over == [1, 0] and under == [2, 0]
+
+
+def test_corpus_coverage_shares_pool_the_source_tokens() -> None:
+    scores = [
+        SentenceScore(0, "a", "a", 0.0, 1, 0.0, source_tokens=4, over_attended=1),
+        SentenceScore(1, "b", "b", 0.0, 1, 0.0, source_tokens=6, under_attended=3),
+    ]
+    metrics = corpus_metrics(scores, "none")
+    assert metrics["coverage_over"] == pytest.approx(1 / 10)
+    assert metrics["coverage_under"] == pytest.approx(3 / 10)

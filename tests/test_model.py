@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.attention import AdditiveAttention, GeneralAttention
+from seq2seq.attention import AdditiveAttention, AttentionParts, GeneralAttention
 from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import AttentionFactory, BahdanauDecoder, EncodedSource, LuongDecoder
 from seq2seq.models.model import DecoderFactory, Seq2Seq
@@ -24,8 +24,11 @@ ATTENTIONS: dict[str, AttentionFactory] = {
     name: scoring_factory(name, {"num_hiddens": 12}) for name in SCORING_FUNCTIONS
 }
 DECODERS: dict[str, DecoderFactory] = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
-# Names of decoder settings the tests run: each of DECODERS, and Luong's with input feeding.
-VARIANTS = [*DECODERS, "luong+feed"]
+# Names of decoder settings the tests run: each of DECODERS, Luong's with input feeding, and
+# either with coverage ("+coverage"; its weights drawn at random, so that it changes the scores).
+VARIANTS = [
+    *DECODERS, "luong+feed", "bahdanau+coverage", "luong+coverage", "luong+feed+coverage",
+]  # fmt: skip
 BOS, EOS, PAD = 2, 3, 0
 
 
@@ -37,7 +40,8 @@ def make_model(
     **sizes: int,
 ) -> Seq2Seq:
     torch.manual_seed(0)
-    return Seq2Seq(
+    name, *switches = decoder.split("+")
+    model = Seq2Seq(
         src_vocab_size=13,
         tgt_vocab_size=11,
         attention=ATTENTIONS[attention],
@@ -47,9 +51,20 @@ def make_model(
         dropout=dropout,
         rnn=nn.LSTM if lstm else nn.GRU,
         cell=nn.LSTMCell if lstm else nn.GRUCell,
-        decoder=DECODERS[decoder.removesuffix("+feed")],
-        input_feeding=decoder.endswith("+feed"),
+        decoder=DECODERS[name],
+        input_feeding="feed" in switches,
+        attention_parts=AttentionParts(coverage="coverage" in switches),
     ).eval()
+    randomize_coverage(model)
+    return model
+
+
+def randomize_coverage(model: nn.Module) -> None:
+    """Coverage weights start at 0 (no effect); draw them, so that tests see coverage act."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("coverage_weight"):
+                parameter.normal_()
 
 
 def make_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -373,3 +388,95 @@ def test_input_feeding_state_is_what_the_next_step_reads() -> None:
     shuffled = (state[0], state[1], state[2].flip(0))
     other, _, _ = model.decode_step(tgt_in[:, 1], shuffled, source)
     assert not torch.allclose(logits, other)
+
+
+def stepwise_coverage_reference(
+    model: Seq2Seq, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Bahdanau decoder with coverage written out one step at a time from the model's own
+    parameters: c_0 = 0; additive scores e_ti = w_vᵀ tanh(W_q s_{t-1} + W_k m_i + w_c c_ti)
+    (See et al. 2017, eq. 11), any other score(s_{t-1}, m_i) / T + γ c_ti; a_t = softmax over
+    the real keys; c_{t+1} = c_t + a_t; context_t = a_t · memory; s_t = GRUCell([e_{t-1};
+    context_t], s_{t-1}); logits_t = W_o [s_t; context_t; e_{t-1}] + b_o."""
+    decoder = model.decoder
+    attention = decoder.attention
+    memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
+    keys = decoder.key_projection(memory)  # (B, S, K)
+    hidden = torch.tanh(decoder.bridge(summary))  # (B, H)
+    coverage = torch.zeros(src.shape)  # (B, S)
+    is_real = torch.arange(src.shape[1])[None, :] < src_lens[:, None]  # (B, S)
+    all_logits, all_weights = [], []
+    for t in range(tgt_in.shape[1]):
+        if isinstance(attention, AdditiveAttention):
+            summed = (
+                attention.W_q(hidden)[:, None, :]  # (B, 1, A)
+                + attention.W_k(keys)  # (B, S, A)
+                + coverage[:, :, None] * attention.coverage_weight  # (B, S, 1) · (A,)
+            )
+            scores = attention.w_v(torch.tanh(summed))[:, :, 0]  # (B, S)
+        else:
+            scores = attention.logits(hidden[:, None], attention.project_keys(keys))[:, 0]
+            scores = scores + attention.coverage_weight * coverage  # (B, S)
+        weights = scores.masked_fill(~is_real, float("-inf")).softmax(-1)  # (B, S)
+        coverage = coverage + weights
+        context = torch.bmm(weights[:, None], memory)[:, 0]  # (B,1,S) @ (B,S,M) -> (B, M)
+        embedded = decoder.embedding(tgt_in[:, t])  # (B, E)
+        hidden = decoder.cell(torch.cat([embedded, context], dim=-1), hidden)  # (B, H)
+        features = torch.cat([hidden, context, embedded], dim=-1)  # (B, H + M + E)
+        all_logits.append(decoder.output_layer(features))  # (B, V)
+        all_weights.append(weights)
+    return torch.stack(all_logits, 1), torch.stack(all_weights, 1)  # (B, T, V), (B, T, S)
+
+
+@pytest.mark.parametrize("attention", ["additive", "scaled_dot", "general"])
+def test_coverage_enters_the_score_as_written_out(attention: str) -> None:
+    model = make_model(attention, decoder="bahdanau+coverage")
+    weight = model.decoder.attention.coverage_weight
+    assert weight is not None and weight.shape == ((12,) if attention == "additive" else ())
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)
+    ref_logits, ref_weights = stepwise_coverage_reference(model, src, src_lens, tgt_in)
+    torch.testing.assert_close(logits, ref_logits)
+    assert weights is not None
+    torch.testing.assert_close(weights, ref_weights)
+    # The state's coverage after T steps is the weights summed, 0 at padding.
+    source, state = model.encode(src, src_lens)
+    for t in range(tgt_in.shape[1]):
+        _, state, _ = model.decode_step(tgt_in[:, t], state, source)
+    coverage = model.decoder.coverage_of(state)
+    torch.testing.assert_close(coverage, weights.sum(dim=1))
+    assert (coverage[1, 2:] == 0).all() and (coverage[2, 4:] == 0).all()
+
+
+def test_coverage_starts_as_the_model_without_it() -> None:
+    """w_c and γ start at 0: an untrained model with coverage computes what one without does."""
+    src, src_lens, tgt_in = make_batch()
+    plain = make_model("additive")
+    covered = make_model("additive", decoder="bahdanau+coverage")
+    with torch.no_grad():
+        covered.decoder.attention.coverage_weight.zero_()
+    covered.load_state_dict(plain.state_dict(), strict=False)
+    torch.testing.assert_close(covered(src, src_lens, tgt_in), plain(src, src_lens, tgt_in))
+
+
+def test_multi_head_coverage_scales_each_heads_logits() -> None:
+    def two_heads(coverage: bool) -> Seq2Seq:
+        torch.manual_seed(0)
+        return Seq2Seq(
+            13, 11, ATTENTIONS["additive"], embedding_size=8, hidden_size=16, num_heads=2,
+            attention_parts=AttentionParts(coverage=coverage),
+        ).eval()  # fmt: skip
+
+    model = two_heads(coverage=True)
+    randomize_coverage(model)
+    assert model.decoder.attention.coverage_weight.shape == (2,)  # one γ per head
+    src, src_lens, tgt_in = make_batch()
+    logits, weights = model(src, src_lens, tgt_in)
+    source, state = model.encode(src, src_lens)
+    for t in range(tgt_in.shape[1]):
+        step_logits, state, step_weights = model.decode_step(tgt_in[:, t], state, source)
+        torch.testing.assert_close(step_logits, logits[:, t])
+        torch.testing.assert_close(step_weights, weights[:, t])
+    without = two_heads(coverage=False)
+    without.load_state_dict(model.state_dict(), strict=False)
+    assert not torch.allclose(without(src, src_lens, tgt_in)[0], logits)

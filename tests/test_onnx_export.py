@@ -99,22 +99,26 @@ def assert_onnx_greedy_is_eager_greedy(
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize(
     "parts",
-    [{}, {"normalizer": "sparsemax"}, {"window": "local_m", "window_size": 1}, "input_feeding"],
-    ids=["softmax", "sparsemax", "local_m", "luong-input-feeding"],
-)
+    [
+        {}, {"normalizer": "sparsemax"}, {"window": "local_m", "window_size": 1}, "input_feeding",
+        {"coverage": True},
+    ],
+    ids=["softmax", "sparsemax", "local_m", "luong-input-feeding", "coverage"],
+)  # fmt: skip
 def test_beam_search_over_the_onnx_graphs_is_eager_beam_search(
     tmp_path: Path, heads: int, parts: dict[str, Any] | str
 ) -> None:
     """K hypotheses of several sentences at once (the graphs were traced with one row per
-    sentence), multi-head attention, a normalizer, a local-m step count and an input-fed
-    decoder's attentional vector reordered with the beams: the same n-best tokens, scores and
-    attention as eager PyTorch."""
+    sentence), multi-head attention, a normalizer, a local-m step count, an input-fed
+    decoder's attentional vector and the coverage (B·K, S) reordered with the beams: the same
+    n-best tokens, scores and attention as eager PyTorch."""
     from functools import partial
 
     from seq2seq.attention import AdditiveAttention, AttentionParts
     from seq2seq.inference.onnx_transformer import OnnxSeq2Seq
     from seq2seq.models import LuongDecoder
     from seq2seq.search import beam_search
+    from tests.test_model import randomize_coverage
 
     torch.manual_seed(0)
     attention = partial(AdditiveAttention, num_hiddens=16)
@@ -124,6 +128,7 @@ def test_beam_search_over_the_onnx_graphs_is_eager_beam_search(
         attention_parts=AttentionParts(**parts) if isinstance(parts, dict) else None,
         **({"decoder": LuongDecoder, "input_feeding": True} if feeding else {}),
     ).eval()  # fmt: skip
+    randomize_coverage(model)  # it starts at 0, where it changes nothing
     export_onnx(model, tmp_path)
     onnx = OnnxSeq2Seq(tmp_path)
     src_lens = torch.tensor([9, 6, 3, 1])

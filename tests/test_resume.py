@@ -171,15 +171,30 @@ def test_a_periodic_checkpoint_is_written_after_its_steps_metrics_row(
         assert steps == list(range(step)), f"last.ckpt of step {step} came before its rows"
 
 
-def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -> None:
-    unbroken = train(compose_config([f"run_dir={tmp_path / 'unbroken'}", *TINY]))
+@pytest.mark.parametrize(
+    "switches",
+    [
+        [],
+        # Attention with memory: an input-fed Luong decoder with coverage and its loss.
+        [
+            "model.decoder=luong", "model.input_feeding=true", "attention.coverage=true",
+            "optim.coverage_loss_weight=1",
+        ],
+    ],
+    ids=["default", "input-feeding-coverage"],
+)  # fmt: skip
+def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(
+    tmp_path: Path, switches: list[str]
+) -> None:
+    overrides = [*TINY, *switches]
+    unbroken = train(compose_config([f"run_dir={tmp_path / 'unbroken'}", *overrides]))
 
     killed = tmp_path / "killed"
-    step = start_and_kill(killed, TINY)
+    step = start_and_kill(killed, overrides)
     assert step == 5, "the kill lands right after the first periodic checkpoint"
     last = killed / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)["seq2seq_throughput"]
-    resumed = train(compose_config([*TINY, f"ckpt_path={last}"]))  # run_dir from ckpt_path
+    resumed = train(compose_config([*overrides, f"ckpt_path={last}"]))  # run_dir from ckpt_path
 
     assert resumed["run_dir"] == str(killed)
     expected, got = metric_rows(tmp_path / "unbroken"), metric_rows(killed)
@@ -198,7 +213,7 @@ def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(tmp_path: Path) -
     # The summary counts the training before the kill too: every target token of every epoch
     # once (the steps between the checkpoint and the kill are trained, and counted, again).
     summary, reference_summary = run_summary(killed), run_summary(tmp_path / "unbroken")
-    epochs_tokens = 2 * epoch_target_tokens(compose_config(TINY))
+    epochs_tokens = 2 * epoch_target_tokens(compose_config(overrides))
     assert summary["train_tokens"] == reference_summary["train_tokens"] == epochs_tokens
     assert 0 < saved["target_tokens"] < summary["train_tokens"]
     assert 0 < saved["seconds"] < summary["train_seconds"]

@@ -31,6 +31,7 @@ from tests.scoring import (
     assert_attention_follows_score,
     model_config,
 )
+from tests.test_model import randomize_coverage
 
 
 def cosine(queries: Tensor, projected_keys: Tensor) -> Tensor:
@@ -94,6 +95,7 @@ def models(
     config, reference_config = configs(family, scoring, overrides)
     torch.manual_seed(0)
     model = build_model(config, kernels=kernels, trust_modules=[__name__])
+    randomize_coverage(model)  # coverage starts at 0, where it changes nothing
     reference = build_model(reference_config, kernels="off", trust_modules=[__name__])
     reference.load_state_dict(model.state_dict())
     return model, reference
@@ -122,6 +124,13 @@ PARTS = {
     "local_m": ["attention.window=local_m", "attention.window_size=1"],
     "local_p": ["attention.window=local_p", "attention.window_size=1"],
     "key_bias": ["attention.key_bias=true", "attention.key_bias_positions=5"],
+    "coverage": ["attention.coverage=true"],
+    "coverage with sparsemax and local_p": [
+        "attention.coverage=true",
+        "attention.normalizer=sparsemax",
+        "attention.window=local_p",
+        "attention.window_size=1",
+    ],
 }
 
 
@@ -141,7 +150,7 @@ PART_CASES = [
     )
     for part in PARTS
     for family in sorted(MODEL_OVERRIDES)
-    if family != "transformer" or "normalizer" in PARTS[part][0]
+    if family != "transformer" or PARTS[part][0].startswith("attention.normalizer")
     for scoring in ("additive", "scaled_dot", SUBCLASS)
     for kernels in ("auto", "off")
 ]  # fmt: skip
@@ -159,7 +168,7 @@ def test_every_path_computes_the_attentions_parts_too(
     assert_attention_follows_score(model, reference, family)
 
 
-@pytest.mark.parametrize("part", ["none", "sparsemax", "local_m"])
+@pytest.mark.parametrize("part", ["none", "sparsemax", "local_m", "coverage"])
 @pytest.mark.parametrize("kernels", ["auto", "off"])
 @pytest.mark.parametrize("scoring", ["additive", "scaled_dot", "general", SUBCLASS])
 def test_an_input_fed_decoder_computes_the_score_and_parts_on_every_path(

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import itertools
 from functools import partial
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import AdditiveAttention, DotProductAttention
+from seq2seq.attention import AdditiveAttention, AttentionParts, DotProductAttention
 from seq2seq.models.decoder import (
     AttentionFactory,
     BahdanauDecoder,
@@ -43,9 +44,11 @@ def make_model(
     tgt_vocab_size: int = 11,
     eos_bias: float = 0.0,
     input_feeding: bool = False,
+    coverage: bool = False,
 ) -> Seq2Seq:
     """A small random model in eval mode; ``eos_bias`` makes EOS likelier so hypotheses vary.
-    A Bahdanau decoder, or with ``input_feeding`` an input-fed Luong decoder."""
+    A Bahdanau decoder, or with ``input_feeding`` an input-fed Luong decoder; with ``coverage``,
+    its coverage weights drawn at random (they start at 0, where coverage changes nothing)."""
     torch.manual_seed(seed)
     model = Seq2Seq(
         src_vocab_size=13,
@@ -56,9 +59,12 @@ def make_model(
         dropout=0.3,
         decoder=LuongDecoder if input_feeding else BahdanauDecoder,
         input_feeding=input_feeding,
+        attention_parts=AttentionParts(coverage=coverage),
     ).eval()
     with torch.no_grad():
         model.decoder.output_layer.bias[EOS] += eos_bias
+        if coverage:
+            model.decoder.attention.coverage_weight.normal_(std=2.0)
     return model
 
 
@@ -119,10 +125,13 @@ def output_tokens(tokens: Tensor, length: Tensor) -> list[int]:
     return [int(token) for token in tokens[: int(length)]]
 
 
+@pytest.mark.parametrize("coverage", [False, True], ids=["", "coverage"])
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_size_one_is_greedy_without_length_penalty(attention: str, seed: int) -> None:
-    model = make_model(seed, attention, eos_bias=1.0)
+def test_beam_size_one_is_greedy_without_length_penalty(
+    attention: str, seed: int, coverage: bool
+) -> None:
+    model = make_model(seed, attention, eos_bias=1.0, coverage=coverage)
     src, src_lens = make_batch(seed, [6, 2, 4, 5])
     assert_beam_one_is_greedy(model, src, src_lens)
 
@@ -444,10 +453,15 @@ def test_ranks_without_a_hypothesis_are_empty_slots() -> None:
 # ---- the batched search against the plain one ---------------------------------------------------
 
 
+# Each decoder state the search must reorder with its beams: h (Bahdanau), h and h~ (input
+# feeding), h and the coverage (B·K, S), all three, and a Transformer's key/value cache.
+FAMILIES = ["bahdanau", "luong+feed", "bahdanau+coverage", "luong+feed+coverage", "transformer"]
+
+
 @pytest.mark.parametrize(
     ("beam_size", "alpha", "n_best"), [(1, 0.0, 1), (3, 0.6, 2), (5, 1.0, 5), (4, -0.3, 3)]
 )
-@pytest.mark.parametrize("family", ["bahdanau", "luong+feed", "transformer"])
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batched_beam_search_is_the_plain_one(
     family: str, seed: int, beam_size: int, alpha: float, n_best: int
@@ -455,14 +469,53 @@ def test_batched_beam_search_is_the_plain_one(
     """``beam_search`` (B sentences × K beams as rows, candidates coded as integers, sentences
     dropped when done) returns what ``beam_search_reference`` (a list of hypotheses per
     sentence, the steps named) does: the same N best, their scores, lengths and attention."""
+    switches = family.split("+")[1:]
     model: nn.Module = (
         make_tiny_transformer(seed)
         if family == "transformer"
-        else make_model(seed, eos_bias=2.0, input_feeding=family == "luong+feed")
+        else make_model(
+            seed, eos_bias=2.0, input_feeding="feed" in switches, coverage="coverage" in switches
+        )
     )
-    model = model.double()  # no near-tie flips between batched and one-sentence arithmetic
     src, src_lens = make_batch(seed, [6, 2, 5, 4])
-    settings = dict(beam_size=beam_size, length_penalty=alpha, n_best=n_best, max_len_b=4)
+    assert_beam_search_is_the_plain_one(
+        model, src, src_lens, beam_size=beam_size, length_penalty=alpha, n_best=n_best,
+        max_len_b=4,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["bahdanau+coverage", "luong+feed+coverage"])
+@pytest.mark.parametrize("seed", range(12))
+def test_beam_search_with_coverage_is_the_plain_one_on_random_models(
+    family: str, seed: int
+) -> None:
+    """Long outputs from strongly coverage-driven random models, sources with padding, n-best:
+    each hypothesis's coverage (B·K, S) must follow its beam at every step, or the scores and
+    attention of later steps differ from the reference's, which keeps a state per hypothesis."""
+    model = make_model(seed, eos_bias=-2.0, input_feeding="feed" in family, coverage=True)
+    with torch.no_grad():
+        model.decoder.attention.coverage_weight.normal_(std=4.0)
+    src, src_lens = make_batch(seed, [7, 3, 9, 5, 1])
+    assert_beam_search_is_the_plain_one(
+        model, src, src_lens, beam_size=4, length_penalty=0.6, n_best=3, max_len_b=6
+    )
+
+
+def assert_beam_search_is_the_plain_one(
+    model: nn.Module,
+    src: Tensor,
+    src_lens: Tensor,
+    beam_size: int,
+    length_penalty: float,
+    n_best: int,
+    max_len_b: int,
+) -> None:
+    """The same N best, scores, lengths and attention from both searches, in float64 (no
+    near-tie flips between batched and one-sentence arithmetic)."""
+    model = model.double()
+    settings: dict[str, Any] = dict(
+        beam_size=beam_size, length_penalty=length_penalty, n_best=n_best, max_len_b=max_len_b
+    )
     fast = beam_search(model, src, src_lens, BOS, EOS, PAD, **settings)
     plain = beam_search_reference(model, src, src_lens, BOS, EOS, PAD, **settings)
     assert torch.equal(fast.lengths, plain.lengths)

@@ -125,21 +125,28 @@ def attention_statistics(
     valid_lens: Tensor | None = None,
     query_mask: Tensor | None = None,
     positions: Tensor | None = None,
+    coverage: Tensor | None = None,
 ) -> AttentionStatistics:
     """Score, weight and saturation statistics of ``attention`` over the valid pairs.
 
     queries (B, Tq, Dq), ``projected_keys = attention.project_keys(keys)``; ``valid_lens`` and
     ``query_mask`` as in ``valid_pairs``; ``positions`` (B, Tq) the queries' target steps (for a
-    local-m window). The weights are the attention's own (its normalizer, window and key bias).
-    Rows without a valid key or with a padded query are left out; the pooled statistics weight
-    every valid pair equally, the per-row ones every row.
+    local-m window); ``coverage`` (B, Tq, Tk) each query's attention so far (a model with
+    coverage). The weights are the attention's own (its normalizer, window, key bias and
+    coverage). Rows without a valid key or with a padded query are left out; the pooled
+    statistics weight every valid pair equally, the per-row ones every row.
     """
-    logits = attention.logits(queries, projected_keys)  # (B, Tq, Tk)
+    if coverage is None:
+        logits = attention.logits(queries, projected_keys)  # (B, Tq, Tk)
+    else:
+        logits = attention.covered_logits(queries, projected_keys, coverage)  # (B, Tq, Tk)
     saturation = None
     if isinstance(attention, AdditiveAttention):
         is_valid = valid_pairs(valid_lens, query_mask, logits.shape).to(logits.device)
         if is_valid.any():
-            preactivations = attention.preactivations(queries, projected_keys)  # (B, Tq, Tk, A)
+            # (B, Tq, Tk, A); coverage enters here only where it is w_c inside the tanh.
+            inside = coverage if attention.coverage_size() else None
+            preactivations = attention.preactivations(queries, projected_keys, inside)
             saturation = tanh_saturation(preactivations, is_valid)
     return statistics_of(
         logits, attention.normalization, queries, valid_lens, query_mask, positions, 1, saturation
@@ -225,6 +232,7 @@ def model_attention_statistics(
     model.eval()  # no dropout: the same batch and weights give the same numbers
     try:
         queries, projected_keys = teacher_forced_queries(model, src, src_lens, tgt_in)
+        coverage = teacher_forced_coverage(model, src, src_lens, tgt_in)  # (B, T, S) or None
         positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
         query_mask = positions[None, :] < tgt_lens[:, None]  # (B, T)
         steps = positions.expand(len(src_lens), -1)  # (B, T): query t is target step t
@@ -235,6 +243,11 @@ def model_attention_statistics(
             head_queries = attention.split_heads(attention.W_q(queries))  # (B·h, T, d)
             scoring = attention.scoring
             logits = scoring.logits(head_queries, projected_keys)  # (B·h, T, S)
+            if coverage is not None:
+                assert attention.coverage_weight is not None  # the decoder covers
+                # γ_i c for head i: (1, h, 1, 1) · (B, 1, T, S) -> (B·h, T, S)
+                scaled = attention.coverage_weight[None, :, None, None] * coverage[:, None]
+                logits = logits + scaled.flatten(0, 1)
             saturation = None
             if isinstance(scoring, AdditiveAttention):
                 pairs = valid_pairs(
@@ -247,9 +260,23 @@ def model_attention_statistics(
                 logits, attention.normalization, queries, src_lens, query_mask, steps, heads,
                 saturation,
             )  # fmt: skip
-        return attention_statistics(attention, queries, projected_keys, src_lens, query_mask, steps)
+        return attention_statistics(
+            attention, queries, projected_keys, src_lens, query_mask, steps, coverage
+        )
     finally:
         model.train(was_training)
+
+
+def teacher_forced_coverage(
+    model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor
+) -> Tensor | None:
+    """What each teacher-forced step had attended before it, c_t = Σ_{t'<t} a_t' (B, T, S), for
+    a decoder with coverage; None for one without."""
+    if not getattr(model.decoder, "covers", False):
+        return None
+    _, weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    assert weights is not None  # asked for by default
+    return weights.cumsum(dim=1) - weights  # (B, T, S): the steps before t
 
 
 def kl(p: Tensor, q: Tensor) -> Tensor:

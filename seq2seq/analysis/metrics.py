@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
+import torch
+from torch import Tensor
 
 from seq2seq.analysis.alignment import AlignmentCounts
 from seq2seq.atomic import write_atomic
@@ -34,6 +36,27 @@ class SentenceScore:
     alignment: AlignmentCounts | None = None  # None: no gold alignment for this sentence
     # A Transformer's alignments head by head ("L1H2": layer 1, head 2), for AER per head.
     head_alignments: tuple[tuple[str, AlignmentCounts], ...] = ()
+    # Over the greedy translation: the source tokens, and how many of them its steps attended
+    # more than OVER_ATTENDED times in total, and less than UNDER_ATTENDED (``attention_totals``).
+    source_tokens: int = 0
+    over_attended: int = 0
+    under_attended: int = 0
+
+
+# A source token whose attention, summed over an output's steps, exceeds 1.5 was read one and a
+# half times or more (over-translation's sign); one under 0.5 was barely read (under-translation).
+OVER_ATTENDED, UNDER_ATTENDED = 1.5, 0.5
+
+
+def attention_totals(attention: Tensor, src_lens: Tensor) -> tuple[list[int], list[int]]:
+    """Per output, how many of its real source tokens got more than ``OVER_ATTENDED`` and less
+    than ``UNDER_ATTENDED`` attention summed over its steps. attention (B, L, S), 0 after each
+    output's end; src_lens (B,) -> two lists of B counts."""
+    totals = attention.float().sum(dim=1)  # (B, S)
+    is_real = torch.arange(totals.shape[1], device=totals.device)[None, :] < src_lens[:, None]
+    over = ((totals > OVER_ATTENDED) & is_real).sum(dim=1)  # (B,)
+    under = ((totals < UNDER_ATTENDED) & is_real).sum(dim=1)  # (B,)
+    return over.tolist(), under.tolist()
 
 
 def merge_sentence_scores(per_rank: Iterable[Sequence[SentenceScore]]) -> list[SentenceScore]:
@@ -46,9 +69,11 @@ def merge_sentence_scores(per_rank: Iterable[Sequence[SentenceScore]]) -> list[S
 
 
 def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") -> dict[str, float]:
-    """``bleu``, ``chrf``, ``loss`` (per token), ``entropy`` (per token) and, when any sentence
-    has a gold alignment, ``aer`` (and ``aer/L<l>H<h>`` for each Transformer head): each computed
-    once over all ``scores``."""
+    """``bleu``, ``chrf``, ``loss`` (per token), ``entropy`` (per token), ``coverage_over`` and
+    ``coverage_under`` (the shares of source tokens the translations attended more than 1.5 times
+    and less than 0.5 in total, ``attention_totals``) and, when any sentence has a gold
+    alignment, ``aer`` (and ``aer/L<l>H<h>`` for each Transformer head): each computed once over
+    all ``scores``."""
     hypotheses = [score.hypothesis for score in scores]
     references = [[score.reference for score in scores]]
     tokens = max(1, sum(score.tokens for score in scores))
@@ -63,6 +88,10 @@ def corpus_metrics(scores: Sequence[SentenceScore], bleu_tokenize: str = "13a") 
         "loss": sum(score.loss_sum for score in scores) / tokens,
         "entropy": sum(score.entropy_sum for score in scores) / tokens,
     }
+    source_tokens = sum(score.source_tokens for score in scores)
+    if source_tokens:
+        metrics["coverage_over"] = sum(score.over_attended for score in scores) / source_tokens
+        metrics["coverage_under"] = sum(score.under_attended for score in scores) / source_tokens
     aligned = [score.alignment for score in scores if score.alignment is not None]
     if aligned:
         metrics["aer"] = sum(aligned, AlignmentCounts()).aer

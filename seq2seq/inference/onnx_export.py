@@ -7,10 +7,11 @@ Two graphs, because decoding is a loop that the caller drives:
 - ``encoder.onnx``: ``src (B,S) int64, src_lens (B,) int64 -> memory (B,S,M), keys (B,S,K),
   projected_keys (B,S,A), state_h (B,H)`` [, ``state_c (B,H)`` for an LSTM decoder]
   [, ``state_feed (B,H)``, the attentional vector of an input-fed decoder]
+  [, ``state_coverage (B,S)``, the attention summed over the steps so far]
   [, ``state_step (B,) int64`` for a local-m window, the target step];
 - ``decoder_step.onnx``: ``prev_tokens (B,), memory, keys, projected_keys, src_lens, state_h
-  [, state_c] [, state_feed] [, state_step] -> logits (B,V), weights (B,S), next_state_h
-  [, next_state_c] [, next_state_feed] [, next_state_step]``.
+  [, state_c] [, state_feed] [, state_coverage] [, state_step] -> logits (B,V), weights (B,S),
+  next_state_h [, next_state_c] [, next_state_feed] [, next_state_coverage] [, next_state_step]``.
 
 Every normalizer and window of ``seq2seq.attention.AttentionParts`` is part of the traced step (the
 normalizers' sorts and bisection loops become ONNX TopK, CumSum and unrolled elementwise ops).
@@ -75,7 +76,7 @@ class DecoderStepGraph(nn.Module):
 
 def state_names(model: EncoderDecoder) -> list[str]:
     """The decoder state's tensors: h, an LSTM's c, an input-fed decoder's attentional vector,
-    and a local-m window's step count."""
+    the coverage, and a local-m window's step count."""
     return [f"state_{name}" for name in model.decoder.state_names()]
 
 
@@ -98,6 +99,8 @@ def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]
     src = torch.tensor([[4, 5, 6, 7], [5, 6, 0, 0]])  # (B, S): any ids, padded like real input
     src_lens = torch.tensor([4, 2])
     batch, source_axes = {0: "batch"}, {0: "batch", 1: "src_len"}
+    # A state's axes: the batch, and the source's length for the coverage (B, S).
+    state_axes = {name: source_axes if name == "state_coverage" else batch for name in states}
     encoder_path, decoder_path = out_dir / "encoder.onnx", out_dir / "decoder_step.onnx"
     with torch.no_grad(), warnings.catch_warnings():
         # The exporter warns about packed sequences and RNN batch sizes; the parity test in
@@ -118,7 +121,7 @@ def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]
                 "memory": source_axes,
                 "keys": source_axes,
                 "projected_keys": source_axes,
-                **{name: batch for name in states},
+                **state_axes,
             },
         )
         prev_tokens = torch.tensor([2, 2])
@@ -137,10 +140,10 @@ def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]
                 "keys": source_axes,
                 "projected_keys": source_axes,
                 "src_lens": batch,
-                **{name: batch for name in states},
+                **state_axes,
                 "logits": batch,
                 "weights": source_axes,
-                **{f"next_{name}": batch for name in states},
+                **{f"next_{name}": axes for name, axes in state_axes.items()},
             },
         )
     model.eval()  # the exporter restores the caller's mode; keep the model in eval mode

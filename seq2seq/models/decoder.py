@@ -42,9 +42,10 @@ AttentionFactory = Callable[..., Attention]
 CellFactory = Callable[..., nn.GRUCell | nn.LSTMCell]
 
 # A GRU state is (h,), an LSTM state is (h, c); h (B, H) is the query in both. An input-fed Luong
-# decoder appends the last attentional vector h~ (B, H); a decoder whose window is centred on the
-# target step (local-m) appends that step, (B,) int64: (h, [c,] [h~,] [t]). ``state_names`` says
-# which a decoder has; search reorders every tensor of the tuple with its beams.
+# decoder appends the last attentional vector h~ (B, H); a decoder with coverage the attention
+# summed over the steps so far (B, S); a decoder whose window is centred on the target step
+# (local-m) that step, (B,) int64: (h, [c,] [h~,] [coverage,] [t]). ``state_names`` says which a
+# decoder has; search reorders every tensor of the tuple with its beams.
 DecoderState = tuple[Tensor, ...]
 
 
@@ -173,6 +174,8 @@ class AttentionDecoder(nn.Module):
                 "model.decoder=luong."
             )
         self.input_feeding = input_feeding
+        # Coverage: the state sums the attention of the steps so far, and the score reads it.
+        self.covers = bool(attention_parts is not None and attention_parts.coverage)
         self.embedding = Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.attention: Attention | MultiHeadAttention = attention_module(
@@ -216,8 +219,9 @@ class AttentionDecoder(nn.Module):
             None if values is memory else values,
         )  # fmt: skip
 
-    def init_state(self, summary: Tensor) -> DecoderState:
-        """summary (B, M) -> initial state, tensors of (B, H) (and step 0, (B,), for local-m)."""
+    def init_state(self, summary: Tensor, source_steps: int) -> DecoderState:
+        """summary (B, M) and the source's length S -> initial state: tensors of (B, H) (h~_0 =
+        0 of an input-fed decoder among them), coverage 0 (B, S) and step 0 (B,) where used."""
         cell_state: DecoderState
         if self.bridge is None:
             # Luong with M = H: the summary is the state itself; an LSTM's cell starts at 0.
@@ -228,6 +232,8 @@ class AttentionDecoder(nn.Module):
         if self.input_feeding:
             # h~_0 = 0: nothing attended yet (Luong et al. 2015; OpenNMT-py, Joey NMT).
             cell_state = (*cell_state, summary.new_zeros(summary.shape[0], self.cell.hidden_size))
+        if self.covers:
+            cell_state = (*cell_state, summary.new_zeros(summary.shape[0], source_steps))
         if not self.counts_steps:
             return cell_state
         steps = torch.zeros(summary.shape[0], dtype=torch.long, device=summary.device)  # (B,)
@@ -238,6 +244,7 @@ class AttentionDecoder(nn.Module):
         vector, the step count (what ONNX names the decoder step's inputs and outputs)."""
         names = ["h", "c"] if self.is_lstm else ["h"]
         names += ["feed"] if self.input_feeding else []
+        names += ["coverage"] if self.covers else []
         return [*names, "step"] if self.counts_steps else names
 
     def steps_of(self, state: DecoderState) -> Tensor | None:
@@ -246,16 +253,24 @@ class AttentionDecoder(nn.Module):
 
     def feed_of(self, state: DecoderState) -> Tensor | None:
         """The last attentional vector h~_{t-1} (B, H) of an input-fed decoder, else None."""
-        return state[2 if self.is_lstm else 1] if self.input_feeding else None
+        return state[self.state_names().index("feed")] if self.input_feeding else None
+
+    def coverage_of(self, state: DecoderState) -> Tensor | None:
+        """The attention summed over the steps so far (B, S) of a decoder with coverage."""
+        return state[self.state_names().index("coverage")] if self.covers else None
 
     def advance(
-        self, cell_state: DecoderState, state: DecoderState, feed: Tensor | None = None
+        self,
+        cell_state: DecoderState,
+        state: DecoderState,
+        feed: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> DecoderState:
         """The state after one step: the cell's new state, the attentional vector to feed (an
-        input-fed decoder), and the step counted on."""
-        fed = (feed,) if feed is not None else ()
+        input-fed decoder), the coverage with this step's weights added, the step counted on."""
+        kept = tuple(part for part in (feed, coverage) if part is not None)
         steps = self.steps_of(state)
-        return (*cell_state, *fed) if steps is None else (*cell_state, *fed, steps + 1)
+        return (*cell_state, *kept) if steps is None else (*cell_state, *kept, steps + 1)
 
     def attend(
         self,
@@ -263,9 +278,11 @@ class AttentionDecoder(nn.Module):
         source: EncodedSource,
         need_weights: bool = True,
         positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) or None; positions
-        (R, Tq): each query's target step, for a window centred on it (local-m).
+        (R, Tq): each query's target step, for a window centred on it (local-m); coverage
+        (R, Tq, S): each query's attention so far (which needs the weights: they are returned).
 
         R is the source's batch B, or B · K when K hypotheses of each sentence share its source
         (beam search: row b · K + k is hypothesis k of sentence b). Those are scored as K · Tq
@@ -279,13 +296,16 @@ class AttentionDecoder(nn.Module):
         queries = queries_per_sentence(queries, sentences)  # (B, K·Tq, H)
         if positions is not None:
             positions = positions.reshape(sentences, -1)  # (R, Tq) -> (B, K·Tq), as the queries
+        if coverage is not None:
+            coverage = queries_per_sentence(coverage, sentences)  # (B, K·Tq, S)
         arguments = (queries, source.keys, source.memory, source.src_lens)
         keys, values = source.projected_keys, source.projected_values
         weights: Tensor | None = None
-        if need_weights:
+        if need_weights or coverage is not None:
             context, weights = self.attention(
-                *arguments, projected_keys=keys, projected_values=values, positions=positions
-            )
+                *arguments, projected_keys=keys, projected_values=values, positions=positions,
+                coverage=coverage,
+            )  # fmt: skip
             if weights is not None and weights.dim() == 4:  # multi-head: (B, h, Tq, S)
                 weights = weights.mean(dim=1)  # what a step reads on average, (B, Tq, S)
         else:
@@ -369,12 +389,18 @@ class BahdanauDecoder(AttentionDecoder):
         query = state[0][:, None, :]  # (B, 1, H): s_{t-1} asks where to look
         steps = self.steps_of(state)
         positions = None if steps is None else steps[:, None]  # (B, 1)
+        coverage = self.coverage_of(state)  # (B, S): what steps < t attended, or None
+        covered = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
         # (B, 1, M), (B, 1, S)
-        context, weights = self.attend(query, source, need_weights, positions)
+        context, weights = self.attend(query, source, need_weights, positions, covered)
         context = context[:, 0]  # (B, M)
         # s_t = cell([e_{t-1}; c_t], s_{t-1}): (B, E + M) in.
         new_state = self.step_cell(torch.cat([embedded, context], dim=-1), state)
-        return self.advance(new_state, state), context, None if weights is None else weights[:, 0]
+        step_weights = None if weights is None else weights[:, 0]  # (B, S)
+        if coverage is not None:
+            assert step_weights is not None  # attend returns them with coverage
+            coverage = coverage + step_weights
+        return self.advance(new_state, state, coverage=coverage), context, step_weights
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -425,9 +451,10 @@ class LuongDecoder(AttentionDecoder):
 
     With ``input_feeding`` (section 3.3), the attentional vector h~_{t-1} = tanh(W_c [c_{t-1};
     h_{t-1}]) is fed to the next step with the word, h_t = cell([e_{t-1}; h~_{t-1}], h_{t-1}), so
-    that each step knows where the last one looked. Each step then waits for the previous one's
-    attention: teacher forcing is a loop over T, as in the Bahdanau decoder (``fed_step``), and
-    h~ is part of the state. As in OpenNMT-py, what is fed is h~ after the output's dropout.
+    that each step knows where the last one looked. As in OpenNMT-py, what is fed is h~ after the
+    output's dropout. With coverage, each step's score reads the attention of the steps before.
+    Either way each step waits for the previous one's attention: teacher forcing is a loop over
+    T, as in the Bahdanau decoder (``sequential_step``), and h~ and the coverage are state.
     """
 
     feeds_context = False
@@ -456,51 +483,65 @@ class LuongDecoder(AttentionDecoder):
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: tgt_in (B, T) -> logits (B, T, V), weights (B, T, S) or None."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
-        if self.input_feeding:
-            return self.fed_forward(embedded, state, source, need_weights)
+        if self.is_sequential:
+            return self.sequential_forward(embedded, state, source, need_weights)
         hiddens = self.run_cell(embedded, state)  # (B, T, H)
         # All T queries at once: (B, T, H) against (B, S, K) -> contexts (B, T, M).
         positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
         contexts, weights = self.attend(hiddens, source, need_weights, positions)
         return self.output(hiddens, contexts), weights  # (B, T, V)
 
-    def fed_forward(
+    @property
+    def is_sequential(self) -> bool:
+        """Whether each step needs the attention of the one before (input feeding, coverage), so
+        that teacher forcing steps through T instead of running the cell over all steps first."""
+        return self.input_feeding or self.covers
+
+    def sequential_forward(
         self, embedded: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool
     ) -> tuple[Tensor, Tensor | None]:
-        """Input-fed teacher forcing, one step at a time: embedded (B, T, E) -> logits (B, T, V),
-        weights (B, T, S) or None."""
-        fed, weights = [], []
+        """Teacher forcing one step at a time: embedded (B, T, E) -> logits (B, T, V), weights
+        (B, T, S) or None."""
+        attentionals, weights = [], []
         for step_embedded in embedded.unbind(1):  # (B, E) each
-            state, _, attentional, step_weights = self.fed_step(
+            state, _, attentional, step_weights = self.sequential_step(
                 step_embedded, state, source, need_weights
             )
-            fed.append(attentional)
+            attentionals.append(attentional)
             if step_weights is not None:
                 weights.append(step_weights)
-        logits = self.output_layer(torch.stack(fed, dim=1))  # one matmul: (B, T, H) @ (H, V)
+        logits = self.output_layer(torch.stack(attentionals, dim=1))  # (B, T, H) @ (H, V)
         return logits, torch.stack(weights, dim=1) if need_weights else None
 
-    def fed_step(
+    def sequential_step(
         self,
         embedded: Tensor,
         state: DecoderState,
         source: EncodedSource,
         need_weights: bool = True,
     ) -> tuple[DecoderState, Tensor, Tensor, Tensor | None]:
-        """One input-fed step from the previous word's embedding e_{t-1} (B, E) -> the new state
-        (h_t and h~_t in it), h_t (B, H), h~_t after dropout (B, H: what the output layer and
-        the next step read), weights (B, S) or None."""
-        feed = self.feed_of(state)
-        assert feed is not None  # an input-fed decoder's state holds h~_{t-1}
-        steps = self.steps_of(state)
-        # h_t = cell([e_{t-1}; h~_{t-1}], h_{t-1}): (B, E + H) in.
-        cell_state = self.step_cell(torch.cat([embedded, feed], dim=-1), state)
+        """One step from the previous word's embedding e_{t-1} (B, E) -> the new state, h_t
+        (B, H), h~_t after dropout (B, H: what the output layer, and the next step of an
+        input-fed decoder, read), weights (B, S) or None."""
+        feed, coverage = self.feed_of(state), self.coverage_of(state)
+        # h_t = cell([e_{t-1}; h~_{t-1}], h_{t-1}) with input feeding, (B, E + H) in; else e_{t-1}.
+        cell_input = embedded if feed is None else torch.cat([embedded, feed], dim=-1)
+        cell_state = self.step_cell(cell_input, state)
         query = cell_state[0][:, None, :]  # (B, 1, H): h_t asks where to look
+        steps = self.steps_of(state)
         positions = None if steps is None else steps[:, None]  # (B, 1): step t
-        context, weights = self.attend(query, source, need_weights, positions)  # (B,1,M), (B,1,S)
+        covered = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
+        # (B, 1, M), (B, 1, S) or None
+        context, weights = self.attend(query, source, need_weights, positions, covered)
         attentional = self.dropout(self.attentional_vector(query[:, 0], context[:, 0]))  # (B, H)
-        new_state = self.advance(cell_state, state, attentional)
-        return new_state, query[:, 0], attentional, None if weights is None else weights[:, 0]
+        step_weights = None if weights is None else weights[:, 0]  # (B, S)
+        if coverage is not None:
+            assert step_weights is not None  # attend returns them with coverage
+            coverage = coverage + step_weights
+        new_state = self.advance(
+            cell_state, state, attentional if feed is not None else None, coverage
+        )
+        return new_state, query[:, 0], attentional, step_weights
 
     def positions(self, state: DecoderState, tgt_in: Tensor) -> Tensor | None:
         """Under teacher forcing, the target step of each query (B, T) where a window needs it:
@@ -516,8 +557,8 @@ class LuongDecoder(AttentionDecoder):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """prev_tokens (B,) -> logits (B, V), new state, attention weights (B, S)."""
         embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
-        if self.input_feeding:
-            new_state, _, attentional, weights = self.fed_step(embedded, state, source)
+        if self.is_sequential:
+            new_state, _, attentional, weights = self.sequential_step(embedded, state, source)
             assert weights is not None  # asked for by default
             return self.output_layer(attentional), new_state, weights  # (B, V)
         steps = self.steps_of(state)
@@ -543,10 +584,10 @@ class LuongDecoder(AttentionDecoder):
     ) -> Tensor:
         """Query t is the state after reading tgt_in[:, t], (B, T, H)."""
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
-        if not self.input_feeding:
+        if not self.is_sequential:
             return self.run_cell(embedded, state)
         queries = []
         for step_embedded in embedded.unbind(1):  # (B, E) each
-            state, query, _, _ = self.fed_step(step_embedded, state, source, need_weights=False)
+            state, query, _, _ = self.sequential_step(step_embedded, state, source, False)
             queries.append(query)
         return torch.stack(queries, dim=1)  # (B, T, H)

@@ -38,7 +38,12 @@ class EncoderDecoder(nn.Module):
         """src (B, S), src_lens (B,) -> what every decoder step reads, and the initial state."""
         memory, summary = self.encoder(src, src_lens)  # (B, S, M), (B, M) or None
         source = self.decoder.prepare_source(memory, src_lens)
-        return source, self.decoder.init_state(summary)
+        return source, self.initial_state(summary, memory)
+
+    def initial_state(self, summary: Tensor | None, memory: Tensor) -> DecoderState:
+        """The decoder's first state from the encoder's summary (B, M) (None: a Transformer's)
+        and memory (B, S, M)."""
+        return self.decoder.init_state(summary)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: Any
@@ -115,3 +120,8 @@ class Seq2Seq(EncoderDecoder):
             attention_parts=attention_parts,
             input_feeding=input_feeding,
         )
+
+    def initial_state(self, summary: Tensor | None, memory: Tensor) -> DecoderState:
+        """The decoder's first state; coverage (``attention.coverage``) needs the source length."""
+        assert summary is not None  # the RNN encoder always summarises
+        return self.decoder.init_state(summary, memory.shape[1])

@@ -491,7 +491,8 @@ class Transformer(EncoderDecoder):
 
 
 def check_transformer_parts(parts: AttentionParts | None) -> None:
-    """A Transformer takes any normalizer; a window or a key bias is refused with the reason."""
+    """A Transformer takes any normalizer; a window, a key bias or coverage is refused with the
+    reason."""
     if parts is None:
         return
     refused = []
@@ -506,6 +507,12 @@ def check_transformer_parts(parts: AttentionParts | None) -> None:
             "attention.key_bias=true (a bias per source position of an RNN decoder's attention; "
             "the Transformer's attentions read positions from their encodings, and its "
             "self-attentions have no source positions)"
+        )
+    if parts.coverage:
+        refused.append(
+            "attention.coverage=true (an RNN decoder's running sum of its one attention map; a "
+            "Transformer has a map per layer and head, and its decoder's state is a key/value "
+            "cache; optim.coverage_loss_weight works with it, on the last layer's map)"
         )
     if refused:
         raise ConfigError(

@@ -16,7 +16,7 @@ from seq2seq.attention import AttentionParts
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.inference.bundle import ALLOWED_TARGETS, build_model
-from seq2seq.pipeline.checks import check_alignment_loss_weight, check_label_smoothing
+from seq2seq.pipeline.checks import check_label_smoothing, check_loss_weight
 from seq2seq.training.lit_module import LitSeq2Seq
 
 
@@ -61,7 +61,7 @@ def attention_parts_config(cfg: DictConfig) -> dict[str, Any]:
         for key, value in parts.items()
     }
     defaults = AttentionParts()
-    for key in ("normalizer", "window", "key_bias"):
+    for key in ("normalizer", "window", "key_bias", "coverage"):
         if parts[key] is None:
             parts[key] = getattr(defaults, key)
     if parts["key_bias"] is True and parts["key_bias_positions"] is None:
@@ -120,8 +120,11 @@ def build_module(
         bleu_tokenize=cfg.data.bleu_tokenize,
         cuda_graphs=cfg.cuda_graphs,
         label_smoothing=check_label_smoothing(cfg.optim.get("label_smoothing", 0.0)),
-        alignment_loss_weight=check_alignment_loss_weight(
-            cfg.optim.get("alignment_loss_weight", 0.0)
+        alignment_loss_weight=check_loss_weight(
+            cfg.optim.get("alignment_loss_weight", 0.0), "alignment"
+        ),
+        coverage_loss_weight=check_loss_weight(
+            cfg.optim.get("coverage_loss_weight", 0.0), "coverage"
         ),
     )
 

@@ -99,13 +99,20 @@ def check_label_smoothing(value: Any) -> float:
     return float(value)
 
 
-def check_alignment_loss_weight(value: Any) -> float:
-    """``optim.alignment_loss_weight`` (λ of guided alignment) as a float, or a ConfigError."""
+# The training loss's terms on the attention weights: optim.NAME_loss_weight -> what it weighs.
+LOSS_TERMS = {
+    "alignment": "alignment cross-entropy",
+    "coverage": "coverage loss (attention given again to words already attended)",
+}
+
+
+def check_loss_weight(value: Any, name: str) -> float:
+    """``optim.NAME_loss_weight`` (λ of a term of ``LOSS_TERMS``) as a float, or a ConfigError."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
         raise ConfigError(
-            f"optim.alignment_loss_weight must be a number of at least 0 (the weight of the "
-            f"alignment cross-entropy in the training loss; 0 turns it off), got {value!r}; "
-            "e.g. optim.alignment_loss_weight=0.5."
+            f"optim.{name}_loss_weight must be a number of at least 0 (the weight of the "
+            f"{LOSS_TERMS[name]} in the training loss; 0 turns it off), got {value!r}; "
+            f"e.g. optim.{name}_loss_weight=0.5."
         )
     return float(value)
 

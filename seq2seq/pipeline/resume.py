@@ -137,6 +137,8 @@ ADDED_KEYS: dict[str, Any] = {
     "key_bias": False,
     "attention_parts": {"_target_": "seq2seq.attention.AttentionParts", **DEFAULT_PARTS},
     "input_feeding": False,
+    "coverage": False,
+    "coverage_loss_weight": 0.0,
 }
 
 

@@ -31,6 +31,7 @@ from seq2seq.analysis.alignment import (
 )
 from seq2seq.analysis.metrics import (
     SentenceScore,
+    attention_totals,
     corpus_metrics,
     merge_sentence_scores,
     write_test_records,
@@ -43,10 +44,17 @@ from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.models.model import EncoderDecoder
 from seq2seq.models.transformer import Transformer
-from seq2seq.search import greedy_search
+from seq2seq.search import Hypotheses, greedy_search
 from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
 from seq2seq.training.distributed import gather_objects
-from seq2seq.training.loss import decoder_loss, gold_attention, guided_loss, teacher_forced_loss
+from seq2seq.training.loss import (
+    alignment_loss,
+    coverage_loss,
+    decoder_loss,
+    gold_attention,
+    loss_with_weights,
+    teacher_forced_loss,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +145,7 @@ class LitSeq2Seq(pl.LightningModule):
         cuda_graphs: bool = False,
         label_smoothing: float = 0.0,
         alignment_loss_weight: float = 0.0,
+        coverage_loss_weight: float = 0.0,
     ) -> None:
         super().__init__()
         self.model = model
@@ -154,6 +163,8 @@ class LitSeq2Seq(pl.LightningModule):
         # λ of guided alignment: the training loss adds λ times the cross-entropy between the
         # attention and the gold alignment (seq2seq.training.loss.alignment_loss); 0: off.
         self.alignment_loss_weight = alignment_loss_weight
+        # λ of the coverage loss (seq2seq.training.loss.coverage_loss); 0: off.
+        self.coverage_loss_weight = coverage_loss_weight
         # Training replays the decoder from CUDA graphs (seq2seq.training.cuda_graphs); a cache of
         # recordings, not a submodule: the parameters stay the model's.
         self.decoder_graphs = (
@@ -171,20 +182,32 @@ class LitSeq2Seq(pl.LightningModule):
         self.total_train_tokens = 0
         self.total_train_seconds = 0.0
 
-    def loss(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Summed token cross-entropy (in float32), the number of target tokens and, with guided
-        alignment in training, the summed alignment cross-entropy (else None)."""
-        if self.alignment_loss_weight > 0 and self.training:
+    def extra_losses(self) -> dict[str, float]:
+        """The training loss's terms on the attention weights that are on, with their λ:
+        ``alignment`` (guided alignment) and ``coverage`` (the coverage loss)."""
+        weights = {"alignment": self.alignment_loss_weight, "coverage": self.coverage_loss_weight}
+        return {name: weight for name, weight in weights.items() if weight > 0}
+
+    def loss(self, batch: Batch) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Summed token cross-entropy (in float32), the number of target tokens and, in training,
+        each of ``extra_losses`` summed over the batch (train/NAME_loss)."""
+        extras = self.extra_losses() if self.training else {}
+        if extras:
             # The weights are needed: the pass that computes them (the kernels' fused training
             # loops and CUDA graphs compute none, so they stand aside: on_fit_start says so).
-            gold = gold_attention(
-                self.training_links(batch), batch.src.shape[1], batch.tgt_in.shape[1]
-            ).to(batch.src.device)  # (B, T, S)
-            token_loss, aligned = guided_loss(
-                self.model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, gold,
+            token_loss, weights = loss_with_weights(
+                self.model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
                 label_smoothing=self.label_smoothing,
             )  # fmt: skip
-            return token_loss, batch.tgt_lens.sum(), aligned
+            terms = {}
+            if "alignment" in extras:
+                gold = gold_attention(
+                    self.training_links(batch), batch.src.shape[1], batch.tgt_in.shape[1]
+                ).to(batch.src.device)  # (B, T, S)
+                terms["alignment"] = alignment_loss(weights, gold)
+            if "coverage" in extras:
+                terms["coverage"] = coverage_loss(weights, batch.tgt_out != PAD_ID)
+            return token_loss, batch.tgt_lens.sum(), terms
         decode: Callable[..., Tensor] = functools.partial(
             decoder_loss, self.model.decoder, label_smoothing=self.label_smoothing
         )
@@ -193,20 +216,22 @@ class LitSeq2Seq(pl.LightningModule):
         loss_sum = teacher_forced_loss(
             self.model, decode, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out
         )
-        return loss_sum, batch.tgt_lens.sum(), None
+        return loss_sum, batch.tgt_lens.sum(), {}
 
     def training_links(self, batch: Batch) -> list[Sequence[tuple[int, int]] | None]:
         """The gold word links of ``batch``'s training sentences (checked to exist at the start
-        of training, ``check_alignment_loss``)."""
+        of training, ``check_extra_losses``)."""
         gold = self._gold_alignments("train")
-        assert gold is not None  # check_alignment_loss refused training without them
+        assert gold is not None  # check_extra_losses refused training without them
         return [gold[index] for index in batch.indices.tolist()]
 
-    def check_alignment_loss(self) -> None:
-        """Guided alignment needs the training split's gold alignments, over the model's tokens."""
-        if self.alignment_loss_weight <= 0:
+    def check_extra_losses(self) -> None:
+        """Guided alignment needs the training split's gold alignments, over the model's tokens;
+        say once that the losses on the weights put the weight-free fast paths aside."""
+        extras = self.extra_losses()
+        if not extras:
             return
-        if self._gold_alignments("train") is None:
+        if "alignment" in extras and self._gold_alignments("train") is None:
             raise ConfigError(
                 f"optim.alignment_loss_weight={self.alignment_loss_weight} needs gold word "
                 "alignments of the training sentences, over whitespace tokens: the toy tasks "
@@ -214,16 +239,15 @@ class LitSeq2Seq(pl.LightningModule):
                 "data.tokenizer=whitespace. Set optim.alignment_loss_weight=0 for this data."
             )
         log.info(
-            "optim.alignment_loss_weight=%s: the training pass returns the attention weights, so "
-            "the paths that compute none (the C kernels' fused training loops, CUDA graphs) "
-            "stand aside for it.",
-            self.alignment_loss_weight,
+            "%s: the training pass returns the attention weights, so the paths that compute none "
+            "(the C kernels' fused training loops, CUDA graphs) stand aside for it.",
+            " ".join(f"optim.{name}_loss_weight={weight}" for name, weight in extras.items()),
         )
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         if self._train_clock is None:  # training starts, resumes, or goes on after validation
             self._train_clock = time.perf_counter()
-        loss_sum, num_tokens, aligned = self.loss(batch)
+        loss_sum, num_tokens, extras = self.loss(batch)
         self._train_tokens += num_tokens.detach()
         if logs_training_loss(self.trainer):
             # Over all ranks and weighted by tokens (each rank's gradient still uses its own batch
@@ -234,19 +258,21 @@ class LitSeq2Seq(pl.LightningModule):
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
             batch_size = len(batch.src_lens)
             self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=batch_size)
-            if aligned is not None:
-                # Per target token, as train/loss: the gold attention's cross-entropy.
+            for name, term in extras.items():
+                # Per target token, as train/loss: the gold attention's cross-entropy, or the
+                # attention given again to words already attended.
                 totals = self.trainer.strategy.reduce(
-                    torch.stack([aligned.detach(), num_tokens.to(aligned.dtype)]), reduce_op="sum"
+                    torch.stack([term.detach(), num_tokens.to(term.dtype)]), reduce_op="sum"
                 )  # (2,)
-                self.log("train/alignment_loss", totals[0] / totals[1], batch_size=batch_size)
-        if aligned is not None:
-            loss_sum = loss_sum + self.alignment_loss_weight * aligned
+                self.log(f"train/{name}_loss", totals[0] / totals[1], batch_size=batch_size)
+        weights = self.extra_losses()
+        for name, term in extras.items():
+            loss_sum = loss_sum + weights[name] * term
         return loss_sum / num_tokens
 
     def on_fit_start(self) -> None:
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
-        self.check_alignment_loss()
+        self.check_extra_losses()
         if self.decoder_graphs is not None:
             trainer = self.trainer
             check_cuda_graphs(self.device, trainer.world_size, str(trainer.precision))
@@ -309,7 +335,9 @@ class LitSeq2Seq(pl.LightningModule):
         ).view_as(batch.tgt_out)  # (B, T)
         loss_sums = token_losses.sum(dim=1).tolist()
         entropy_sums = attention_entropy(weights, batch.tgt_lens).tolist()
-        hypotheses = self.translate_batch(batch)
+        decoded = self.greedy(batch)
+        hypotheses = self.detokenize(decoded)
+        over, under = attention_totals(decoded.attention, batch.src_lens)
         gold = self._gold_alignments(split)
         heads = self._head_weights(batch) if gold is not None else None  # (B, L, h, T, S)
         src_lens, tgt_lens = batch.src_lens.tolist(), batch.tgt_lens.tolist()
@@ -341,6 +369,9 @@ class LitSeq2Seq(pl.LightningModule):
                     entropy_sum=entropy_sums[row],
                     alignment=counts,
                     head_alignments=head_counts,
+                    source_tokens=src_lens[row],
+                    over_attended=over[row],
+                    under_attended=under[row],
                 )
             )
         return scores
@@ -426,7 +457,15 @@ class LitSeq2Seq(pl.LightningModule):
 
     def translate_batch(self, batch: Batch) -> list[str]:
         """Greedy translations of a batch, detokenized."""
-        hypotheses = greedy_search(
+        return self.detokenize(self.greedy(batch))
+
+    def detokenize(self, hypotheses: Hypotheses) -> list[str]:
+        """The text of each decoded output."""
+        return [decode(self.tgt_tokenizer, ids) for ids in hypotheses.tokens.tolist()]
+
+    def greedy(self, batch: Batch) -> Hypotheses:
+        """Greedy decoding of a batch: tokens, lengths and the attention of each output token."""
+        return greedy_search(
             self.model,
             batch.src,
             batch.src_lens,
@@ -436,7 +475,6 @@ class LitSeq2Seq(pl.LightningModule):
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
         )
-        return [decode(self.tgt_tokenizer, ids) for ids in hypotheses.tokens.tolist()]
 
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:

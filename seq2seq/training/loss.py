@@ -1,4 +1,5 @@
-"""The training loss: summed token cross-entropy under teacher forcing, and guided alignment.
+"""The training loss: summed token cross-entropy under teacher forcing, guided alignment, and
+the coverage loss.
 
 Shape legend: B batch, S source length, T target length, V target vocabulary, N scored tokens.
 """
@@ -78,7 +79,7 @@ def teacher_forced_loss(
     ``DecoderLoss`` or a ``DecoderGraphs``, which take (tgt_in, tgt_out, memory, src_lens,
     *state). src (B, S), tgt_in, tgt_out (B, T) -> ()."""
     memory, summary = model.encoder(src, src_lens)  # (B, S, M), (B, M)
-    state = model.decoder.init_state(summary)
+    state = model.initial_state(summary, memory)
     return decode(tgt_in, tgt_out, memory, src_lens, *state)
 
 
@@ -108,6 +109,35 @@ def alignment_loss(weights: Tensor, gold: Tensor) -> Tensor:
     return -(gold.to(log_weights.device) * log_weights).sum()
 
 
+def coverage_loss(weights: Tensor, is_target: Tensor) -> Tensor:
+    """See et al. (2017), eq. 12: ``Σ_b Σ_t Σ_i min(a_ti, c_ti)`` over the real target steps,
+    where c_ti = Σ_{t'<t} a_t'i is what the steps before t gave source word i: the attention
+    that goes again to words already attended. weights (B, T, S), is_target (B, T) -> ()."""
+    weights = weights.float()
+    coverage = weights.cumsum(dim=1) - weights  # (B, T, S): the sum over the steps before t
+    repeated = torch.minimum(weights, coverage).sum(dim=-1)  # (B, T)
+    return (repeated * is_target.to(repeated.dtype)).sum()
+
+
+def loss_with_weights(
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lens: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The summed token cross-entropy of one teacher-forced pass that also returns the attention
+    weights (B, T, S) (a Transformer's: its last layer's cross-attention, averaged over the
+    heads, the map that AER scores), for the losses on them. src (B, S), tgt_in, tgt_out (B, T)
+    -> ((), (B, T, S))."""
+    logits, weights = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V), (B, T, S)
+    assert weights is not None  # asked for
+    # (B, T, V) -> (B·T, V) against (B·T,) targets
+    token_loss = token_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), label_smoothing)
+    return token_loss, weights
+
+
 def guided_loss(
     model: EncoderDecoder,
     src: Tensor,
@@ -117,12 +147,7 @@ def guided_loss(
     gold: Tensor,
     label_smoothing: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """The summed token cross-entropy and ``alignment_loss`` of one teacher-forced pass that
-    returns the attention weights (B, T, S) (a Transformer's: its last layer's cross-attention,
-    averaged over the heads, the map that AER scores). src (B, S), tgt_in, tgt_out (B, T), gold
-    (B, T, S) -> ((), ())."""
-    logits, weights = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V), (B, T, S)
-    assert weights is not None  # asked for
-    # (B, T, V) -> (B·T, V) against (B·T,) targets
-    token_loss = token_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), label_smoothing)
+    """The summed token cross-entropy and ``alignment_loss`` of one pass (``loss_with_weights``).
+    src (B, S), tgt_in, tgt_out (B, T), gold (B, T, S) -> ((), ())."""
+    token_loss, weights = loss_with_weights(model, src, src_lens, tgt_in, tgt_out, label_smoothing)
     return token_loss, alignment_loss(weights, gold)
