@@ -20,6 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from seq2seq import Translator
 from seq2seq.cli import (
     add_backend_argument,
+    add_coverage_penalty_argument,
     add_trust_argument,
     check_device,
     check_writable,
@@ -43,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_coverage_penalty_argument(parser)
     add_trust_argument(parser)
     add_backend_argument(parser)
     return parser.parse_args()
@@ -58,7 +60,9 @@ def main() -> int:
         args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
     )
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, args.beam_size, args.length_penalty, args.batch_size)
+    hypotheses = translator.translate(
+        sources, args.beam_size, args.length_penalty, args.batch_size, args.coverage_penalty
+    )
     seconds = time.perf_counter() - start
     if args.hyp_out is not None:
         args.hyp_out.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")

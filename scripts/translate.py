@@ -21,6 +21,7 @@ from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.cli import (
     UsageError,
     add_backend_argument,
+    add_coverage_penalty_argument,
     add_trust_argument,
     check_device,
     check_writable,
@@ -58,6 +59,7 @@ def parse_args() -> argparse.Namespace:
         type=Path,
         help=f"write the attention explorer page of the first {HTML_SENTENCES} non-blank lines",
     )
+    add_coverage_penalty_argument(parser)
     add_trust_argument(parser)
     add_backend_argument(parser)
     return parser.parse_args()
@@ -104,6 +106,7 @@ def main() -> int:
             args.beam_size,
             args.length_penalty,
             args.batch_size,
+            args.coverage_penalty,
         )
     if args.attention_plot is not None:
         plot_sentence(translator, kept[:1], args)
@@ -136,8 +139,9 @@ def plot_sentence(translator: Translator, sentence: list[str], args: argparse.Na
     if not sentence:
         raise UsageError("--attention-plot needs at least one non-blank input line.")
     [translation] = translator.translate_detailed(
-        sentence, args.beam_size, args.length_penalty, with_attention=True
-    )
+        sentence, args.beam_size, args.length_penalty, with_attention=True,
+        coverage_penalty=args.coverage_penalty,
+    )  # fmt: skip
     assert translation.src_tokens is not None and translation.tgt_tokens is not None
     assert translation.attention is not None
     heads = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,29 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_coverage_penalty_argument(parser: argparse.ArgumentParser) -> None:
+    """``--coverage-penalty β``: GNMT's coverage penalty in beam search (``seq2seq.search``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+        return value
+
+    parser.add_argument(
+        "--coverage-penalty",
+        type=parse,
+        default=0.0,
+        metavar="BETA",
+        help="GNMT beta: beam search adds beta * sum_i log(min(attention to word i, 1)) to each "
+        "finished hypothesis's score, against source words left untranslated (0: off, the "
+        "default; with a beam of 1 it runs a beam search instead of greedy)",
+    )
 
 
 def add_trust_argument(parser: argparse.ArgumentParser) -> None:

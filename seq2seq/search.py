@@ -6,6 +6,7 @@ length limit), V vocabulary.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -156,6 +157,30 @@ def length_penalty_factor(lengths: Tensor, alpha: float) -> Tensor:
     return ((5.0 + lengths.float()) / 6.0) ** alpha
 
 
+# A source word the hypothesis never attended (an exact zero of a sparse normalizer) counts as
+# this much coverage in the coverage penalty, whose log would otherwise be -inf.
+COVERAGE_FLOOR = 1e-6
+
+
+def coverage_penalty(coverage: Tensor, is_real: Tensor, beta: float) -> Tensor:
+    """GNMT's cp(X; Y) = β Σ_i log(min(Σ_j a_ji, 1)) (Wu et al. 2016, eq. 14) over the real
+    source words: coverage (..., S), the attention summed over the hypothesis's steps, float32;
+    is_real (..., S) -> (...). 0 when every word got at least 1; below 0 for each one that got
+    less (at least ``COVERAGE_FLOOR``)."""
+    capped = coverage.clamp(min=COVERAGE_FLOOR, max=1.0).log()  # (..., S), <= 0
+    return beta * (capped * is_real).sum(dim=-1)
+
+
+def check_coverage_penalty(beta: float) -> None:
+    """β must be a finite number >= 0: the penalty only lowers scores, which the stopping bound
+    of ``beam_search`` relies on."""
+    if not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(
+            f"coverage_penalty must be a number >= 0 (β of GNMT's coverage penalty; 0 turns it "
+            f"off), got {beta}."
+        )
+
+
 @torch.no_grad()
 def beam_search(
     model: StepwiseModel,
@@ -169,10 +194,13 @@ def beam_search(
     max_len_a: float = 2.0,
     max_len_b: int = 10,
     n_best: int = 1,
+    coverage_penalty_weight: float = 0.0,
 ) -> BeamOutput:
     """Batched beam search: all B sentences and their K beams are decoded together as B·K rows.
 
-    Hypotheses are ranked by log P(Y) / lp(Y) (``length_penalty_factor``, |Y| counts EOS). At each
+    Hypotheses are ranked by log P(Y) / lp(Y) (``length_penalty_factor``, |Y| counts EOS), plus
+    GNMT's ``coverage_penalty`` with β = ``coverage_penalty_weight`` > 0 (finished hypotheses
+    only, as in Wu et al.: the attention each has summed over its steps). At each
     step the 2K best extensions of the K live hypotheses are taken: an EOS among the first K of
     them moves that hypothesis to its sentence's finished set, and the K best non-EOS extensions
     stay live (each live hypothesis has one EOS extension, so at most K of the 2K end in EOS). A
@@ -190,6 +218,7 @@ def beam_search(
         raise ValueError(
             f"n_best must be between 1 and beam_size ({beam_size}) inclusive, got {n_best}."
         )
+    check_coverage_penalty(coverage_penalty_weight)
     device = src.device
     batch_size, num_beams = src.shape[0], beam_size
     source, state = model.encode(src, src_lens)
@@ -236,6 +265,13 @@ def beam_search(
     # t - 1 used to produce the token at position t, allocated when the first step gives S's dtype.
     history_codes = torch.zeros((batch_size, max_steps, num_beams), dtype=torch.long, device=device)
     history_weights: Tensor | None = None
+    # With the coverage penalty: each live row's attention summed over its steps (A·K, S),
+    # float32, reordered with the beams (None before the first step: zeros).
+    penalized = coverage_penalty_weight > 0
+    live_coverage: Tensor | None = None
+    covered: Tensor | None = None
+    positions = torch.arange(src.shape[1], device=device)  # (S,)
+    lens = src_lens.to(device)  # (B,)
 
     num_steps = max_steps
     for t in range(max_steps):
@@ -256,7 +292,17 @@ def beam_search(
         # (-inf) add nothing.
         first_scores = cand_scores[:, :num_beams]  # (A, K)
         finishing = (is_eos[:, :num_beams] | at_limit[:, None]) & (first_scores > float("-inf"))
-        new_scores = torch.where(finishing, first_scores / lp_of[t + 1], float("-inf"))
+        normalized = first_scores / lp_of[t + 1]  # (A, K)
+        if penalized:
+            # The attention of each row's extensions, this step's included: (A·K, S).
+            step = weights.float()
+            covered = step if live_coverage is None else live_coverage + step
+            row_lens = lens[active].repeat_interleave(num_beams)  # (A·K,)
+            is_real = positions[None, :] < row_lens[:, None]  # (A·K, S)
+            penalty = coverage_penalty(covered, is_real, coverage_penalty_weight)  # (A·K,)
+            parents = cand_codes[:, :num_beams] // vocab_size  # (A, K): each one's beam
+            normalized = normalized + penalty.view(num_active, num_beams).gather(1, parents)
+        new_scores = torch.where(finishing, normalized, float("-inf"))
         # Merge with the finished set and keep the N best: (A, N + K) -> (A, N).
         active_scores, keep = torch.cat([active_scores, new_scores], dim=1).topk(n_best, dim=1)
         new_codes = cand_codes[:, :num_beams] + t * span  # (A, K)
@@ -308,6 +354,8 @@ def beam_search(
             parent_rows = parent_rows[still]  # (A', K)
             source = source.index_select(still)
         state = tuple(tensor.index_select(0, parent_rows.view(-1)) for tensor in state)
+        if covered is not None:
+            live_coverage = covered.index_select(0, parent_rows.view(-1))  # (A'·K, S)
         prev_tokens = (live_codes % vocab_size).view(-1)  # (A', K) -> (A'·K,)
     finished_scores.index_copy_(0, active, active_scores)
     finished_codes.index_copy_(0, active, active_codes)

@@ -4,7 +4,8 @@ four steps of every iteration named (expand, finish, prune, stop).
 ``seq2seq.search.beam_search`` is the same search batched over sentences and beams, with one
 integer coding each candidate; this one is what it is tested against (``tests/test_search.py``),
 as the C kernels are tested against the reference model, and what to read first. Both rank
-hypotheses by log P(Y) / lp(Y) (GNMT's length penalty, |Y| counts EOS), keep the K best live
+hypotheses by log P(Y) / lp(Y) (GNMT's length penalty, |Y| counts EOS; plus GNMT's coverage
+penalty of a finished hypothesis when asked), keep the K best live
 hypotheses, and finish a hypothesis that ends in EOS (or reaches the length limit) only when it
 ranks among the K best extensions of its step.
 
@@ -22,6 +23,8 @@ from seq2seq.search import (
     BeamOutput,
     Hypotheses,
     StepwiseModel,
+    check_coverage_penalty,
+    coverage_penalty,
     length_penalty_factor,
     max_output_lengths,
 )
@@ -59,8 +62,10 @@ def beam_search_reference(
     max_len_a: float = 2.0,
     max_len_b: int = 10,
     n_best: int = 1,
+    coverage_penalty_weight: float = 0.0,
 ) -> BeamOutput:
     """What ``seq2seq.search.beam_search`` returns, computed sentence by sentence."""
+    check_coverage_penalty(coverage_penalty_weight)
     sentences = []
     for b in range(src.shape[0]):
         source, state = model.encode(src[b : b + 1], src_lens[b : b + 1])  # one sentence
@@ -81,7 +86,16 @@ def beam_search_reference(
             for candidate in candidates[:beam_size]:
                 if candidate.token == eos_id or t + 1 == limit:
                     hypothesis = extend(live, candidate, weights)
-                    finished.append((candidate.log_prob / lp[t + 1], hypothesis))
+                    score = candidate.log_prob / lp[t + 1]
+                    if coverage_penalty_weight > 0:
+                        # GNMT's cp over this sentence's real words, the attention summed step
+                        # by step in float32.
+                        covered = sum_attention(hypothesis)[: int(src_lens[b])]
+                        score = score + coverage_penalty(
+                            covered, torch.ones_like(covered, dtype=torch.bool),
+                            coverage_penalty_weight,
+                        )  # fmt: skip
+                    finished.append((score, hypothesis))
             # Prune: the K best extensions that do not end in EOS stay live, with their states.
             kept = [c for c in candidates if c.token != eos_id][:beam_size]
             if t + 1 == limit or not kept:
@@ -110,6 +124,14 @@ def best_extensions(extended: Tensor, count: int) -> list[Candidate]:
         for score, code in zip(scores[:count], codes[:count].tolist(), strict=True)
         if score > float("-inf")
     ]
+
+
+def sum_attention(hypothesis: Hypothesis) -> Tensor:
+    """The attention of the hypothesis's tokens summed step by step, float32 (S,)."""
+    total = torch.zeros_like(hypothesis.attention[0], dtype=torch.float32)
+    for weights in hypothesis.attention:
+        total = total + weights.float()
+    return total
 
 
 def extend(live: list[Hypothesis], candidate: Candidate, weights: Tensor) -> Hypothesis:

@@ -77,6 +77,12 @@ def test_attention_and_n_best_are_pytorchs(bundle: Path) -> None:
             assert score == pytest.approx(reference, abs=0.5)
 
 
+def test_a_coverage_penalty_is_refused_with_the_reason(bundle: Path) -> None:
+    ct2 = Translator.load(bundle, backend="ctranslate2")
+    with pytest.raises(ValueError, match="the CTranslate2 backend cannot apply it"):
+        ct2.translate(SENTENCES, beam_size=4, coverage_penalty=0.5)
+
+
 @pytest.mark.parametrize("quantization", ["int8", "int16"])
 def test_quantized_models_translate(bundle: Path, tmp_path: Path, quantization: str) -> None:
     quantized = export_bundle(load(bundle), tmp_path / quantization)

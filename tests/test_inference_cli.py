@@ -88,6 +88,19 @@ def test_translate_matches_the_library_and_reads_files(
     assert outputs[bundle] == Translator.load(bundle).translate(sentences)
 
 
+def test_translate_applies_the_coverage_penalty_as_the_library(bundle: Path) -> None:
+    from seq2seq import Translator
+
+    sentences = [example.src for example in ToyTranslation(train_size=10).splits()["test"][:20]]
+    completed = run_script(
+        "translate.py", "--model", bundle, "--beam-size", "4", "--coverage-penalty", "2.5",
+        stdin="".join(f"{line}\n" for line in sentences).encode(),
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr.decode()
+    expected = Translator.load(bundle).translate(sentences, beam_size=4, coverage_penalty=2.5)
+    assert completed.stdout.decode().splitlines() == expected
+
+
 def test_attention_plot_is_written(bundle: Path, tmp_path: Path) -> None:
     plot = tmp_path / "attention.png"
     completed = run_script(
@@ -104,6 +117,8 @@ def test_attention_plot_is_written(bundle: Path, tmp_path: Path) -> None:
         (["--beam-size", "0"], "--beam-size: must be at least 1, got 0"),
         (["--model", "/nonexistent/model.ckpt"], "does not exist"),
         (["--output", "/nonexistent/dir/out.txt"], "directory /nonexistent/dir does not exist"),
+        (["--coverage-penalty", "-0.5"], "--coverage-penalty: must be a finite number >= 0"),
+        (["--coverage-penalty", "nan"], "--coverage-penalty: must be a finite number >= 0"),
     ],
 )
 def test_translate_bad_input_gets_one_clean_message(

@@ -501,6 +501,67 @@ def test_beam_search_with_coverage_is_the_plain_one_on_random_models(
     )
 
 
+@pytest.mark.parametrize("beta", [0.2, 1.0, 5.0])
+@pytest.mark.parametrize("family", ["bahdanau", "bahdanau+coverage", "transformer"])
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_search_with_a_coverage_penalty_is_the_plain_one(
+    family: str, seed: int, beta: float
+) -> None:
+    """GNMT's coverage penalty on finished hypotheses, over each sentence's real source words
+    only (the padded ones have no attention), in both searches: the same N best and scores."""
+    model: nn.Module = (
+        make_tiny_transformer(seed)
+        if family == "transformer"
+        else make_model(seed, eos_bias=1.0, coverage=family.endswith("coverage"))
+    )
+    src, src_lens = make_batch(seed, [7, 3, 9, 5, 1])
+    assert_beam_search_is_the_plain_one(
+        model, src, src_lens, beam_size=4, length_penalty=0.6, n_best=3, max_len_b=5,
+        coverage_penalty=beta,
+    )  # fmt: skip
+
+
+def test_the_coverage_penalty_is_its_formula_and_covers_no_less() -> None:
+    """The best hypothesis's score is log P / lp + β Σ_i log(min(Σ_j a_ji, 1)), recomputed by
+    hand; a large β picks outputs that cover more of the source."""
+    model = make_model(3, eos_bias=1.0)
+    src, src_lens = make_batch(3, [7, 3, 9, 5])
+    plain = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=4, length_penalty=0.6)
+    penalized = beam_search(
+        model, src, src_lens, BOS, EOS, PAD, beam_size=4, length_penalty=0.6,
+        coverage_penalty_weight=2.0,
+    )  # fmt: skip
+    best = penalized.best
+    for b in range(4):
+        steps = int(best.lengths[b])
+        log_p = sequence_log_probs(
+            model, src[b : b + 1], src_lens[b : b + 1], best.tokens[b : b + 1, :steps],
+            best.lengths[b : b + 1],
+        )  # fmt: skip
+        coverage = best.attention[b, :steps, : int(src_lens[b])].sum(dim=0)  # (S_b,)
+        penalty = 2.0 * coverage.clamp(min=1e-6, max=1.0).log().sum()
+        expected = log_p / length_penalty_factor(best.lengths[b], 0.6) + penalty
+        assert float(best.scores[b]) == pytest.approx(float(expected), abs=1e-4)
+
+    def covered_share(output: Any) -> float:
+        totals = [
+            output.best.attention[b, :, : int(src_lens[b])].sum(0).clamp(max=1).mean()
+            for b in range(4)
+        ]
+        return float(sum(totals)) / 4
+
+    assert covered_share(penalized) >= covered_share(plain)
+
+
+@pytest.mark.parametrize("beta", [-0.1, float("nan"), float("inf")])
+def test_a_negative_or_non_finite_coverage_penalty_is_refused(beta: float) -> None:
+    model = make_model(0)
+    src, src_lens = make_batch(0, [3, 2])
+    for search in (beam_search, beam_search_reference):
+        with pytest.raises(ValueError, match="coverage_penalty must be a number >= 0"):
+            search(model, src, src_lens, BOS, EOS, PAD, coverage_penalty_weight=beta)
+
+
 def assert_beam_search_is_the_plain_one(
     model: nn.Module,
     src: Tensor,
@@ -509,13 +570,15 @@ def assert_beam_search_is_the_plain_one(
     length_penalty: float,
     n_best: int,
     max_len_b: int,
+    coverage_penalty: float = 0.0,
 ) -> None:
     """The same N best, scores, lengths and attention from both searches, in float64 (no
     near-tie flips between batched and one-sentence arithmetic)."""
     model = model.double()
     settings: dict[str, Any] = dict(
-        beam_size=beam_size, length_penalty=length_penalty, n_best=n_best, max_len_b=max_len_b
-    )
+        beam_size=beam_size, length_penalty=length_penalty, n_best=n_best, max_len_b=max_len_b,
+        coverage_penalty_weight=coverage_penalty,
+    )  # fmt: skip
     fast = beam_search(model, src, src_lens, BOS, EOS, PAD, **settings)
     plain = beam_search_reference(model, src, src_lens, BOS, EOS, PAD, **settings)
     assert torch.equal(fast.lengths, plain.lengths)

@@ -142,10 +142,13 @@ def test_translations_scores_n_best_and_attention_are_the_translators(
     assert [r["src"] for r in answer["results"]] == SENTENCES
 
     payload = {"model": name, "src": SENTENCES, "beam_size": 4, "n_best": 3}
-    status, answer = server.translate({**payload, "return_scores": True, "length_penalty": 1.0})
-    expected = translator.translate_detailed(
-        SENTENCES, beam_size=4, length_penalty=1.0, n_best=3, with_scores=True
+    status, answer = server.translate(
+        {**payload, "return_scores": True, "length_penalty": 1.0, "coverage_penalty": 0.5}
     )
+    expected = translator.translate_detailed(
+        SENTENCES, beam_size=4, length_penalty=1.0, n_best=3, with_scores=True,
+        coverage_penalty=0.5,
+    )  # fmt: skip
     assert status == 200
     for got, want in zip(answer["results"], expected, strict=True):
         assert got["tgt"] == want.text
@@ -200,6 +203,8 @@ BAD_REQUESTS = [
     (b'{"model": "luong", "src": ["w1"], "beam_size": 3, "n_best": 4}', 422, "n_best: 4"),
     (b'{"model": "luong", "src": ["w1"], "length_penalty": NaN}', 422, "NaN is not a number"),
     (b'{"model": "luong", "src": ["w1"], "length_penalty": -1}', 422, "length_penalty: -1"),
+    (b'{"model": "luong", "src": ["w1"], "coverage_penalty": -1}', 422, "coverage_penalty: -1"),
+    (b'{"model": "luong", "src": ["w1"], "coverage_penalty": 11}', 422, "from 0 to 10"),
     (b'{"model": "luong", "src": ["w1"], "return_scores": 1}', 422, "return_scores: Input should"),
     (b'{"model": "luong", "src": ["w1"], "beams": 5}', 422, "beams: Extra inputs"),
 ]  # fmt: skip

@@ -26,6 +26,7 @@ from seq2seq.search import (
     Hypotheses,
     StepwiseModel,
     beam_search,
+    check_coverage_penalty,
     greedy_search,
     max_output_lengths,
 )
@@ -113,9 +114,12 @@ class Translator:
         beam_size: int = 1,
         length_penalty: float = 0.6,
         batch_size: int = 64,
+        coverage_penalty: float = 0.0,
     ) -> list[str]:
         """One translation per sentence, in order; a blank sentence gives an empty string."""
-        translations = self.translate_detailed(sentences, beam_size, length_penalty, batch_size)
+        translations = self.translate_detailed(
+            sentences, beam_size, length_penalty, batch_size, coverage_penalty=coverage_penalty
+        )
         return [translation.text for translation in translations]
 
     def translate_detailed(
@@ -127,22 +131,33 @@ class Translator:
         with_attention: bool = False,
         n_best: int | None = None,
         with_scores: bool = False,
+        coverage_penalty: float = 0.0,
     ) -> list[Translation]:
         """Like ``translate``, with truncation flags and, if asked, tokens and attention weights,
         the score of each translation (``with_scores``) and the ``n_best`` best of the beam.
 
-        Scores and n-best lists come from beam search, which ranks by log P(Y) / lp(Y): with
+        Scores and n-best lists come from beam search, which ranks by log P(Y) / lp(Y), plus
+        GNMT's coverage penalty with β = ``coverage_penalty`` > 0 (``seq2seq.search``): with
         ``beam_size=1`` that is a beam of one (greedy search's tokens where the length penalty
-        is 0). Sentences are sorted by length into batches (less padding) and put back in input
-        order.
+        and β are 0). Sentences are sorted by length into batches (less padding) and put back
+        in input order.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        check_coverage_penalty(coverage_penalty)
         if n_best is not None and not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be from 1 to beam_size ({beam_size}), got {n_best}.")
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
         if self.ctranslate2 is not None:
+            if coverage_penalty > 0:
+                raise ValueError(
+                    f"coverage penalty {coverage_penalty}: the CTranslate2 backend cannot apply "
+                    "it as this toolkit does (its penalty reads the attention of its alignment "
+                    "head, not the map averaged over the last layer's heads that ours reads), so "
+                    "it refuses rather than rank differently. Use the PyTorch or ONNX backend "
+                    "for a coverage penalty, or set it to 0."
+                )
             search = (beam_size, length_penalty, n_best, with_attention, with_scores)
             for indices in length_batches(src_ids, batch_size):
                 self._translate_ctranslate2(src_ids, indices, results, *search)
@@ -153,10 +168,14 @@ class Translator:
             src = pad(batch).to(self.device)  # (B, S)
             src_lens = torch.tensor([len(ids) for ids in batch], device=self.device)  # (B,)
             if n_best is None and not with_scores:
-                hypotheses = self._search(src, src_lens, beam_size, length_penalty)
+                hypotheses = self._search(
+                    src, src_lens, beam_size, length_penalty, coverage_penalty
+                )
                 ranked = None
             else:
-                ranked = self._beam(src, src_lens, beam_size, length_penalty, n_best or 1)
+                ranked = self._beam(
+                    src, src_lens, beam_size, length_penalty, n_best or 1, coverage_penalty
+                )
                 hypotheses = ranked.best
             # One conversion per batch instead of one per row.
             token_rows, lengths = hypotheses.tokens.tolist(), hypotheses.lengths.tolist()
@@ -285,7 +304,13 @@ class Translator:
         return weights[0, :, :, : len(tgt_ids)].cpu()
 
     def _beam(
-        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float, n_best: int
+        self,
+        src: Tensor,
+        src_lens: Tensor,
+        beam_size: int,
+        length_penalty: float,
+        n_best: int,
+        coverage_penalty: float = 0.0,
     ) -> BeamOutput:
         return beam_search(
             self.searched,
@@ -299,6 +324,7 @@ class Translator:
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
             n_best=n_best,
+            coverage_penalty_weight=coverage_penalty,
         )
 
     def _ranked(self, output: BeamOutput, row: int) -> list[tuple[str, float]]:
@@ -311,9 +337,14 @@ class Translator:
         ]
 
     def _search(
-        self, src: Tensor, src_lens: Tensor, beam_size: int, length_penalty: float
+        self,
+        src: Tensor,
+        src_lens: Tensor,
+        beam_size: int,
+        length_penalty: float,
+        coverage_penalty: float = 0.0,
     ) -> Hypotheses:
-        if beam_size == 1:
+        if beam_size == 1 and coverage_penalty == 0:
             return greedy_search(
                 self.searched,
                 src,
@@ -324,7 +355,7 @@ class Translator:
                 self.max_len_a,
                 self.max_len_b,
             )
-        return self._beam(src, src_lens, beam_size, length_penalty, n_best=1).best
+        return self._beam(src, src_lens, beam_size, length_penalty, 1, coverage_penalty).best
 
 
 def ctranslate2_model(path: Path) -> Any:
@@ -411,6 +442,7 @@ def translate_stream(
     beam_size: int = 1,
     length_penalty: float = 0.6,
     batch_size: int = 64,
+    coverage_penalty: float = 0.0,
     chunk_size: int = 2048,
 ) -> StreamReport:
     """Translate raw input lines, writing exactly one output line per input line, in order.
@@ -425,7 +457,9 @@ def translate_stream(
     def flush() -> None:
         texts = [text for text in chunk if text is not None]
         translations = iter(
-            translator.translate_detailed(texts, beam_size, length_penalty, batch_size)
+            translator.translate_detailed(
+                texts, beam_size, length_penalty, batch_size, coverage_penalty=coverage_penalty
+            )
         )
         for text in chunk:
             translation = next(translations) if text is not None else Translation("")

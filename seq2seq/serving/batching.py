@@ -30,6 +30,7 @@ class SearchOptions:
     n_best: int | None = None
     attention: bool = False
     scores: bool = False
+    coverage_penalty: float = 0.0  # GNMT's β (seq2seq.search.coverage_penalty)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The translation server: an HTTP JSON API over models fixed at start-up.
 
-    POST /translate  {"model", "src": [...], "beam_size", "length_penalty", "n_best",
-                      "return_attention", "return_scores"} -> one result per sentence
+    POST /translate  {"model", "src": [...], "beam_size", "length_penalty", "coverage_penalty",
+                      "n_best", "return_attention", "return_scores"} -> one result per sentence
     GET  /models     name, architecture, scoring function, normalizer, window, key bias,
                      parameters, backend, vocabularies
     GET  /health     200 once every model is loaded, 503 before
@@ -74,6 +74,7 @@ class TranslateRequest(BaseModel):
     src: list[str]
     beam_size: int = 1
     length_penalty: float = 0.6
+    coverage_penalty: float = 0.0
     n_best: int | None = None
     return_attention: bool = False
     return_scores: bool = False
@@ -134,6 +135,7 @@ def translate_with(translator: Translator) -> Translate:
             with_attention=options.attention,
             n_best=options.n_best,
             with_scores=options.scores,
+            coverage_penalty=options.coverage_penalty,
         )
 
     return translate
@@ -228,12 +230,20 @@ def create_app(
         body = parse(await read_body(request, state.limits.max_body_bytes), state.limits, state)
         ready(state)
         name = body.model or state.sources[0].name
+        backend = next(source.backend for source in state.sources if source.name == name)
+        if body.coverage_penalty > 0 and backend == "ctranslate2":
+            raise ClientError(
+                422,
+                f"coverage_penalty: model {name!r} runs on CTranslate2, which cannot apply the "
+                "coverage penalty as the other backends do; send 0 for it.",
+            )
         options = SearchOptions(
             body.beam_size,
             body.length_penalty,
             body.n_best,
             body.return_attention,
             body.return_scores,
+            body.coverage_penalty,
         )
         try:
             translations = await state.batchers[name].submit(body.src, options)
@@ -383,6 +393,10 @@ def check(body: TranslateRequest, limits: Limits, state: ServerState) -> None:
         )
     if not (math.isfinite(body.length_penalty) and 0 <= body.length_penalty <= 10):
         raise ClientError(422, f"length_penalty: {body.length_penalty}; it must be from 0 to 10.")
+    if not (math.isfinite(body.coverage_penalty) and 0 <= body.coverage_penalty <= 10):
+        raise ClientError(
+            422, f"coverage_penalty: {body.coverage_penalty}; it must be from 0 to 10."
+        )
 
 
 def result(source: str, translation: Translation, options: SearchOptions) -> dict[str, Any]:
