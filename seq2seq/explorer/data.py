@@ -11,7 +11,10 @@ models: sparsemax and entmax forget the scores below their threshold).
 
 Weights are rounded to 4 decimals: the page draws them and sums nothing again. Rounding makes a
 small weight look like none, so each map also lists, per row, the columns whose weight is
-exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small.
+exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small. Each
+map's ``coverage`` row t is what steps 0..t gave each source word in total (the running sum of
+the weights, summed before rounding): the last row shows which words were read more than once
+and which barely (``seq2seq.analysis.metrics.attention_totals``), what coverage is for.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def attention_map(
     return {
         "weights": rounded(weights),
         "zeros": exact_zeros(weights),
+        "coverage": rounded(weights.double().cumsum(dim=0)),  # (T, S): steps 0..t summed
         "entropy": entropy(weights),
         "aer": aer(weights, gold),
         "spread": score_spread(weights, readable) if softmax else None,

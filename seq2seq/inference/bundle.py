@@ -71,9 +71,10 @@ ALLOWED_TARGETS: dict[str, Callable[..., Any]] = {
 
 
 def attention_parts_of(model_config: dict[str, Any]) -> dict[str, Any]:
-    """A model config's normalizer, window and key bias (``seq2seq.attention.AttentionParts``) as
-    plain values for a page or an API: files from before the parts were switches are global
-    softmax; a user's normalizer is named by its ``_target_``."""
+    """A model config's normalizer, window, key bias and coverage
+    (``seq2seq.attention.AttentionParts``) and input feeding, as plain values for a page or an
+    API: files from before the parts were switches are global softmax without them; a user's
+    normalizer is named by its ``_target_``."""
     parts = model_config.get("attention_parts") or {}
     normalizer = parts.get("normalizer", "softmax")
     if isinstance(normalizer, dict):
@@ -84,6 +85,8 @@ def attention_parts_of(model_config: dict[str, Any]) -> dict[str, Any]:
         "window": parts.get("window", "global"),
         "window_size": parts.get("window_size"),
         "key_bias": bool(parts.get("key_bias", False)),
+        "coverage": bool(parts.get("coverage", False)),
+        "input_feeding": bool(model_config.get("input_feeding", False)),
     }
 
 
