@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,15 +77,17 @@ class Run:
     scoring: str
     variant: str
     seed: int
+    switches: tuple[str, ...] = ()  # the variant's train.py overrides
 
     def directory(self, root: Path) -> Path:
         variant = self.variant.replace(", ", "_").replace(" ", "_").replace("α", "alpha")
+        variant = variant.replace("λ", "lambda").replace("=", "")
         return root / self.scoring / variant / f"seed-{self.seed}"
 
     def overrides(self, epochs: int, extra: Sequence[str] = ()) -> list[str]:
         return [
             f"attention={self.scoring}",
-            *VARIANTS[self.variant],
+            *self.switches,
             f"seed={self.seed}",
             f"trainer.max_epochs={epochs}",
             "threads=1",
@@ -164,20 +166,33 @@ def sparsity(translator: Translator, examples: Sequence[Any]) -> dict[str, float
 
 
 def run_all(
-    root: Path, seeds: Sequence[int], epochs: int, jobs: int, extra: Sequence[str] = ()
+    root: Path,
+    seeds: Sequence[int],
+    epochs: int,
+    jobs: int,
+    extra: Sequence[str] = (),
+    variants: dict[str, list[str]] | None = None,
+    score: Callable[[Path], dict[str, float]] = evaluate,
 ) -> dict[str, Any]:
-    """Train (``jobs`` at a time) and evaluate every run; the figures per run and per group."""
+    """Train (``jobs`` at a time) and ``score`` every run of ``variants`` (``VARIANTS``); the
+    figures per run and per group."""
+    variants = VARIANTS if variants is None else variants
     if len(set(seeds)) < 2:
         raise IntervalError(
             f"--seeds {' '.join(map(str, seeds))}: an interval over seeds needs at least 2 "
             "different seeds (e.g. --seeds 1 2 3); nothing was trained."
         )
-    runs = [Run(s, v, seed) for s in SCORINGS for v in VARIANTS for seed in seeds]
+    runs = [
+        Run(s, v, seed, tuple(switches))
+        for s in SCORINGS
+        for v, switches in variants.items()
+        for seed in seeds
+    ]
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
         directories = list(pool.map(lambda run: train(run, root, epochs, extra), runs))
     with ThreadPoolExecutor(jobs) as pool:
-        figures = list(pool.map(evaluate, directories))
+        figures = list(pool.map(score, directories))
     log.info("trained and evaluated %d runs in %.0f s", len(runs), time.perf_counter() - start)
     per_run = [
         {"scoring": r.scoring, "variant": r.variant, "seed": r.seed, **f}
@@ -194,8 +209,8 @@ def measure_speed(repeats: int, steps: int, extra: Sequence[str] = ()) -> dict[s
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(repeats):
             for scoring in SCORINGS:
-                for variant in VARIANTS:
-                    run = Run(scoring, variant, 1)
+                for variant, switches in VARIANTS.items():
+                    run = Run(scoring, variant, 1, tuple(switches))
                     directory = Path(scratch) / f"{repeat}" / scoring / variant.replace(" ", "_")
                     overrides = [
                         *run.overrides(1, extra), f"+trainer.max_steps={steps}",
@@ -236,12 +251,17 @@ def render_speed(speed: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def group_intervals(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Interval]]:
+Figure = tuple[str, str, int]  # key in a run's figures, column name, decimals
+
+
+def group_intervals(
+    results: dict[str, Any], figures_shown: Sequence[Figure] = FIGURES
+) -> dict[tuple[str, str], dict[str, Interval]]:
     """(scoring, variant) -> figure -> its interval over the seeds."""
     groups: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in results["runs"]:
         figures = groups.setdefault((run["scoring"], run["variant"]), {})
-        for key, _, _ in FIGURES:
+        for key, _, _ in figures_shown:
             figures.setdefault(key, []).append(float(run[key]))
     return {
         group: {key: mean_interval(values) for key, values in figures.items()}
@@ -249,26 +269,35 @@ def group_intervals(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, 
     }
 
 
-def render_table(results: dict[str, Any]) -> str:
+def render_table(
+    results: dict[str, Any],
+    variants: Sequence[str] | None = None,
+    figures: Sequence[Figure] = FIGURES,
+    compared_with: dict[str, str] | None = None,
+) -> str:
     """One markdown table per scoring function: mean ± 95 % half-width over the seeds, in bold
-    where the interval does not overlap the baseline's."""
-    intervals = group_intervals(results)
+    where the interval does not overlap that of the variant it is compared with
+    (``compared_with``, else the baseline)."""
+    intervals = group_intervals(results, figures)
+    variants = list(VARIANTS) if variants is None else variants
+    compared_with = compared_with or {}
     lines = []
     for scoring in SCORINGS:
-        header = " | ".join(name for _, name, _ in FIGURES)
+        header = " | ".join(name for _, name, _ in figures)
         lines += [
             f"**attention={scoring}** ({len(results['seeds'])} seeds, mean ± 95 % interval)",
             "",
             f"| variant | {header} |",
-            "|---" * (len(FIGURES) + 1) + "|",
+            "|---" * (len(figures) + 1) + "|",
         ]
-        baseline = intervals[(scoring, "baseline")]
-        for variant in VARIANTS:
+        for variant in variants:
+            reference = compared_with.get(variant, "baseline")
             cells = []
-            for key, _, digits in FIGURES:
+            for key, _, digits in figures:
                 interval = intervals[(scoring, variant)][key]
                 text = interval.format(digits)
-                if variant != "baseline" and interval.separates_from(baseline[key]):
+                other = intervals[(scoring, reference)][key]
+                if variant != reference and interval.separates_from(other):
                     text = f"**{text}**"
                 cells.append(text)
             lines.append(f"| {variant} | {' | '.join(cells)} |")

@@ -1,0 +1,63 @@
+"""Measure input feeding, coverage and its loss, and the coverage penalty on the toy task.
+
+    python scripts/attention_memory.py --runs outputs/attention_parts [--seeds 1 2 3]
+        [--epochs 2] [--jobs 2] [--out docs/attention_memory] [--docs docs/attention.md]
+
+Trains the default model with each switch of ``benchmarks/attention_memory.py`` for additive and
+scaled_dot scoring and each seed, ``--jobs`` runs at a time with one thread each (runs already in
+``--runs`` are kept: with the parts study's directory, its baseline runs serve); scores every best
+checkpoint; writes ``results.json`` and ``report.md`` (mean and 95 % interval over the seeds) to
+``--out``, and refreshes the ``attention_memory`` block of ``--docs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+from pathlib import Path
+
+# benchmarks/ sits beside scripts/ in a checkout and is not installed with the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.attention_memory import render_memory_table, run_memory_study
+from benchmarks.attention_report import update_docs
+from seq2seq.cli import int_at_least, run
+
+log = logging.getLogger("seq2seq")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True, help="directory of the training runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(1 2 3)")
+    parser.add_argument("--epochs", type=int_at_least(1), default=2, help="per run (2)")
+    parser.add_argument("--jobs", type=int_at_least(1), default=2, help="runs at a time (2)")
+    parser.add_argument("--out", type=Path, default=Path("docs/attention_memory"), help="report")
+    parser.add_argument("--docs", type=Path, help="markdown page whose generated block to refresh")
+    parser.add_argument(
+        "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = run_memory_study(args.runs, args.seeds, args.epochs, args.jobs, args.overrides)
+    results["machine"] = f"{platform.processor() or platform.machine()}, {platform.platform()}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    sections = {"attention_memory": render_memory_table(results)}
+    command = " ".join(["python scripts/attention_memory.py", *(argv or sys.argv[1:])])
+    report = "\n\n".join([f"# Attention with memory, measured\n\n`{command}`", *sections.values()])
+    (args.out / "report.md").write_text(report + "\n")
+    if args.docs is not None:
+        log.info("refreshed %s in %s", ", ".join(update_docs(args.docs, sections)), args.docs)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
