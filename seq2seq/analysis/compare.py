@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -63,13 +64,19 @@ def is_run_dir(path: Path) -> bool:
     return (path / METRICS_FILE).is_file() or (path / SUMMARY_FILE).is_file()
 
 
+def natural_key(path: Path) -> list[Any]:
+    """Sorts a multirun's jobs 0, 1, 2, ..., 10 rather than 0, 1, 10, 11, 2 (numbers as numbers)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
 def find_runs(paths: Iterable[Path]) -> list[Path]:
     """Run directories among ``paths`` and their subdirectories (a multirun's jobs)."""
     runs: list[Path] = []
     for path in paths:
         if not path.is_dir():
             raise RunsError(f"{path} is not a directory: pass run or multirun directories.")
-        found = [path] if is_run_dir(path) else sorted(p.parent for p in path.glob("*/metrics.csv"))
+        jobs = (p.parent for p in path.glob("*/metrics.csv"))
+        found = [path] if is_run_dir(path) else sorted(jobs, key=natural_key)
         if not found:
             raise RunsError(
                 f"{path} holds no run: a run directory has metrics.csv (and summary.json once "
