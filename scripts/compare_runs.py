@@ -63,21 +63,42 @@ def parse_args() -> argparse.Namespace:
         help="also test these two run directories against each other",
     )  # fmt: skip
     parser.add_argument("--test", choices=TESTS, default="bs", help="paired test (bs)")
-    parser.add_argument("--samples", type=int_at_least(1), help="resamples or trials")
+    parser.add_argument(
+        "--samples", type=samples_count, metavar="N",
+        help=f"resamples (bootstrap, default 1000) or trials (--test ar, default 10000), at most "
+        f"{MAX_SAMPLES:,}",
+    )  # fmt: skip
     add_trust_argument(parser)
     return parser.parse_args()
 
 
+# More resamples than this hold their (samples × sentences) index table in memory for nothing:
+# the p-value's resolution is 1 / (samples + 1).
+MAX_SAMPLES = 100_000
+
+
+def samples_count(text: str) -> int:
+    """--samples: an integer from 1 to ``MAX_SAMPLES``."""
+    value = int_at_least(1)(text)
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SAMPLES:,}, got {value:,}")
+    return value
+
+
 def main() -> int:
     args = parse_args()
+    for path in args.pair or []:
+        if not path.is_dir():
+            raise UsageError(f"--pair {path}: no such run directory.")
     runs = [read_run(path) for path in find_runs(args.runs)]
     out_dir: Path = args.out or args.runs[0]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
+    groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
     print(markdown_table(runs), end="")
-    print_groups(runs, args, out_dir)
+    print_groups(runs, groups, args, out_dir)
     curves = plot_bleu_curves(runs, out_dir / "bleu_curves.png")
     log.info("wrote %s", curves)
     grid = plot_attention_grid(runs, out_dir / "attention_grid.png")
@@ -91,9 +112,10 @@ def main() -> int:
     return 0
 
 
-def print_groups(runs: list[RunRecord], args: argparse.Namespace, out_dir: Path) -> None:
+def print_groups(
+    runs: list[RunRecord], groups: list[Group], args: argparse.Namespace, out_dir: Path
+) -> None:
     """The groups' table, their paired tests and bleu_bands.png; the tests of --pair."""
-    groups = group_runs(runs, args.by)
     if args.by and all(len(group.runs) == 1 for group in groups):
         raise UsageError(
             f"--by {' '.join(args.by)} puts every run in a group of its own, so there is no "

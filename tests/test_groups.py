@@ -188,3 +188,105 @@ def test_bad_comparisons_are_one_paragraph(tmp_path: Path) -> None:
     assert (
         "no paired tests" in completed.stderr and "has no test_hypotheses.txt" in completed.stderr
     )
+
+
+def overridden_run(
+    directory: Path, seed: int, overrides: list[str], test_bleu: float, **changes: Any
+) -> Path:
+    """A fake run whose .hydra/overrides.yaml holds ``overrides`` and seed=SEED."""
+    run = fake_run(directory, config(seed, **changes), test_bleu)
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([*overrides, f"seed={seed}"]))
+    return run
+
+
+def test_a_setting_left_at_its_default_is_named_by_its_config(tmp_path: Path) -> None:
+    """additive is the default: its runs override no attention, dot's do. Labels from the
+    overrides would call the additive group "all runs"; the config's keys name both."""
+    runs = [
+        overridden_run(tmp_path / "a1", 1, ["data.train_size=500"], 90.0),
+        overridden_run(tmp_path / "a2", 2, ["data.train_size=500"], 91.0),
+        overridden_run(
+            tmp_path / "d1", 1, ["data.train_size=500", "attention=dot"], 80.0,
+            attention___target_="seq2seq.attention.DotProductAttention",
+        ),
+    ]  # fmt: skip
+    groups = group_runs([read_run(path) for path in runs])
+    assert [g.label for g in groups] == [
+        "attention=AdditiveAttention", "attention=DotProductAttention",
+    ]  # fmt: skip
+    # A sweep that overrides the same keys in every group is named by its overrides.
+    sweep = [
+        overridden_run(
+            tmp_path / f"s{i}", 1, [f"attention={name}"], 90.0,
+            attention___target_=f"seq2seq.attention.{target}",
+        )
+        for i, (name, target) in enumerate(
+            [("additive", "AdditiveAttention"), ("scaled_dot", "DotProductAttention")]
+        )
+    ]  # fmt: skip
+    assert [g.label for g in group_runs([read_run(p) for p in sweep])] == [
+        "attention=additive", "attention=scaled_dot",
+    ]  # fmt: skip
+
+
+def test_by_a_section_groups_by_every_key_under_it(tmp_path: Path) -> None:
+    runs = [
+        fake_run(tmp_path / "a1", config(1), 90.0),
+        fake_run(tmp_path / "b1", config(1, attention__normalizer="sparsemax"), 92.0),
+        fake_run(tmp_path / "b2", config(2, attention__normalizer="sparsemax"), 93.0),
+    ]
+    groups = group_runs([read_run(path) for path in runs], by=["attention"])
+    assert [[r.path.name for r in g.runs] for g in groups] == [["a1"], ["b1", "b2"]]
+
+
+def test_repeated_seeds_in_a_group_are_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = [fake_run(tmp_path / f"r{i}", config(1), 90.0 + i) for i in range(2)]
+    with caplog.at_level("WARNING"):
+        group_runs([read_run(path) for path in runs])
+    assert "holds several runs of seed 1" in caplog.text
+
+
+def test_an_untestable_pair_leaves_out_only_itself(tmp_path: Path) -> None:
+    """A run without its test records costs its own pairs, not every paired test."""
+    sentences = ["a b", "c d", "e f"]
+    runs = [
+        with_test_records(fake_run(tmp_path / "a1", config(1), 90.0), sentences, sentences),
+        with_test_records(fake_run(tmp_path / "a2", config(2), 91.0), sentences, sentences),
+        with_test_records(
+            fake_run(tmp_path / "b1", config(1, model__hidden_size=128), 80.0),
+            sentences, ["a b", "c", "e f"],
+        ),
+        fake_run(tmp_path / "b2", config(2, model__hidden_size=128), 81.0),  # no records
+    ]  # fmt: skip
+    completed = run_compare(*runs, "--out", tmp_path / "out", "--samples", "200")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "Paired tests" in completed.stdout and "| BLEU |" in completed.stdout
+    assert "left out of the paired tests" in completed.stderr and "b2 has no" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--samples", "100000000"], "--samples: at most 100,000"),
+        (["--pair", "RUN", "/nonexistent/run"], "--pair /nonexistent/run: no such run directory"),
+    ],
+)
+def test_more_bad_comparisons_are_one_paragraph(
+    tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    run = fake_run(tmp_path / "a", config(1), 90.0)
+    arguments = [str(run) if a == "RUN" else a for a in arguments]
+    completed = run_compare(run, "--out", tmp_path / "out", *arguments)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert message in completed.stderr
+
+
+def test_a_corrupt_summary_is_one_paragraph(tmp_path: Path) -> None:
+    run = fake_run(tmp_path / "a", config(1), 90.0)
+    (run / "summary.json").write_text('{"test_bleu": 9')
+    completed = run_compare(run, "--out", tmp_path / "out")
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert "summary.json is not valid JSON" in completed.stderr

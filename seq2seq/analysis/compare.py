@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import re
 import textwrap
@@ -24,7 +25,10 @@ from seq2seq.errors import Seq2SeqError
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
+log = logging.getLogger(__name__)
+
 PANEL_INCHES = 4.2  # an attention grid panel's width and height
+GRID_COLUMNS = 4  # panels per row of the attention grid: a dozen runs stay readable
 # Characters of a (12 pt) title per inch of figure, with a margin: a longer title is wrapped, not
 # cut off at the figure's edge (one panel holds a 4.2-inch line, a long sentence does not).
 TITLE_CHARS_PER_INCH = 10
@@ -74,7 +78,8 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     runs: list[Path] = []
     for path in paths:
         if not path.is_dir():
-            raise RunsError(f"{path} is not a directory: pass run or multirun directories.")
+            what = "is a file, not a directory" if path.exists() else "does not exist"
+            raise RunsError(f"{path} {what}: pass run or multirun directories.")
         jobs = (p.parent for p in path.glob("*/metrics.csv"))
         found = [path] if is_run_dir(path) else sorted(jobs, key=natural_key)
         if not found:
@@ -90,7 +95,20 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 def read_run(path: Path) -> RunRecord:
     summary: dict[str, Any] = {}
     if (path / SUMMARY_FILE).is_file():
-        summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+        try:
+            summary = json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise RunsError(
+                f"{path / SUMMARY_FILE} is not valid JSON ({error}): the file was cut short or "
+                "edited. Delete it to compare the run from its metrics.csv alone, or run its test "
+                "pass again."
+            ) from None
+    else:
+        log.warning(
+            "%s has no %s (still training, or stopped before its test): its test figures are "
+            "missing and its AER column shows its last val/aer",
+            path, SUMMARY_FILE,
+        )  # fmt: skip
     metrics: list[dict[str, float]] = []
     if (path / METRICS_FILE).is_file():
         with open(path / METRICS_FILE, newline="", encoding="utf-8") as file:
@@ -149,21 +167,27 @@ def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
     """val BLEU against training step, one line per run."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
-        for run, label in zip(runs, run_labels(runs), strict=True):
+        # tab20: 20 distinct colours, where the default cycle repeats after 10 runs.
+        colours = [plt.get_cmap("tab20")(i) for i in range(20)]
+        for index, (run, label) in enumerate(zip(runs, run_labels(runs), strict=True)):
             points = run.series("val/bleu")
             if points:
                 steps, values = zip(*points, strict=True)
-                axes.plot(steps, values, marker="o", label=label)
+                axes.plot(steps, values, marker="o", label=label, color=colours[index % 20])
         axes.set_xlabel("training step")
         axes.set_ylabel("val BLEU")
         axes.grid(alpha=0.3)
-        if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing
-            axes.legend()
-        figure.tight_layout()
-        figure.savefig(path, dpi=120)
+        outside_legend(axes)
+        figure.savefig(path, dpi=120, bbox_inches="tight")
     finally:
         plt.close(figure)
     return path
+
+
+def outside_legend(axes: Any) -> None:
+    """The legend below the plot, where it covers no line and long labels are not cut."""
+    if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing
+        axes.legend(loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, fontsize="small")
 
 
 def run_labels(runs: Sequence[RunRecord]) -> list[str]:
@@ -195,11 +219,15 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
     if not panels:
         return None
     index = panels[0][3]["index"]
+    columns = min(len(panels), GRID_COLUMNS)
+    rows = math.ceil(len(panels) / columns)
     figure, grid = plt.subplots(
-        1, len(panels), figsize=(PANEL_INCHES * len(panels), PANEL_INCHES), squeeze=False
+        rows, columns, figsize=(PANEL_INCHES * columns, PANEL_INCHES * rows), squeeze=False
     )
     try:
-        for axes, (run, label, record, sentence) in zip(grid[0], panels, strict=True):
+        for unused in grid.flat[len(panels) :]:
+            unused.axis("off")
+        for axes, (run, label, record, sentence) in zip(grid.flat, panels, strict=False):
             if sentence["index"] != index:
                 raise RunsError(
                     f"{run.path} recorded other validation sentences than {panels[0][0].path}: "
@@ -213,7 +241,7 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
                 title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
             )
         source = panels[0][3]["source"]
-        figure.suptitle(wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * len(panels)))
+        figure.suptitle(wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * columns))
         figure.tight_layout()
         figure.savefig(path, dpi=120)
     finally:

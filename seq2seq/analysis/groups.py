@@ -14,6 +14,7 @@ other, on the test sentences both runs kept (``test_hypotheses.txt``).
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import matplotlib.pyplot as plt
 import yaml
 
 from seq2seq.analysis.alignment import AlignmentCounts
-from seq2seq.analysis.compare import RunRecord, RunsError
+from seq2seq.analysis.compare import RunRecord, RunsError, outside_legend
 from seq2seq.analysis.intervals import Interval, mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from seq2seq.analysis.significance import (
@@ -32,6 +33,8 @@ from seq2seq.analysis.significance import (
     paired_aer_bootstrap,
     paired_translation_test,
 )
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
 
@@ -104,14 +107,22 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
     each group labelled with the keys whose values tell the groups apart."""
     configs = [flat_config(run) for run in runs]
     if by:
-        unknown = [key for key in by if not any(key in config for config in configs)]
+        # A section (``attention``) stands for every key under it (``attention._target_``, ...).
+        expanded = {
+            key: sorted({name for config in configs for name in config if name == key
+                         or name.startswith(f"{key}.")})
+            for key in by
+        }  # fmt: skip
+        unknown = [key for key, names in expanded.items() if not names]
         if unknown:
             raise RunsError(
                 f"--by {' '.join(unknown)}: no run's {CONFIG_FILE} has "
-                f"{'this key' if len(unknown) == 1 else 'these keys'}. Name keys as the config "
-                "writes them, e.g. --by attention._target_ attention.scaled or --by seed."
+                f"{'this key' if len(unknown) == 1 else 'these keys'}. Name keys or sections as "
+                "the config writes them, e.g. --by attention, --by attention._target_ "
+                "attention.scaled or --by seed."
             )
-        keys = [{key: config.get(key) for key in by} for config in configs]
+        names = [name for key in by for name in expanded[key]]
+        keys = [{name: config.get(name) for name in names} for config in configs]
     else:
         keys = [experiment_keys(config) for config in configs]
     grouped: dict[str, tuple[dict[str, Any], list[RunRecord]]] = {}
@@ -119,13 +130,33 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
         grouped.setdefault(repr(sorted(key.items(), key=str)), (key, []))[1].append(run)
     members = [runs_ for _, runs_ in grouped.values()]
     labels = override_labels(members) or config_labels([key for key, _ in grouped.values()])
-    return [Group(label or "all runs", runs_) for label, runs_ in zip(labels, members, strict=True)]
+    groups = [
+        Group(label or "all runs", runs_) for label, runs_ in zip(labels, members, strict=True)
+    ]
+    for group in groups:
+        warn_repeated_seeds(group)
+    return groups
+
+
+def warn_repeated_seeds(group: Group) -> None:
+    """Two runs of one seed in a group are not two samples of the seed's effect: say so."""
+    seeds = [str(seed) for seed in group.seeds]
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        log.warning(
+            "group %s holds several runs of seed %s (%s): its interval counts them as independent "
+            "and its paired tests use one run per seed; give each run its own seed, or group "
+            "with --by so that they fall apart",
+            group.label, ", ".join(repeated),
+            ", ".join(str(run.path) for run in group.runs if str(run_seed(run)) in repeated),
+        )  # fmt: skip
 
 
 def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
     """Each group named by the command-line overrides that set it apart (``attention=additive``),
-    from each run's ``.hydra/overrides.yaml`` without its seed; None where a run has none, or the
-    runs of a group were started with different ones."""
+    from each run's ``.hydra/overrides.yaml`` without its seed; None where a run has none, the
+    runs of a group were started with different ones, or the groups override different keys (a
+    setting left at its default has no override to name it: the config's keys do)."""
     per_group = []
     for runs in groups:
         found = set()
@@ -138,6 +169,9 @@ def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
         if len(found) != 1:
             return None
         per_group.append(found.pop())
+    override_keys = {frozenset(o.split("=", 1)[0] for o in overrides) for overrides in per_group}
+    if len(override_keys) != 1:
+        return None
     shared = set.intersection(*(set(overrides) for overrides in per_group))
     labels = [", ".join(o for o in overrides if o not in shared) for overrides in per_group]
     return labels if len(set(labels)) == len(labels) else None
@@ -245,28 +279,28 @@ def read_alignments(path: Path) -> list[AlignmentCounts] | None:
     return counts
 
 
-def check_testable(groups: Sequence[Group]) -> None:
-    """A RunsError for a run without its test records, or for runs of different test sets."""
-    references: tuple[Path, list[str]] | None = None
-    for run in (run for group in groups for run in group.runs):
+def untestable(run_a: RunRecord, run_b: RunRecord) -> str | None:
+    """Why two runs cannot be tested against each other (a run without its test records, or
+    runs of different test sets), or None."""
+    for run in (run_a, run_b):
+        if not run.path.is_dir():
+            return f"{run.path} does not exist (or is not a directory): pass run directories."
         for name in (TEST_HYPOTHESES, TEST_REFERENCES):
             if not (run.path / name).is_file():
-                raise RunsError(
-                    f"{run.path} has no {name}: a paired test needs each run's translations of the "
-                    "test set, which train.py keeps beside summary.json since this version (runs "
-                    "trained before it, or with test_after_training=false, have none). Score the "
-                    "run again (python scripts/evaluate.py --hyp-out) or retrain it; without "
-                    "paired tests, compare the intervals alone."
+                return (
+                    f"{run.path} has no {name}: a paired test needs each run's translations of "
+                    "the test set, which train.py keeps beside summary.json since this version "
+                    "(runs trained before it, or with test_after_training=false, have none). "
+                    "Score the run again (python scripts/evaluate.py --hyp-out) or retrain it; "
+                    "without paired tests, compare the intervals alone."
                 )
-        lines = read_lines(run.path / TEST_REFERENCES)
-        if references is None:
-            references = (run.path, lines)
-        elif lines != references[1]:
-            raise RunsError(
-                f"{run.path} and {references[0]} were tested on different sentences "
-                f"({TEST_REFERENCES} differ): a paired test compares translations of the same "
-                "test set. Compare runs of the same data.* settings."
-            )
+    if read_lines(run_a.path / TEST_REFERENCES) != read_lines(run_b.path / TEST_REFERENCES):
+        return (
+            f"{run_a.path} and {run_b.path} were tested on different sentences "
+            f"({TEST_REFERENCES} differ): a paired test compares translations of the same "
+            "test set. Compare runs of the same data.* settings."
+        )
+    return None
 
 
 def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecord]]:
@@ -288,12 +322,18 @@ def compare_groups(
     test: str = "bs",
     samples: int | None = None,
 ) -> list[Comparison]:
-    """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER."""
-    check_testable(groups)
+    """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER.
+    A pair of runs that cannot be tested (``untestable``) is left out with a warning; a
+    RunsError where no pair can be."""
     comparisons = []
+    problems: list[str] = []
     for baseline, system in itertools.combinations(groups, 2):
         p_values: dict[str, list[float]] = {"BLEU": [], "chrF": [], "AER": []}
         for run_a, run_b in seed_pairs(baseline, system):
+            problem = untestable(run_a, run_b)
+            if problem is not None:
+                problems.append(problem)
+                continue
             references = read_lines(run_a.path / TEST_REFERENCES)
             for result in paired_translation_test(
                 read_lines(run_a.path / TEST_HYPOTHESES),
@@ -324,20 +364,37 @@ def compare_groups(
                     tuple(p_values[metric]),
                 )
             )  # fmt: skip
+    if problems and not comparisons:
+        raise RunsError(problems[0])
+    for problem in dict.fromkeys(problems):  # each once
+        log.warning("a pair of runs is left out of the paired tests: %s", problem)
     return comparisons
 
 
 def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
     """Markdown: each pair and metric, the difference of means, the seed pairs' p-values (*:
-    below 0.05) and whether the difference is beyond the seed-to-seed spread."""
-    return markdown(*significance_rows(comparisons, test))
+    below 0.05) and whether the difference is beyond the seed-to-seed spread; a note that says
+    how to read them."""
+    return markdown(*significance_rows(comparisons, test)) + SIGNIFICANCE_NOTE
+
+
+SIGNIFICANCE_NOTE = (
+    "\nΔ mean: system minus baseline. p-values: one per pair of runs of the same seed, in seed "
+    "order; * below 0.05. Beyond seed spread: the two groups' 95 % intervals over seeds do not "
+    "overlap; a difference is a finding only where it is both significant and beyond the spread "
+    "(Clark et al., 2011). The AER test resamples sentences as sacreBLEU's bootstrap does, whose "
+    "p-values run smaller than a centred two-sided bootstrap's; two identical systems get "
+    "p = 1/(samples + 1) there, as in sacreBLEU: read Δ beside p.\n"
+)
 
 
 def significance_rows(
     comparisons: Sequence[Comparison], test: str
 ) -> tuple[list[str], list[list[str]]]:
     """``significance_table``'s header and cells."""
-    name = {"bs": "paired bootstrap", "ar": "approximate randomization"}[test]
+    name = {
+        "bs": "paired bootstrap", "ar": "approximate randomization; AER: paired bootstrap"
+    }[test]  # fmt: skip
     header = [
         "baseline", "system", "metric", "Δ mean", f"p ({name}), per seed pair",
         "beyond seed spread",
@@ -367,24 +424,29 @@ def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
             if not steps:
                 continue
             if len(series) == 1:
-                axes.plot(steps, [series[0][s] for s in steps], marker="o", label=group.label)
+                axes.plot(
+                    steps, [series[0][s] for s in steps], marker="o",
+                    label=f"{group.label} (1 run)",
+                )  # fmt: skip
                 continue
             intervals = [mean_interval([s[step] for s in series]) for step in steps]
-            line = axes.plot(
-                steps, [i.mean for i in intervals], marker="o",
-                label=f"{group.label} ({len(series)} runs)",
-            )  # fmt: skip
-            axes.fill_between(
-                steps, [i.low for i in intervals], [i.high for i in intervals],
-                color=line[0].get_color(), alpha=0.2, linewidth=0,
-            )  # fmt: skip
+            # BLEU lies in [0, 100]: the band is the interval cut to what BLEU can be.
+            low = [max(0.0, i.low) for i in intervals]
+            high = [min(100.0, i.high) for i in intervals]
+            means = [i.mean for i in intervals]
+            line = axes.plot(steps, means, marker="o", label=f"{group.label} ({len(series)} runs)")
+            colour = line[0].get_color()
+            if len(steps) == 1:  # one validation: an error bar, as a band needs two steps
+                axes.errorbar(
+                    steps, means, yerr=[[means[0] - low[0]], [high[0] - means[0]]],
+                    color=colour, capsize=4,
+                )  # fmt: skip
+            axes.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
         axes.set_xlabel("training step")
         axes.set_ylabel("val BLEU (mean, 95 % interval over seeds)")
         axes.grid(alpha=0.3)
-        if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing
-            axes.legend()
-        figure.tight_layout()
-        figure.savefig(path, dpi=120)
+        outside_legend(axes)
+        figure.savefig(path, dpi=120, bbox_inches="tight")
     finally:
         plt.close(figure)
     return path
