@@ -241,7 +241,8 @@ class AttentionDecoder(nn.Module):
 
     def state_names(self) -> list[str]:
         """What each tensor of the state is, in order: h, an LSTM's c, the fed attentional
-        vector, the step count (what ONNX names the decoder step's inputs and outputs)."""
+        vector, the coverage, the step count (what ONNX names the decoder step's inputs and
+        outputs)."""
         names = ["h", "c"] if self.is_lstm else ["h"]
         names += ["feed"] if self.input_feeding else []
         names += ["coverage"] if self.covers else []
