@@ -141,12 +141,22 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
     tables = {}
     for path in multirun.glob("wandb/offline-run-*/files/media/table/*.table.json"):
         tables[path.name.split("_")[0]] = json.loads(path.read_text())
-    assert set(tables) == {"groups", "paired"}
+    assert set(tables) == {"groups", "group", "paired"}  # group_numbers: "group"
     groups_markdown = printed[printed.index("| group | runs |") :].splitlines()
     header = [cell.strip() for cell in groups_markdown[0].strip("|").split("|")]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in groups_markdown[2:4]]
     assert tables["groups"]["columns"] == header
     assert tables["groups"]["data"] == rows
+    # The same figures as numbers, which W&B can sort and plot.
+    numbers = tables["group"]
+    assert numbers["columns"] == ["group", "runs", "figure", "mean", "half_width"]
+    for row in rows:
+        [(mean, half)] = [
+            (number[3], number[4])
+            for number in numbers["data"]
+            if number[0] == row[0] and number[2] == "test BLEU"
+        ]
+        assert row[2] == f"{mean:.1f} ± {half:.1f}"
 
 
 def run_compare(*arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -247,6 +247,20 @@ def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def groups_numbers(groups: Sequence[Group]) -> tuple[list[str], list[list[Any]]]:
+    """``groups_table``'s figures as numbers, a row per group and figure (group, runs, figure,
+    mean, 95 % half-width or None): what W&B can sort and plot, where the table's cells are text."""
+    header = ["group", "runs", "figure", "mean", "half_width"]
+    rows: list[list[Any]] = []
+    for group in groups:
+        for (_, name, _), value in zip(FIGURES, group_figures(group).values(), strict=True):
+            if isinstance(value, Interval):
+                rows.append([group.label, len(group.runs), name, value.mean, value.half_width])
+            elif value is not None and not math.isnan(value):
+                rows.append([group.label, len(group.runs), name, value, None])
+    return header, rows
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Group ``system`` against group ``baseline`` on one metric: the difference of the means,

@@ -20,9 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.analysis.compare import RunsError, find_runs, read_run
 from seq2seq.analysis.groups import (
+    SIGNIFICANCE_NOTE,
     compare_groups,
     flat_config,
     group_runs,
+    groups_numbers,
     groups_rows,
     markdown,
     significance_rows,
@@ -45,11 +47,13 @@ class MultirunSummary(Callback):
             log.warning("no summary of %s: %s", sweep, error)
 
 
-def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], list[list[str]]]]:
+def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], list[list[Any]]]]:
     """Write ``SWEEP/comparison.md`` and log its tables to W&B; returns the tables."""
     runs = [read_run(path) for path in find_runs([sweep])]
     groups = group_runs(runs)
-    tables = {"groups": groups_rows(groups)}
+    tables: dict[str, tuple[list[str], list[list[Any]]]] = {
+        "groups": groups_rows(groups), "group_numbers": groups_numbers(groups),
+    }  # fmt: skip
     text = [
         f"# {sweep}\n",
         "Groups (mean ± 95 % interval over seeds):\n",
@@ -59,7 +63,7 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
         tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
         try:
             tables["paired_tests"] = significance_rows(compare_groups(groups, tokenize), "bs")
-            text += ["\nPaired tests:\n", markdown(*tables["paired_tests"])]
+            text += ["\nPaired tests:\n", markdown(*tables["paired_tests"]) + SIGNIFICANCE_NOTE]
         except RunsError as error:
             text.append(f"\nNo paired tests: {error}\n")
     (sweep / SUMMARY_FILE).write_text("\n".join(text), encoding="utf-8")

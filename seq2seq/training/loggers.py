@@ -109,7 +109,7 @@ def wandb_logger(
 
 def log_summary_tables(
     directory: Path,
-    tables: dict[str, tuple[list[str], list[list[str]]]],
+    tables: dict[str, tuple[list[str], list[list[Any]]]],
     name: str,
     group: str,
     project: str = "seq2seq",
