@@ -33,6 +33,7 @@ from benchmarks.attention_experiments import (
 from benchmarks.attention_report import update_docs
 from seq2seq.analysis.diagnostics import (
     attention_statistics,
+    coverage_metrics,
     entropy,
     model_attention_statistics,
     softmax_jacobian_norm,
@@ -224,6 +225,31 @@ def test_logged_diagnostics_equal_a_recomputation_from_the_checkpoint(
     )
     for name, value in stats.as_metrics().items():
         assert float(last_validation[name]) == pytest.approx(value, rel=1e-5), name
+    coverage = coverage_metrics(
+        module.model, batch.src, batch.src_lens, batch.tgt_in, batch.tgt_lens
+    )
+    for name, value in coverage.items():
+        assert float(last_validation[name]) == pytest.approx(value, abs=1e-9), name
+
+
+def test_coverage_metrics_count_the_real_steps_totals_over_real_words() -> None:
+    """Recomputed by hand from the model's teacher-forced weights: padded target steps add
+    nothing, padded source positions are not words."""
+    from tests.test_model import make_batch, make_model
+
+    model = make_model("additive")
+    src, src_lens, tgt_in = make_batch()
+    tgt_lens = torch.tensor([6, 3, 5])
+    metrics = coverage_metrics(model, src, src_lens, tgt_in, tgt_lens)
+    with torch.no_grad():
+        _, weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    over = under = 0
+    for b in range(3):
+        totals = weights[b, : int(tgt_lens[b]), : int(src_lens[b])].sum(dim=0)
+        over += int((totals > 1.5).sum())
+        under += int((totals < 0.5).sum())
+    words = int(src_lens.sum())
+    assert metrics == {"attn/coverage_over": over / words, "attn/coverage_under": under / words}
 
 
 # ---- the experiments: the claims hold ------------------------------------------------------------

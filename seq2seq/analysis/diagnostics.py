@@ -22,6 +22,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from seq2seq.analysis.metrics import attention_totals
 from seq2seq.attention import (
     AdditiveAttention,
     Attention,
@@ -338,6 +339,28 @@ def transformer_head_metrics(
     return metrics
 
 
+@torch.no_grad()
+def coverage_metrics(
+    model: EncoderDecoder, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_lens: Tensor
+) -> dict[str, float]:
+    """``attn/coverage_over`` and ``attn/coverage_under``: the shares of real source tokens that
+    one teacher-forced batch's real target steps attended more than 1.5 times and less than 0.5
+    in total (``attention_totals``), in eval mode: the signs of over- and under-translation,
+    which coverage is for, for any model (a Transformer's map: ``forward``'s)."""
+    was_training = model.training
+    model.eval()
+    try:
+        _, weights = model(src, src_lens, tgt_in)  # (B, T, S)
+    finally:
+        model.train(was_training)
+    assert weights is not None  # asked for by default
+    positions = torch.arange(tgt_in.shape[1], device=tgt_in.device)  # (T,)
+    is_target = positions[None, :] < tgt_lens[:, None]  # (B, T): padded steps read nothing
+    over, under = attention_totals(weights * is_target[:, :, None], src_lens)
+    words = max(1, int(src_lens.sum()))
+    return {"attn/coverage_over": sum(over) / words, "attn/coverage_under": sum(under) / words}
+
+
 def learned_alphas(model: EncoderDecoder) -> dict[str, float]:
     """``attn/alpha``: the mean α of the attentions whose entmax learns it (``attention.alpha=
     learnable``), which no other metric shows; nothing when none does."""
@@ -362,7 +385,8 @@ class AttentionDiagnostics(pl.Callback):
     """Logs ``attn/*`` statistics of a fixed validation batch, and ``attn/grad_norm``.
 
     The statistics (``AttentionStatistics``) are measured every ``trainer.log_every_n_steps``
-    training steps and at the end of every validation, on ``num_sentences`` validation sentences
+    training steps and at the end of every validation (there also ``coverage_metrics``), on
+    ``num_sentences`` validation sentences
     spread evenly over the validation set (fixed for the whole run, so that changes over time come
     from the model, not the data). ``attn/grad_norm`` is the norm of the attention parameters'
     gradient before clipping, on the same steps; scoring functions without parameters have none.
@@ -419,6 +443,8 @@ class AttentionDiagnostics(pl.Callback):
         else:
             metrics = model_attention_statistics(model, *batch).as_metrics()
         metrics.update(learned_alphas(model))
+        if not on_step:  # one more teacher-forced pass: at validations, not every n steps
+            metrics.update(coverage_metrics(model, *batch))
         # Every rank measures the same sentences with the same weights: no syncing needed.
         pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
 
