@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+# benchmarks/ sits beside scripts/ in a checkout and is not installed with the package: put the
+# checkout first on the path (hence the imports below it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.backends import compare_backends, markdown
 from seq2seq.cli import UsageError, int_at_least, run

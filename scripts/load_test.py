@@ -11,7 +11,12 @@ requests; writes NAME.json and NAME.md to --out.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+# benchmarks/ sits beside scripts/ in a checkout and is not installed with the package: put the
+# checkout first on the path (hence the imports below it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.serve_load import run_load_test
 from seq2seq.cli import UsageError, int_at_least, run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -473,3 +474,27 @@ def _quiet_joey_and_check() -> dict[str, object]:
     with joeynmt.prediction.tqdm(total=3, disable=False, desc="Predicting...") as bar:
         assert bar.disable
     return {}
+
+
+def scripts_using_benchmarks() -> list[Path]:
+    """The scripts that import the benchmark harness, which is not installed with the package."""
+    return sorted(
+        path
+        for path in (ROOT / "scripts").glob("*.py")
+        if "from benchmarks" in path.read_text(encoding="utf-8")
+    )
+
+
+@pytest.mark.parametrize("script", scripts_using_benchmarks(), ids=lambda path: path.name)
+def test_a_script_that_uses_the_harness_starts_from_any_directory(
+    script: Path, tmp_path: Path
+) -> None:
+    """python /path/to/scripts/X.py from elsewhere, without PYTHONPATH: the script finds
+    benchmarks/ beside itself (it used to stop with ModuleNotFoundError: benchmarks)."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env=environment,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.startswith("usage:")
