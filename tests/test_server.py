@@ -220,6 +220,36 @@ def test_a_bad_request_is_a_4xx_naming_the_field_and_the_server_goes_on(
     assert server.translate({"model": "luong", "src": ["w1 w2"]})[0] == 200
 
 
+def raw_request(
+    server: Server,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lower-case names) and the raw body of one request."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()  # fmt: skip
+
+
+def test_routes_methods_head_and_a_byte_order_mark_answer_as_documented(server: Server) -> None:
+    """Unknown routes and methods answer {"error": ...} like every other mistake, HEAD /health
+    is a probe's health check, and a UTF-8 byte-order mark before the JSON is no mistake."""
+    status, answer = server.request("GET", "/nope")
+    assert status == 404 and "no route /nope; the routes are POST /translate" in answer["error"]
+    status, answer = server.request("DELETE", "/translate")
+    assert status == 405 and answer == {"error": "DELETE is not allowed on /translate."}
+    status, _, body = raw_request(server, "HEAD", "/health")
+    assert status == 200 and body == b""
+    payload = json.dumps({"model": "luong", "src": ["w1 w2"]}).encode()
+    assert server.request("POST", "/translate", b"\xef\xbb\xbf" + payload)[0] == 200
+
+
 def test_a_body_over_the_limit_is_refused(server: Server) -> None:
     status, answer = server.request("POST", "/translate", b" " * 1_000_001)  # Content-Length
     assert status == 413 and "1000001 bytes; the limit is 1000000" in answer["error"]
@@ -240,6 +270,8 @@ def test_an_api_key_is_required_when_set(bundles: dict[str, Path], tmp_path: Pat
     try:
         payload = {"src": ["w1 w2"]}  # one model: no name needed
         assert server.translate(payload)[0] == 401
+        status, headers, _ = raw_request(server, "POST", "/translate", json.dumps(payload).encode())
+        assert status == 401 and headers["www-authenticate"] == "Bearer"
         assert server.translate(payload, {"Authorization": "Bearer wrong"})[0] == 401
         assert server.request("GET", "/models")[0] == 401
         status, answer = server.translate(payload, {"Authorization": "Bearer s3cret"})

@@ -35,6 +35,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import page
@@ -78,6 +79,10 @@ class TranslateRequest(BaseModel):
     n_best: int | None = None
     return_attention: bool = False
     return_scores: bool = False
+
+
+# What this server answers, for the message of a request to any other path.
+ROUTES = ("POST /translate", "GET /models", "GET /health", "GET /", "POST /explore")
 
 
 class ClientError(Exception):
@@ -167,9 +172,23 @@ def create_app(
 
     @app.exception_handler(ClientError)
     async def refuse(request: Request, error: ClientError) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=error.status)
+        # A 401 says how to authenticate (RFC 9110, 11.6.1).
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return JSONResponse({"error": str(error)}, status_code=error.status, headers=headers)
 
-    @app.get("/health")
+    @app.exception_handler(StarletteHTTPException)
+    async def routing_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        """An unknown route (404) or method (405) answers as every other mistake does,
+        ``{"error": ...}``, not FastAPI's ``{"detail": ...}``."""
+        message = {
+            404: f"no route {request.url.path}; the routes are {', '.join(ROUTES)}.",
+            405: f"{request.method} is not allowed on {request.url.path}.",
+        }.get(error.status_code, str(error.detail))
+        return JSONResponse(
+            {"error": message}, status_code=error.status_code, headers=error.headers
+        )
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> JSONResponse:
         if state.load_error is not None:
             return JSONResponse({"status": "failed", "error": state.load_error}, status_code=503)
@@ -316,7 +335,9 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
     """The request, checked field by field; a ClientError naming the first field at fault."""
     try:
-        text = raw.decode("utf-8")
+        # utf-8-sig: a body that starts with a byte-order mark (some Windows tools write one)
+        # reads as the same JSON.
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ClientError(400, f"the body is not valid UTF-8 (byte {error.start}).") from None
     try:
