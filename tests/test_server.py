@@ -207,6 +207,10 @@ BAD_REQUESTS = [
     (b'{"model": "luong", "src": ["w1"], "coverage_penalty": 11}', 422, "from 0 to 10"),
     (b'{"model": "luong", "src": ["w1"], "return_scores": 1}', 422, "return_scores: Input should"),
     (b'{"model": "luong", "src": ["w1"], "beams": 5}', 422, "beams: Extra inputs"),
+    # A 2 KB body nested 1,000 deep, and a 5,000-digit integer, once answered a 500 (#61).
+    (b'{"src": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "nests arrays or objects too deeply"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": ' + b"9" * 5000 + b"}", 400,
+     "a number too long to read"),
 ]  # fmt: skip
 
 
@@ -375,7 +379,7 @@ def test_the_live_explorer_page_and_its_sentences(server: Server, bundles: dict[
         assert torch.allclose(torch.tensor(view["forced"]["weights"]), pair.attention, atol=1e-4)
     assert "heads" in answer["sentence"]["models"]["transformer"]
     for body, message in [
-        (b"{bad", "must be JSON"),
+        (b"{bad", "the body is not valid JSON"),
         (b'{"src": ["w1"]}', "src: give one non-blank sentence"),
         (b'{"src": "   "}', "src: give one non-blank sentence"),
         (json.dumps({"src": "w1 " * 700}).encode(), "2100 characters"),

@@ -340,13 +340,7 @@ def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ClientError(400, f"the body is not valid UTF-8 (byte {error.start}).") from None
-    try:
-        data = json.loads(text, parse_constant=refuse_constant)
-    except json.JSONDecodeError as error:
-        raise ClientError(
-            400,
-            f"the body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).",
-        ) from None
+    data = load_json(text)
     if not isinstance(data, dict):
         raise ClientError(422, "the body must be a JSON object with at least a 'src' list.")
     try:
@@ -362,8 +356,8 @@ def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
 def parse_sentence(raw: bytes, limits: Limits) -> str:
     """POST /explore's body, ``{"src": "one sentence"}``, checked as /translate's sentences are."""
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = load_json(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
         raise ClientError(400, 'the body must be JSON like {"src": "a sentence"}.') from None
     source = data.get("src") if isinstance(data, dict) else None
     if not isinstance(source, str) or not source.strip():
@@ -375,6 +369,23 @@ def parse_sentence(raw: bytes, limits: Limits) -> str:
     except UnicodeEncodeError:
         raise ClientError(422, "src: the sentence holds a lone surrogate escape.") from None
     return source
+
+
+def load_json(text: str) -> Any:
+    """The body's JSON, or a 400 naming what is wrong with it: invalid JSON, nesting deeper than
+    Python's parser recurses (about 1,000 levels), or an integer too long to convert (4,300
+    digits): no request reaches a 500 by its shape alone."""
+    try:
+        return json.loads(text, parse_constant=refuse_constant)
+    except json.JSONDecodeError as error:
+        raise ClientError(
+            400,
+            f"the body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).",
+        ) from None
+    except RecursionError:
+        raise ClientError(400, "the body nests arrays or objects too deeply.") from None
+    except ValueError as error:  # int() of a literal over sys.get_int_max_str_digits() digits
+        raise ClientError(400, f"the body holds a number too long to read ({error}).") from None
 
 
 def refuse_constant(name: str) -> float:
