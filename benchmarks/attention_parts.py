@@ -37,6 +37,7 @@ from seq2seq.analysis.alignment import GoldAlignment, argmax_links, corpus_aer
 from seq2seq.analysis.diagnostics import learned_alphas
 from seq2seq.analysis.intervals import Interval, IntervalError, mean_interval
 from seq2seq.attention import AdditiveAttention, GeneralAttention
+from seq2seq.cli import int_at_least
 from seq2seq.data.toy import ToyTranslation
 
 log = logging.getLogger("seq2seq")
@@ -165,6 +166,21 @@ def sparsity(translator: Translator, examples: Sequence[Any]) -> dict[str, float
         rows = weights / weights.sum(-1, keepdim=True).clamp(min=1e-300)
         entropies += (-torch.special.xlogy(rows, rows).sum(-1)).tolist()
     return {"zero_share": zeros / cells, "entropy": sum(entropies) / len(entropies)}
+
+
+def add_study_arguments(parser: Any, out: Path) -> None:
+    """The command-line options every seeds study shares: where its runs are, the seeds, epochs
+    and parallel runs, where its report goes (``out`` by default), the page to refresh and more
+    train.py overrides."""
+    parser.add_argument("--runs", type=Path, required=True, help="directory of the training runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(1 2 3)")
+    parser.add_argument("--epochs", type=int_at_least(1), default=2, help="per run (2)")
+    parser.add_argument("--jobs", type=int_at_least(1), default=2, help="runs at a time (2)")
+    parser.add_argument("--out", type=Path, default=out, help="report")
+    parser.add_argument("--docs", type=Path, help="markdown page whose generated blocks to refresh")
+    parser.add_argument(
+        "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
+    )
 
 
 def run_all(

@@ -23,23 +23,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.attention_memory import render_memory_table, run_memory_study
+from benchmarks.attention_parts import add_study_arguments
 from benchmarks.attention_report import update_docs
-from seq2seq.cli import int_at_least, run
+from seq2seq.cli import run
 
 log = logging.getLogger("seq2seq")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, required=True, help="directory of the training runs")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(1 2 3)")
-    parser.add_argument("--epochs", type=int_at_least(1), default=2, help="per run (2)")
-    parser.add_argument("--jobs", type=int_at_least(1), default=2, help="runs at a time (2)")
-    parser.add_argument("--out", type=Path, default=Path("docs/attention_memory"), help="report")
-    parser.add_argument("--docs", type=Path, help="markdown page whose generated block to refresh")
-    parser.add_argument(
-        "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
-    )
+    add_study_arguments(parser, Path("docs/attention_memory"))
     return parser.parse_args(argv)
 
 

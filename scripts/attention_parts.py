@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.attention_parts import (
+    add_study_arguments,
     crossover_table,
     measure_speed,
     plot_key_bias,
@@ -42,15 +43,7 @@ log = logging.getLogger("seq2seq")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, required=True, help="directory of the training runs")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(1 2 3)")
-    parser.add_argument("--epochs", type=int_at_least(1), default=2, help="per run (2)")
-    parser.add_argument("--jobs", type=int_at_least(1), default=2, help="runs at a time (2)")
-    parser.add_argument("--out", type=Path, default=Path("docs/attention_parts"), help="report")
-    parser.add_argument("--docs", type=Path, help="markdown page whose generated blocks to refresh")
-    parser.add_argument(
-        "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
-    )
+    add_study_arguments(parser, Path("docs/attention_parts"))
     parser.add_argument(
         "--speed-repeats", type=int, default=0,
         help="also time every setting this many times, one run at a time (0: no)",

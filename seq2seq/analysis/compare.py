@@ -174,20 +174,21 @@ def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
             if points:
                 steps, values = zip(*points, strict=True)
                 axes.plot(steps, values, marker="o", label=label, color=colours[index % 20])
-        axes.set_xlabel("training step")
-        axes.set_ylabel("val BLEU")
-        axes.grid(alpha=0.3)
-        outside_legend(axes)
-        figure.savefig(path, dpi=120, bbox_inches="tight")
+        save_curves(figure, axes, "val BLEU", path)
     finally:
         plt.close(figure)
     return path
 
 
-def outside_legend(axes: Any) -> None:
-    """The legend below the plot, where it covers no line and long labels are not cut."""
+def save_curves(figure: Any, axes: Any, ylabel: str, path: Path) -> None:
+    """Label a plot of val BLEU against the training step, put the legend below it (where it
+    covers no line and long labels are not cut) and save it to ``path``."""
+    axes.set_xlabel("training step")
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3)
     if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing
         axes.legend(loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, fontsize="small")
+    figure.savefig(path, dpi=120, bbox_inches="tight")
 
 
 def run_labels(runs: Sequence[RunRecord]) -> list[str]:

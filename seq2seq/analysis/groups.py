@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import yaml
 
 from seq2seq.analysis.alignment import AlignmentCounts
-from seq2seq.analysis.compare import RunRecord, RunsError, outside_legend
+from seq2seq.analysis.compare import RunRecord, RunsError, save_curves
 from seq2seq.analysis.intervals import Interval, mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from seq2seq.analysis.significance import (
@@ -456,11 +456,7 @@ def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
                     color=colour, capsize=4,
                 )  # fmt: skip
             axes.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
-        axes.set_xlabel("training step")
-        axes.set_ylabel("val BLEU (mean, 95 % interval over seeds)")
-        axes.grid(alpha=0.3)
-        outside_legend(axes)
-        figure.savefig(path, dpi=120, bbox_inches="tight")
+        save_curves(figure, axes, "val BLEU (mean, 95 % interval over seeds)", path)
     finally:
         plt.close(figure)
     return path
