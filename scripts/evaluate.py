@@ -22,6 +22,7 @@ from seq2seq.cli import (
     add_backend_argument,
     add_coverage_penalty_argument,
     add_trust_argument,
+    check_coverage_penalty_backend,
     check_device,
     check_writable,
     int_at_least,
@@ -56,6 +57,7 @@ def main() -> int:
     if args.hyp_out is not None:
         check_writable(args.hyp_out, "the hypotheses")
     check_device(args.device)
+    check_coverage_penalty_backend(args.backend, args.coverage_penalty)
     translator = Translator.load(
         args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
     )

@@ -23,6 +23,7 @@ from seq2seq.cli import (
     add_backend_argument,
     add_coverage_penalty_argument,
     add_trust_argument,
+    check_coverage_penalty_backend,
     check_device,
     check_writable,
     int_at_least,
@@ -75,6 +76,7 @@ def main() -> int:
     ]:
         if path is not None:
             check_writable(path, what)
+    check_coverage_penalty_backend(args.backend, args.coverage_penalty)
     translator = Translator.load(
         args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
     )

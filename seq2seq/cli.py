@@ -70,6 +70,11 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+# The largest β the command line takes, the server's bound too (GNMT's β lies within [0, 1]): a
+# value one accepts, the other does.
+MAX_COVERAGE_PENALTY = 10.0
+
+
 def add_coverage_penalty_argument(parser: argparse.ArgumentParser) -> None:
     """``--coverage-penalty β``: GNMT's coverage penalty in beam search (``seq2seq.search``)."""
 
@@ -78,8 +83,11 @@ def add_coverage_penalty_argument(parser: argparse.ArgumentParser) -> None:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (math.isfinite(value) and value >= 0):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+        if not (math.isfinite(value) and 0 <= value <= MAX_COVERAGE_PENALTY):
+            raise argparse.ArgumentTypeError(
+                f"must be a number from 0 to {MAX_COVERAGE_PENALTY:g} (the server's bound too), "
+                f"got {text}"
+            )
         return value
 
     parser.add_argument(
@@ -87,10 +95,24 @@ def add_coverage_penalty_argument(parser: argparse.ArgumentParser) -> None:
         type=parse,
         default=0.0,
         metavar="BETA",
-        help="GNMT beta: beam search adds beta * sum_i log(min(attention to word i, 1)) to each "
-        "finished hypothesis's score, against source words left untranslated (0: off, the "
-        "default; with a beam of 1 it runs a beam search instead of greedy)",
+        help="GNMT beta, 0 to 10: beam search adds beta * sum_i log(min(attention to word i, 1)) "
+        "to each finished hypothesis's score, against source words left untranslated (0: off, "
+        "the default; above 0 with a beam of 1 it runs a beam search of one, with the length "
+        "penalty too, instead of greedy decoding)",
     )
+
+
+def check_coverage_penalty_backend(backend: str, beta: float) -> None:
+    """Refuse ``--coverage-penalty`` on CTranslate2 before a model is loaded (the Translator
+    refuses it too, for callers of the API)."""
+    if backend == "ctranslate2" and beta > 0:
+        raise UsageError(
+            f"--coverage-penalty {beta:g} with --backend ctranslate2: CTranslate2 cannot apply "
+            "the coverage penalty as this toolkit does (its penalty reads its alignment head's "
+            "attention, not the last layer's heads averaged that ours reads), so it is refused "
+            "rather than rank differently. Use --backend torch or onnx for a coverage penalty, "
+            "or leave it at 0."
+        )
 
 
 def add_trust_argument(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +135,8 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=BACKENDS,
         default="torch",
-        help="torch (the model) or onnx (a bundle exported with --onnx, in ONNX Runtime) (torch)",
+        help="torch (the model; the default), onnx (a bundle exported with --onnx, in ONNX "
+        "Runtime) or ctranslate2 (a bundle exported with --format ctranslate2)",
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,24 @@ def test_an_input_fed_decoder_trains_decodes_and_exports_a_bundle(tmp_path: Path
 def test_the_bahdanau_decoder_refuses_input_feeding_in_one_paragraph(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is for the Luong decoder") as refused:
         tiny_run(tmp_path / "run", ["model.input_feeding=true"])
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.decoder=luong", "model.input_feeding=no"], "input_feeding=no (it must be true"),
+        (["model.decoder=luong", "model.input_feeding=1"], "input_feeding=1 (it must be true"),
+        ([*TINY_TRANSFORMER, "model.input_feeding=true"], "true with model=transformer"),
+    ],
+    ids=["no", "one", "transformer"],
+)
+def test_input_feeding_takes_true_or_false_and_an_rnn(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    """A word that means off must not turn it on (a truthy string did); a Transformer says why."""
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        tiny_run(tmp_path / "run", overrides)
     assert "\n" not in str(refused.value)
 
 

@@ -77,10 +77,23 @@ def test_attention_and_n_best_are_pytorchs(bundle: Path) -> None:
             assert score == pytest.approx(reference, abs=0.5)
 
 
-def test_a_coverage_penalty_is_refused_with_the_reason(bundle: Path) -> None:
+def test_a_coverage_penalty_is_refused_with_the_reason(bundle: Path, tmp_path: Path) -> None:
     ct2 = Translator.load(bundle, backend="ctranslate2")
     with pytest.raises(ValueError, match="the CTranslate2 backend cannot apply it"):
         ct2.translate(SENTENCES, beam_size=4, coverage_penalty=0.5)
+    # The scripts refuse it in one paragraph, before loading the model.
+    for script in ("scripts/translate.py", "scripts/evaluate.py"):
+        (tmp_path / "s.txt").write_text("w1\n")
+        files = ["--src", str(tmp_path / "s.txt"), "--ref", str(tmp_path / "s.txt")]
+        extra = files if script.endswith("evaluate.py") else []
+        completed = subprocess.run(
+            [sys.executable, script, "--model", str(bundle), "--backend", "ctranslate2",
+             "--beam-size", "3", "--coverage-penalty", "0.2", *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, input="w1\n",
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert completed.returncode == 2 and "Traceback" not in completed.stderr, script
+        assert "--coverage-penalty 0.2 with --backend ctranslate2" in completed.stderr
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int16"])

@@ -117,8 +117,9 @@ def test_attention_plot_is_written(bundle: Path, tmp_path: Path) -> None:
         (["--beam-size", "0"], "--beam-size: must be at least 1, got 0"),
         (["--model", "/nonexistent/model.ckpt"], "does not exist"),
         (["--output", "/nonexistent/dir/out.txt"], "directory /nonexistent/dir does not exist"),
-        (["--coverage-penalty", "-0.5"], "--coverage-penalty: must be a finite number >= 0"),
-        (["--coverage-penalty", "nan"], "--coverage-penalty: must be a finite number >= 0"),
+        (["--coverage-penalty", "-0.5"], "--coverage-penalty: must be a number from 0 to 10"),
+        (["--coverage-penalty", "nan"], "--coverage-penalty: must be a number from 0 to 10"),
+        (["--coverage-penalty", "11"], "(the server's bound too), got 11"),
     ],
 )
 def test_translate_bad_input_gets_one_clean_message(

@@ -383,6 +383,8 @@ def test_the_live_explorer_page_and_its_sentences(server: Server, bundles: dict[
         (b'{"src": ["w1"]}', "src: give one non-blank sentence"),
         (b'{"src": "   "}', "src: give one non-blank sentence"),
         (json.dumps({"src": "w1 " * 700}).encode(), "2100 characters"),
+        (b'{"src": "w1", "coverage_penalty": 5}', "coverage_penalty: /explore takes only src"),
+        (b'{"src": "w1", "bogus": 1}', "bogus: /explore takes only src"),
     ]:
         status, answer = server.request("POST", "/explore", body)
         assert status in (400, 422) and message in answer["error"], (body[:30], answer)

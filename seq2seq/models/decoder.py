@@ -165,6 +165,11 @@ class AttentionDecoder(nn.Module):
         input_feeding: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(input_feeding, bool):
+            raise ConfigError(
+                f"model.input_feeding must be true or false, got {input_feeding!r}: true feeds "
+                "the Luong decoder's attentional vector to its next step (Luong et al., 2015)."
+            )
         if input_feeding and not self.can_feed_input:
             raise ConfigError(
                 f"model.input_feeding=true is for the Luong decoder (model.decoder=luong); the "

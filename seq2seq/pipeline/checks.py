@@ -57,6 +57,18 @@ def check_model_sizes(cfg: DictConfig) -> None:
             f"model.fused_rnn={shown} (renamed: the C kernels are now chosen with model.kernels, "
             f"auto or off; use model.kernels={replacement})"
         )
+    feeding = OmegaConf.select(cfg, "model.input_feeding", default=None)
+    if feeding is not None and not isinstance(feeding, bool):
+        problems.append(
+            f"model.input_feeding={feeding} (it must be true or false: true feeds the Luong "
+            "decoder's attentional vector to its next step, Luong et al. 2015, section 3.3)"
+        )
+    elif feeding and str(OmegaConf.select(cfg, "model._target_")).endswith(".Transformer"):
+        problems.append(
+            "model.input_feeding=true with model=transformer (input feeding is the Luong RNN "
+            "decoder's: a Transformer decoder step already reads every earlier step through its "
+            "self-attention; use model=gru model.decoder=luong model.input_feeding=true)"
+        )
     heads = OmegaConf.select(cfg, "attention.num_heads", default=None)
     if heads is not None:
         problems.append(

@@ -360,6 +360,13 @@ def parse_sentence(raw: bytes, limits: Limits) -> str:
     except UnicodeDecodeError:
         raise ClientError(400, 'the body must be JSON like {"src": "a sentence"}.') from None
     source = data.get("src") if isinstance(data, dict) else None
+    unknown = sorted(set(data) - {"src"}) if isinstance(data, dict) else []
+    if unknown:
+        raise ClientError(
+            422,
+            f"{unknown[0]}: /explore takes only src (one sentence; each model decodes it greedily "
+            "and is teacher-forced on its translation); send the other options to /translate.",
+        )
     if not isinstance(source, str) or not source.strip():
         raise ClientError(422, "src: give one non-blank sentence as a string.")
     if len(source) > limits.max_chars:
