@@ -30,6 +30,7 @@ from seq2seq.cli import (
     run,
 )
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.data import model_label
 from seq2seq.inference.translator import translate_stream
 
 log = logging.getLogger("seq2seq.translate")
@@ -115,8 +116,9 @@ def main() -> int:
     if args.attention_html is not None:
         if not kept:
             raise UsageError("--attention-html needs at least one non-blank input line.")
-        model = ExplorerModel(args.model.name or str(args.model), translator)
-        data = explorer_data([model], kept, beam_size=args.beam_size, title=f"{args.model}")
+        name = model_label(args.model)
+        model = ExplorerModel(name, translator)
+        data = explorer_data([model], kept, beam_size=args.beam_size, title=f"Attention: {name}")
         write_page(data, args.attention_html)
         log.info("wrote %s (%d sentences)", args.attention_html, len(kept))
     return 0

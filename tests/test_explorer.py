@@ -4,9 +4,9 @@ in a real browser with every network request blocked."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +16,18 @@ import pytest
 import torch
 
 from seq2seq import Translator
-from seq2seq.analysis.alignment import argmax_links, count_links, read_pharaoh
+from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links, read_pharaoh
 from seq2seq.data.tokenization import encode_batch
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
-from seq2seq.explorer.data import SPREAD, attention_map, score_spread
+from seq2seq.explorer.data import SPREAD, attention_map, model_label, score_spread, scoring_name
 from seq2seq.explorer.page import page
-from seq2seq.inference.bundle import export_bundle, load
+from seq2seq.inference.bundle import TrainedModel, build_model, export_bundle, load
 from seq2seq.models.transformer import TransformerEncoder, embed
 from seq2seq.pipeline import train
 from tests.configs import ROOT, TINY, TINY_TRANSFORMER, compose_config, write_toy_files
+from tests.explorer_pages import browser_tab, chromium, needs_chromium
+
+__all__ = ["chromium"]  # the fixture, imported for the browser tests
 
 DATA = ["data.train_size=600", "data.val_size=20", "data.test_size=20", "data.batch_size=32"]
 
@@ -123,18 +126,6 @@ def test_the_maps_are_the_translators_and_their_aer_alignment_pys(
     assert "encoder_self" not in data["sentences"][0]["models"]["additive"]
 
 
-def test_each_maps_coverage_is_the_running_sum_of_its_weights() -> None:
-    """Row t is what steps 0..t gave each source word, summed before rounding: the last row is
-    the total that over- and under-translation are read from."""
-    torch.manual_seed(0)
-    weights = torch.rand(5, 4).softmax(-1)  # (T, S)
-    coverage = attention_map(weights, None)["coverage"]
-    for t in range(5):
-        expected = weights[: t + 1].double().sum(0)
-        assert coverage[t] == pytest.approx(expected.tolist(), abs=1e-4)
-    assert attention_map(torch.zeros(0, 3), None)["coverage"] == []
-
-
 def test_the_score_spread_is_the_scores_minus_their_row_means() -> None:
     """Softmax forgets each row's mean score; the page's histogram recovers the rest exactly."""
     scores = torch.tensor([[0.0, 1.0, 3.0, -2.5], [4.0, 4.0, 4.0, 4.0], [-9.5, 2.0, 0.5, 1.0]])
@@ -202,33 +193,11 @@ def test_explore_py_writes_the_page_and_refuses_bad_input(
         assert message in completed.stderr and "Traceback" not in completed.stderr
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+@needs_chromium
 def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
-    data: dict[str, Any], tmp_path: Path
+    chromium: Any, data: dict[str, Any], tmp_path: Path
 ) -> None:
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    path = write_page(data, tmp_path / "page.html")
-    requests: list[str] = []
-    errors: list[str] = []
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        context = browser.new_context()
-
-        def only_the_page(route: Any) -> None:
-            """Every request but the page itself is recorded and refused."""
-            if route.request.url == path.as_uri():
-                route.continue_()
-            else:
-                requests.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", only_the_page)
-        tab = context.new_page()
-        tab.on("pageerror", lambda error: errors.append(str(error)))
-        tab.goto(path.as_uri())
+    with browser_tab(chromium, data, tmp_path / "page.html", width=1280, height=720) as tab:
         panels = tab.locator("#panels .panel")
         # Two models and their difference (both teacher-forced on the same reference tokens).
         assert panels.count() == 3
@@ -254,7 +223,7 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
         assert tab.evaluate("document.body.dataset.col") == "0"
         # The Transformer's thumbnails: click layer 1, head 2; the selectors follow.
         tab.locator(
-            '.panel[data-model="transformer"] figure[data-layer="0"][data-head="1"]'
+            '.panel[data-model="transformer"] .thumb[data-layer="0"][data-head="1"]'
         ).click()
         assert (
             tab.locator("#layer").input_value() == "0" and tab.locator("#head").input_value() == "1"
@@ -268,9 +237,12 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
             encoder_map.locator("text.token.row").count()
             == encoder_map.locator("text.token.col").count()
         )
-        assert tab.locator('.panel[data-model="transformer"] svg.spread').count() == 1
+        assert tab.locator('.panel[data-model="transformer"] figure.spread').count() == 1
         tab.select_option("#layer", "1")
-        assert "no such map" in tab.locator('.panel[data-model="transformer"]').inner_text()
+        assert (
+            "no layer 2 in this model"
+            in tab.locator('.panel[data-model="transformer"]').inner_text()
+        )
         tab.select_option("#map", "forced")
         # Another sentence, the decoding map, the gold links off: still drawn, no error.
         tab.select_option("#sentence", "3")
@@ -288,8 +260,6 @@ def test_the_page_in_a_browser_links_hover_across_panels_and_switches_heads(
             tab.locator("#download-png").click()
         assert png_download.value.suggested_filename == "attention-4.png"
         assert Path(png_download.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        browser.close()
-    assert errors == [] and requests == []
 
 
 def test_translate_py_writes_the_page_for_its_input(
@@ -309,7 +279,10 @@ def test_translate_py_writes_the_page_for_its_input(
         "the dog sees a cat .",
         "a small bird sings .",
     ]
-    view = written["sentences"][0]["models"]["bundle"]
+    # Named after the run that holds the bundle, not "bundle" nor an absolute path.
+    name = bundles["transformer"].parent.name
+    assert written["title"] == f"Attention: {name}" and written["models"][0]["name"] == name
+    view = written["sentences"][0]["models"][name]
     [expected] = Translator.load(bundles["transformer"]).translate_detailed(
         ["the dog sees a cat ."], with_attention=True
     )
@@ -345,11 +318,12 @@ def test_training_writes_the_page_at_every_validation_with_a_checkpoint_slider(
     assert len(list((tmp_path / "attention").glob("explorer-step-*.json"))) == 2
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
-def test_the_live_page_translates_what_is_typed(bundles: dict[str, Path], tmp_path: Path) -> None:
+@needs_chromium
+def test_the_live_page_translates_what_is_typed(
+    chromium: Any, bundles: dict[str, Path], tmp_path: Path
+) -> None:
     """serve.py's page at /: a typed sentence comes back under both models; the page asks its
     own server and nothing else."""
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     from tests.test_server import start_server, stop
 
     models = [f"--model={name}={path}" for name, path in bundles.items()]
@@ -358,9 +332,7 @@ def test_the_live_page_translates_what_is_typed(bundles: dict[str, Path], tmp_pa
     elsewhere: list[str] = []
     errors: list[str] = []
     try:
-        with playwright.sync_playwright() as driver:
-            browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            tab = browser.new_page()
+        with contextlib.closing(chromium.new_page()) as tab:
 
             def only_the_server(route: Any) -> None:
                 if route.request.url.startswith(origin):
@@ -380,16 +352,16 @@ def test_the_live_page_translates_what_is_typed(bundles: dict[str, Path], tmp_pa
             expected = Translator.load(bundles["additive"]).translate(["the dog sees a cat ."])[0]
             hypothesis = tab.locator('.panel[data-model="additive"] .hyp').inner_text()
             assert hypothesis == f"→ {expected}"
-            browser.close()
     finally:
         assert stop(server) == 0
     assert errors == [] and elsewhere == []
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
-def test_a_100_by_100_map_stays_usable(tmp_path: Path) -> None:
-    """A sentence of 100 tokens each side: 6-pixel cells, tokens in tooltips, hover still linked."""
-    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+@needs_chromium
+def test_a_100_by_100_map_stays_usable(chromium: Any, tmp_path: Path) -> None:
+    """A sentence of 100 tokens each side, one panel across the window: cells of at least 4 px,
+    labels (every k-th when cells are small) 10 px apart or more, the hovered cell's tokens and
+    weight in the readout, hover still linked."""
     size = 100
     weights = torch.softmax(torch.randn(size, size), dim=-1)
     view = {
@@ -408,21 +380,76 @@ def test_a_100_by_100_map_stays_usable(tmp_path: Path) -> None:
     data = {"title": "long", "models": [model], "beam_size": 1, "checkpoints": [], "version": 1,
             "sentences": [{"src": view["hypothesis"], "ref": None, "gold": None,
                            "models": {"m": view}}]}  # fmt: skip
-    path = write_page(data, tmp_path / "long.html")
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        tab = browser.new_page()
-        errors: list[str] = []
-        tab.on("pageerror", lambda error: errors.append(str(error)))
-        tab.goto(path.as_uri())
+    with browser_tab(chromium, data, tmp_path / "long.html", width=1280, height=720) as tab:
         cell = tab.locator('rect.cell[data-row="50"][data-col="50"]')
-        assert cell.get_attribute("width") == "6"
-        assert tab.locator("svg.map text.token").count() == 0  # labels give way to tooltips
-        assert "t50 ← s50" in (cell.locator("title").text_content() or "")
+        size = int(cell.get_attribute("width") or 0)
+        assert 4 <= size <= 14
+        labels = tab.locator("svg.map text.token.row")
+        assert labels.count() == (100 if size >= 11 else len(range(0, 100, -(-11 // size))))
         cell.hover()
+        assert tab.locator("#readout").inner_text().startswith("m: t50 ← s50 = ")
         assert tab.evaluate("[document.body.dataset.row, document.body.dataset.col]") == [
             "50",
             "50",
         ]
-        browser.close()
-    assert errors == []
+
+
+@pytest.mark.parametrize("window", ["local_m", "local_p"])
+def test_a_windowed_maps_window_is_where_its_weights_are_not_zero(
+    bundles: dict[str, Path], window: str
+) -> None:
+    """The window the page draws, [round(p_t) - D, round(p_t) + D], is the model's: outside it
+    every weight is exactly 0; local-m's centres are t (clipped to the sentence)."""
+    trained = load(bundles["additive"])
+    parts = {"_target_": "seq2seq.attention.AttentionParts", "window": window, "window_size": 1}
+    config = {**trained.model_config, "attention_parts": parts}
+    torch.manual_seed(0)
+    windowed = TrainedModel(build_model(config).eval(), trained.src_tokenizer,
+                            trained.tgt_tokenizer, config)  # fmt: skip
+    model = ExplorerModel("windowed", Translator(windowed))
+    data = explorer_data([model], ["w3 w14 w7 w2 w9"], ["w8 w1 w5 w6 w4 w11 w12"])
+    forced = data["sentences"][0]["models"]["windowed"]["forced"]
+    assert forced["window"]["size"] == 1 and data["models"][0]["window"] == window
+    centres, weights = forced["window"]["centres"], torch.tensor(forced["weights"])
+    rows, cols = weights.shape
+    assert len(centres) == rows
+    if window == "local_m":
+        assert centres == [min(t, cols - 1) for t in range(rows)]
+    for t, centre in enumerate(centres):
+        outside = [s for s in range(cols) if abs(s - round(centre)) > 1]
+        assert set(outside) <= set(forced["zeros"][t])
+        assert (weights[t, [s for s in range(cols) if s not in outside]] > 0).all()
+
+
+def test_models_are_named_as_the_config_and_the_files_name_them(tmp_path: Path) -> None:
+    dot = {"_target_": "seq2seq.attention.DotProductAttention"}
+    assert scoring_name({**dot, "scaled": True}) == "scaled_dot"
+    assert scoring_name({**dot, "scaled": False}) == "dot"
+    assert scoring_name({"_target_": "seq2seq.attention.AdditiveAttention"}) == "additive"
+    assert scoring_name({"_target_": "mine.Bilinear"}) == "mine.Bilinear"
+    run = tmp_path / "rnn_deen"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_text("")
+    (run / "bundle").mkdir()
+    assert model_label(run / "bundle") == "rnn_deen"
+    assert model_label(run / "checkpoints" / "best.ckpt") == "rnn_deen/best"
+    assert model_label(run) == "rnn_deen"
+
+
+def test_a_layers_average_is_its_heads_mean_with_its_own_aer(data: dict[str, Any]) -> None:
+    view = data["sentences"][0]["models"]["transformer"]
+    gold = data["sentences"][0]["gold"]
+    links = GoldAlignment(frozenset(map(tuple, gold["sure"])),
+                          frozenset(map(tuple, gold["sure"] + gold["possible"])))  # fmt: skip
+    for layer, mean in zip(view["heads"], view["layer_means"], strict=True):
+        expected = torch.tensor([head["weights"] for head in layer]).mean(0)
+        assert torch.allclose(torch.tensor(mean["weights"]), expected, atol=2e-4)
+        rows, cols = expected.shape
+        aer = count_links(argmax_links(torch.tensor(mean["weights"]), cols, rows), links).aer
+        assert mean["aer"] == pytest.approx(aer, abs=1e-4)
+    assert torch.allclose(
+        torch.tensor(view["layer_means"][-1]["weights"]),
+        torch.tensor(view["forced"]["weights"]),
+        atol=2e-4,
+    )
+    assert [m["attention"] for m in data["models"]] == ["additive", "scaled_dot"]

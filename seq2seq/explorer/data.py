@@ -11,16 +11,19 @@ models: sparsemax and entmax forget the scores below their threshold).
 
 Weights are rounded to 4 decimals: the page draws them and sums nothing again. Rounding makes a
 small weight look like none, so each map also lists, per row, the columns whose weight is
-exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small. Each
-map's ``coverage`` row t is what steps 0..t gave each source word in total (the running sum of
-the weights, summed before rounding): the last row shows which words were read more than once
-and which barely (``seq2seq.analysis.metrics.attention_totals``), what coverage is for.
+exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small. The
+page sums each map's rows into its coverage (what steps 0..t gave each source word; the 4-decimal
+rounding moves a sum by at most T · 5e-5, not a pixel), rather than the data carrying a second
+matrix as large as the first. A windowed model's teacher-forced map carries its ``window``: each
+step's centre p_t and the half-width D.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,6 +34,7 @@ from seq2seq.data.tokenization import BOS_ID, encode_batch
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator, token_ids
 from seq2seq.models.transformer import Transformer, TransformerEncoderLayer
+from seq2seq.positions import LocalWindow
 
 DECIMALS = 4
 
@@ -101,7 +105,6 @@ def attention_map(
     return {
         "weights": rounded(weights),
         "zeros": exact_zeros(weights),
-        "coverage": rounded(weights.double().cumsum(dim=0)),  # (T, S): steps 0..t summed
         "entropy": entropy(weights),
         "aer": aer(weights, gold),
         "spread": score_spread(weights, readable) if softmax else None,
@@ -148,6 +151,34 @@ def self_attention(translator: Translator, source: str, target_tokens: list[str]
     return torch.stack(captured["encoder"]).cpu(), torch.stack(captured["decoder"]).cpu()
 
 
+# Our scoring functions' classes, by the names the config gives them (conf/attention/*.yaml).
+SCORING_NAMES = {
+    "seq2seq.attention.AdditiveAttention": "additive",
+    "seq2seq.attention.GeneralAttention": "general",
+}
+
+
+def model_label(path: str | Path) -> str:
+    """A short name for the model at ``path``, for a page's panels and title: the run's name for
+    ``RUN/bundle`` and ``RUN/checkpoints/NAME.ckpt`` (with the checkpoint's name), else the
+    file's or folder's own name."""
+    path = Path(path)
+    if path.name == "bundle" and path.parent.name:
+        return path.parent.name
+    if path.parent.name == "checkpoints" and path.parent.parent.name:
+        return f"{path.parent.parent.name}/{path.stem}"
+    return path.stem if path.is_file() else path.name or str(path)
+
+
+def scoring_name(attention: dict[str, Any]) -> str:
+    """The name ``attention=NAME`` gives a scoring function (``dot`` and ``scaled_dot`` are one
+    class, told apart by ``scaled``); a user's is named by its ``_target_``."""
+    target = str(attention.get("_target_", ""))
+    if target == "seq2seq.attention.DotProductAttention":
+        return "scaled_dot" if attention.get("scaled") else "dot"
+    return SCORING_NAMES.get(target, target or "unknown")
+
+
 def describe_model(model: ExplorerModel) -> dict[str, Any]:
     config = model.translator.model_config
     attention = config.get("attention", {})
@@ -157,6 +188,7 @@ def describe_model(model: ExplorerModel) -> dict[str, Any]:
         "name": model.name,
         "architecture": str(config.get("_target_", "")).rsplit(".", 1)[-1],
         "scoring": str(attention.get("_target_", "")).rsplit(".", 1)[-1],
+        "attention": scoring_name(attention),
         "scaled": attention.get("scaled"),
         **attention_parts_of(config),
         "layers": None if layers is None else len(layers),
@@ -194,10 +226,19 @@ def model_view(
     view["forced_on"] = "reference" if reference is not None else "hypothesis"
     view["tgt_tokens"] = forced.tgt_tokens or []
     view["forced"] = attention_map(forced.attention, gold, softmax=softmax)
+    if parts["window"] != "global":
+        view["forced"]["window"] = {
+            "centres": window_centres(translator, source, target),
+            "size": window_size(translator),
+        }
     heads = translator.attention_heads(source, forced.tgt_tokens or [])
     if heads is not None:  # (L, h, T, S)
         view["heads"] = [
             [attention_map(head, gold, softmax=softmax) for head in layer] for layer in heads
+        ]
+        # Each layer's average over its heads, with its AER (the last is view["forced"]).
+        view["layer_means"] = [
+            attention_map(layer.mean(0), gold, softmax=softmax) for layer in heads
         ]
         inputs = ["<bos>", *(forced.tgt_tokens or [])][: len(forced.tgt_tokens or []) or 1]
         encoder, decoder = self_attention(translator, source, forced.tgt_tokens or [])
@@ -210,6 +251,36 @@ def model_view(
             [attention_map(h, None, causal, softmax) for h in layer] for layer in decoder
         ]
     return view
+
+
+def window_modules(translator: Translator) -> list[LocalWindow]:
+    return [m for m in translator.model.modules() if isinstance(m, LocalWindow)]
+
+
+def window_size(translator: Translator) -> int:
+    return window_modules(translator)[0].size
+
+
+def window_centres(translator: Translator, source: str, target: str) -> list[float]:
+    """p_t of each target step of the teacher-forced ``target`` after ``source``, what a local
+    window is centred on (Luong's eq. 9 for local-p, t for local-m): a forward hook reads the
+    window's inputs and asks it for its centres; it is removed before returning."""
+    captured: list[Tensor] = []
+
+    def hook(module: LocalWindow, args: Any, kwargs: Any, output: Any) -> None:
+        call = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+        centres = module.centres(call["queries"], call["src_lens"], call["positions"])
+        captured.append(centres[0].detach().cpu())  # (Tq,) of the one sentence
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in window_modules(translator)]
+    try:
+        [forced] = translator.force_decode([source], [target])
+    finally:
+        for handle in handles:
+            handle.remove()
+    steps = len(forced.tgt_tokens or [])
+    # Teacher forcing calls the window once (every step) or, step by step, once per step.
+    return [round(float(c), DECIMALS) for c in torch.cat(captured)[:steps]] if captured else []
 
 
 def explorer_data(

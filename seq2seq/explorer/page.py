@@ -29,11 +29,16 @@ def page(data: dict[str, Any]) -> str:
         'patternTransform="rotate(45)"><rect width="4" height="4" fill="#fff"/>'
         '<line x1="0" y1="0" x2="0" y2="4" stroke="#c8c8c8" stroke-width="1.5"/></pattern>'
         "</defs></svg>\n"
-        '<header id="controls"></header>\n<div id="source"></div>\n<div id="panels"></div>\n'
-        '<div id="note">Hover a target or source token, or a cell: the same row and column light '
-        "up in every panel. Bars beside a map: the entropy of each target step's weights. Boxes: "
+        '<header id="controls"></header>\n<main>\n'
+        '<div id="source"></div>\n<div id="panels"></div>\n'
+        '<p id="note">Hover a token, a cell or a word of the text under a map (or focus a map '
+        "and use the arrow keys): the same row and column light up in every panel whose tokens "
+        "are the same, and the weight reads at the top. Bars beside a map: the entropy of each "
+        "row's weights (full: uniform over what the row may read). Bars under it: each source "
+        "word's coverage, the weight it received up to the hovered row (dashed: 1). Boxes or dots: "
         "gold links (solid sure, dashed possible). Hatched cells: weight exactly 0 (a sparse "
-        "normalizer's or a window's), not merely small.</div>\n"
+        "normalizer's or a window's), not merely small. Magenta edges: a local window.</p>\n"
+        "</main>\n"
         f'<script type="application/json" id="data">{payload}</script>\n'
         f"<script>\n{asset('explorer.js')}</script>\n</body>\n</html>\n"
     )

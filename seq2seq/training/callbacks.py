@@ -16,6 +16,7 @@ from seq2seq.analysis.alignment import GoldAlignment
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.atomic import write_atomic
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.data import scoring_name
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.training.lit_module import LitSeq2Seq
@@ -158,8 +159,8 @@ class ExplorerPage(pl.Callback):
     them: ``RUN/attention/explorer.html``, rewritten every time with a checkpoint slider over the
     validations so far (each kept as ``RUN/attention/explorer-step-NNNNNN.json``, so a resumed run
     keeps its history), and logged to W&B as HTML. Earlier validations keep their maps without
-    the Transformer's per-head ones, and at most ``max_snapshots`` of them are shown, so that the
-    page stays light. Rank zero only."""
+    the Transformer's per-head and self-attention ones, and at most ``max_snapshots`` of them are
+    shown, so that the page stays light. Rank zero only."""
 
     def __init__(self, run_dir: str | Path, num_samples: int = 8, max_snapshots: int = 40) -> None:
         self.run_dir = Path(run_dir)
@@ -178,9 +179,9 @@ class ExplorerPage(pl.Callback):
         if links is not None and all(links[index] is not None for index in indices):
             gold = [GoldAlignment.from_links(links[index]) for index in indices]
         step = trainer.global_step
-        scoring = str(pl_module.model_config.get("attention", {}).get("_target_", "model"))
+        scoring = scoring_name(pl_module.model_config.get("attention", {}))
         data = explorer_data(
-            [ExplorerModel(scoring.rsplit(".", 1)[-1], current_translator(pl_module))],
+            [ExplorerModel(scoring, current_translator(pl_module))],
             [example.src_text for example in examples],
             [example.tgt_text for example in examples],
             gold,
@@ -205,11 +206,17 @@ class ExplorerPage(pl.Callback):
                 logger.experiment.log({"val/explorer": html}, step=step)
 
 
+# What an earlier validation on the slider leaves out: per-layer, per-head cross-attention and
+# self-attention are most of a Transformer's snapshot; the page says they are the latest's only.
+PER_HEAD = ("heads", "layer_means", "encoder_self", "decoder_self", "decoder_inputs")
+
+
 def without_heads(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without the per-layer, per-head maps (an earlier validation's, on the slider)."""
     for sentence in data["sentences"]:
         for view in sentence["models"].values():
-            view.pop("heads", None)
+            for key in PER_HEAD:
+                view.pop(key, None)
     return data
 
 
