@@ -12,11 +12,15 @@ import re
 from pathlib import Path
 
 import pytest
+import sacrebleu
+from hydra.utils import instantiate
 
 from seq2seq import Translator
+from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import export_bundle, load
-from tests.configs import TINY_TRANSFORMER
+from seq2seq.pipeline import load_checkpoint
+from tests.configs import TINY, TINY_TRANSFORMER, compose_config
 from tests.test_attention_parts_pipeline import (
     SENTENCES,
     assert_bundle_translates_as_checkpoint,
@@ -104,3 +108,48 @@ def test_a_transformer_refuses_coverage_but_takes_its_loss(tmp_path: Path) -> No
 def test_a_bad_coverage_loss_weight_is_one_paragraph(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match=r"optim\.coverage_loss_weight must be a number"):
         tiny_run(tmp_path / "run", [f"optim.coverage_loss_weight={value}"])
+
+
+def test_validation_and_test_search_with_a_beam_and_a_coverage_penalty(tmp_path: Path) -> None:
+    """decoding.beam_size / length_penalty / coverage_penalty: validation's and test's hypotheses
+    are beam search's with them, the Translator's with the same options; the checkpoint alone
+    carries the search and reproduces val/bleu."""
+    search = [
+        "decoding.beam_size=3",
+        "decoding.length_penalty=1.0",
+        "decoding.coverage_penalty=0.5",
+    ]
+    result = tiny_run(tmp_path / "run", ["attention.coverage=true", *search])
+    run = tmp_path / "run"
+    config = compose_config([*TINY, f"run_dir={run}"])
+    datamodule = Seq2SeqDataModule(instantiate(config.data.corpus))
+    datamodule.setup()
+    sources = [example.src_text for example in datamodule.datasets["test"].examples]
+    expected = Translator.load(result["best_checkpoint"]).translate(
+        sources, beam_size=3, length_penalty=1.0, coverage_penalty=0.5
+    )
+    assert (run / "test_hypotheses.txt").read_text().splitlines() == expected
+    module = load_checkpoint(result["best_checkpoint"])
+    assert (module.beam_size, module.length_penalty, module.coverage_penalty) == (3, 1.0, 0.5)
+    hypotheses, references = [], []
+    for batch in datamodule.val_dataloader():
+        hypotheses += module.translate_batch(batch)
+        references += batch.tgt_text
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert bleu == pytest.approx(result["best_val_bleu"], abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("decoding.beam_size=0", "decoding.beam_size=0 (an integer of at least 1"),
+        ("decoding.coverage_penalty=-1", "decoding.coverage_penalty=-1 (a number from 0 to 10)"),
+        ("decoding.length_penalty=abc", "decoding.length_penalty=abc (a number from 0 to 10)"),
+    ],
+)
+def test_a_bad_validation_search_is_one_paragraph(
+    tmp_path: Path, override: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        tiny_run(tmp_path / "run", [override])
+    assert "\n" not in str(refused.value)

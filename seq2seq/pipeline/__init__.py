@@ -229,5 +229,9 @@ def load_checkpoint(
         max_len_a=trained.decoding["max_len_a"],
         max_len_b=trained.decoding["max_len_b"],
         max_src_len=trained.decoding["max_src_len"],
+        # Validation's search (files from before it was a setting validated greedily).
+        beam_size=trained.decoding.get("beam_size", 1),
+        length_penalty=trained.decoding.get("length_penalty", 0.6),
+        coverage_penalty=trained.decoding.get("coverage_penalty", 0.0),
     )
     return module.eval()

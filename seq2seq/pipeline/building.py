@@ -16,7 +16,7 @@ from seq2seq.attention import AttentionParts
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.data.tokenization import PAD_ID
 from seq2seq.inference.bundle import ALLOWED_TARGETS, build_model
-from seq2seq.pipeline.checks import check_label_smoothing, check_loss_weight
+from seq2seq.pipeline.checks import check_label_smoothing, check_loss_weight, check_search
 from seq2seq.training.lit_module import LitSeq2Seq
 
 
@@ -119,6 +119,7 @@ def build_module(
         max_len_a=cfg.decoding.max_len_a,
         max_len_b=cfg.decoding.max_len_b,
         max_src_len=cfg.decoding.max_src_len,
+        **check_search(cfg),
         bleu_tokenize=cfg.data.bleu_tokenize,
         cuda_graphs=cfg.cuda_graphs,
         label_smoothing=check_label_smoothing(cfg.optim.get("label_smoothing", 0.0)),

@@ -129,6 +129,27 @@ def check_loss_weight(value: Any, name: str) -> float:
     return float(value)
 
 
+def check_search(cfg: DictConfig) -> dict[str, Any]:
+    """``decoding.beam_size``, ``length_penalty`` and ``coverage_penalty``, the search of
+    validation and test (``LitSeq2Seq``'s arguments), or a ConfigError naming the key."""
+    beam = OmegaConf.select(cfg, "decoding.beam_size", default=1)
+    alpha = OmegaConf.select(cfg, "decoding.length_penalty", default=0.6)
+    beta = OmegaConf.select(cfg, "decoding.coverage_penalty", default=0.0)
+    problems = []
+    if type(beam) is not int or beam < 1:
+        problems.append(f"decoding.beam_size={beam} (an integer of at least 1; 1: greedy)")
+    for key, value in (("length_penalty", alpha), ("coverage_penalty", beta)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
+            problems.append(f"decoding.{key}={value} (a number from 0 to 10)")
+    if problems:
+        raise ConfigError(
+            f"validation and test cannot decode with {'; '.join(problems)}. Set "
+            f"{'them' if len(problems) > 1 else 'it'} on the command line, e.g. python train.py "
+            "decoding.beam_size=5 decoding.length_penalty=0.6 decoding.coverage_penalty=0.2."
+        )
+    return {"beam_size": beam, "length_penalty": float(alpha), "coverage_penalty": float(beta)}
+
+
 def check_alignment_data(cfg: DictConfig) -> None:
     """Gold alignments of files (``data.align``) link whitespace-separated words: they are the
     model's tokens only with ``data.tokenizer=whitespace``."""

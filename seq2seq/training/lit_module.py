@@ -1,4 +1,5 @@
-"""LightningModule: loss, optimizer and schedule, greedy validation with corpus metrics.
+"""LightningModule: loss, optimizer and schedule, validation with corpus metrics (greedy, or
+beam search with ``decoding.beam_size`` or a coverage penalty).
 
 Shape legend: B batch, S source length, T target length, V target vocabulary.
 
@@ -44,7 +45,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.models.model import EncoderDecoder
 from seq2seq.models.transformer import Transformer
-from seq2seq.search import Hypotheses, greedy_search
+from seq2seq.search import Hypotheses, beam_search, greedy_search
 from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
 from seq2seq.training.distributed import gather_objects
 from seq2seq.training.loss import (
@@ -122,7 +123,7 @@ def clip_grad_norm_on_cpu(grads: list[Tensor], max_norm: float) -> Tensor:
 
 class LitSeq2Seq(pl.LightningModule):
     """Trains an encoder–decoder (``Seq2Seq``, ``Transformer``) with teacher forcing and
-    validates it by greedy decoding.
+    validates it by greedy decoding (or beam search: ``decoding.beam_size``, a coverage penalty).
 
     ``model_config`` is the resolved constructor config of ``model``; it travels in every checkpoint
     together with both tokenizers, so a checkpoint alone rebuilds the model
@@ -141,6 +142,9 @@ class LitSeq2Seq(pl.LightningModule):
         max_len_a: float = 2.0,
         max_len_b: int = 10,
         max_src_len: int = 256,
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+        coverage_penalty: float = 0.0,
         bleu_tokenize: str = "13a",
         cuda_graphs: bool = False,
         label_smoothing: float = 0.0,
@@ -158,6 +162,11 @@ class LitSeq2Seq(pl.LightningModule):
         self.max_len_a = max_len_a
         self.max_len_b = max_len_b
         self.max_src_len = max_src_len
+        # The search of validation and test (decoding.*): greedy unless a beam or GNMT's
+        # coverage penalty (which needs finished hypotheses to rank) is asked for.
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
+        self.coverage_penalty = coverage_penalty
         self.bleu_tokenize = bleu_tokenize
         self.label_smoothing = label_smoothing
         # λ of guided alignment: the training loss adds λ times the cross-entropy between the
@@ -323,8 +332,8 @@ class LitSeq2Seq(pl.LightningModule):
             self.log(name, value, prog_bar=prog_bar, sync_dist=True, reduce_fx="max")
 
     def score_batch(self, batch: Batch, split: str) -> list[SentenceScore]:
-        """Teacher-forced loss, attention entropy and alignment, and the greedy translation, of
-        every sentence in ``batch`` (of the dataset ``split``)."""
+        """Teacher-forced loss, attention entropy and alignment, and the translation
+        (``search``), of every sentence in ``batch`` (of the dataset ``split``)."""
         logits, weights = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B,T,V), (B,T,S)
         assert weights is not None  # asked for by default
         token_losses = F.cross_entropy(
@@ -335,7 +344,7 @@ class LitSeq2Seq(pl.LightningModule):
         ).view_as(batch.tgt_out)  # (B, T)
         loss_sums = token_losses.sum(dim=1).tolist()
         entropy_sums = attention_entropy(weights, batch.tgt_lens).tolist()
-        decoded = self.greedy(batch)
+        decoded = self.search(batch)
         hypotheses = self.detokenize(decoded)
         over, under = attention_totals(decoded.attention, batch.src_lens)
         gold = self._gold_alignments(split)
@@ -456,12 +465,31 @@ class LitSeq2Seq(pl.LightningModule):
         write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
     def translate_batch(self, batch: Batch) -> list[str]:
-        """Greedy translations of a batch, detokenized."""
-        return self.detokenize(self.greedy(batch))
+        """Translations of a batch by validation's search, detokenized."""
+        return self.detokenize(self.search(batch))
 
     def detokenize(self, hypotheses: Hypotheses) -> list[str]:
         """The text of each decoded output."""
         return [decode(self.tgt_tokenizer, ids) for ids in hypotheses.tokens.tolist()]
+
+    def search(self, batch: Batch) -> Hypotheses:
+        """Validation's and test's decoding of a batch: greedy, or beam search (the best
+        hypothesis) with ``decoding.beam_size`` > 1 or a coverage penalty."""
+        if self.beam_size == 1 and self.coverage_penalty == 0:
+            return self.greedy(batch)
+        return beam_search(
+            self.model,
+            batch.src,
+            batch.src_lens,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_id=PAD_ID,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+            coverage_penalty_weight=self.coverage_penalty,
+        ).best
 
     def greedy(self, batch: Batch) -> Hypotheses:
         """Greedy decoding of a batch: tokens, lengths and the attention of each output token."""
@@ -520,6 +548,11 @@ class LitSeq2Seq(pl.LightningModule):
                 "max_len_a": self.max_len_a,
                 "max_len_b": self.max_len_b,
                 "max_src_len": self.max_src_len,
+                # Validation's search, so that the checkpoint alone reproduces val/bleu
+                # (translate.py takes its own --beam-size and penalties).
+                "beam_size": self.beam_size,
+                "length_penalty": self.length_penalty,
+                "coverage_penalty": self.coverage_penalty,
             },
             "metrics": self._metrics_for_checkpoint(),
         }
