@@ -61,7 +61,7 @@ def view(
     out: dict[str, Any] = {
         "hypothesis": " ".join(hyp),
         "hyp_tokens": hyp,
-        "hyp_attention": attention_map(weights(len(hyp), len(src), generator), None),
+        "hyp_attention": attention_map(weights(len(hyp), len(src), generator), None, coverage=True),
         "score": None,
         "n_best": [],
         "src_tokens": src,
@@ -88,7 +88,7 @@ def view(
                               .masked_fill(~causal, float("-inf")), -1), None, causal)
              for _ in range(heads)] for _ in range(layers)
         ]  # fmt: skip
-    out["forced"] = attention_map(forced, gold)
+    out["forced"] = attention_map(forced, gold, coverage=True)
     return out
 
 

@@ -126,6 +126,25 @@ def test_the_maps_are_the_translators_and_their_aer_alignment_pys(
     assert "encoder_self" not in data["sentences"][0]["models"]["additive"]
 
 
+def test_a_models_maps_carry_their_coverage_the_running_sum_of_their_weights(
+    data: dict[str, Any],
+) -> None:
+    """Row t is what steps 0..t gave each source word, summed before rounding: the last row is
+    the total that over- and under-translation are read from."""
+    torch.manual_seed(0)
+    weights = torch.rand(5, 4).softmax(-1)  # (T, S)
+    coverage = attention_map(weights, None, coverage=True)["coverage"]
+    for t in range(5):
+        expected = weights[: t + 1].double().sum(0)
+        assert coverage[t] == pytest.approx(expected.tolist(), abs=1e-4)
+    assert attention_map(torch.zeros(0, 3), None, coverage=True)["coverage"] == []
+    view = data["sentences"][0]["models"]["transformer"]
+    for shown in (view["forced"], view["hyp_attention"]):
+        summed = torch.tensor(shown["weights"]).double().cumsum(0)
+        assert torch.allclose(torch.tensor(shown["coverage"]).double(), summed, atol=1e-3)
+    assert "coverage" not in view["heads"][0][0] and "coverage" not in view["encoder_self"][0][0]
+
+
 def test_the_score_spread_is_the_scores_minus_their_row_means() -> None:
     """Softmax forgets each row's mean score; the page's histogram recovers the rest exactly."""
     scores = torch.tensor([[0.0, 1.0, 3.0, -2.5], [4.0, 4.0, 4.0, 4.0], [-9.5, 2.0, 0.5, 1.0]])

@@ -422,7 +422,7 @@ def test_a_local_window_and_the_coverage_are_drawn(chromium: Any, tmp_path: Path
         # Coverage under the map: after row 3 (hovered), each column's running sum.
         tab.locator(cell("m", 3, 0)).hover()
         titles = tab.locator("svg.map rect.coverage-bar title").all_text_contents()
-        expected = torch.tensor(forced["weights"]).double()[:4].sum(0).tolist()
+        expected = forced["coverage"][3]
         assert [float(t.split("coverage ")[1].split(" ")[0]) for t in titles] == pytest.approx(
             expected, abs=1e-3
         )

@@ -11,11 +11,13 @@ models: sparsemax and entmax forget the scores below their threshold).
 
 Weights are rounded to 4 decimals: the page draws them and sums nothing again. Rounding makes a
 small weight look like none, so each map also lists, per row, the columns whose weight is
-exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small. The
-page sums each map's rows into its coverage (what steps 0..t gave each source word; the 4-decimal
-rounding moves a sum by at most T · 5e-5, not a pixel), rather than the data carrying a second
-matrix as large as the first. A windowed model's teacher-forced map carries its ``window``: each
-step's centre p_t and the half-width D.
+exactly 0.0 (``zeros``): what a sparse normalizer or a window left out, not merely small. A
+model's own maps (teacher-forced and decoding) carry ``coverage``: row t is what steps 0..t gave
+each source word in total (the running sum of the weights, summed before rounding): the last row
+shows which words were read more than once and which barely
+(``seq2seq.analysis.metrics.attention_totals``), what coverage is for. (The page sums a head's or
+a self-attention's rows itself.) A windowed model's teacher-forced map carries its ``window``:
+each step's centre p_t and the half-width D.
 """
 
 from __future__ import annotations
@@ -99,12 +101,16 @@ def attention_map(
     gold: GoldAlignment | None,
     readable: Tensor | None = None,
     softmax: bool = True,
+    coverage: bool = False,
 ) -> dict[str, Any]:
     """One map (T, S) as the page reads it; the score spread only for ``softmax`` weights, the
-    one normalizer whose weights keep every score (up to each row's mean)."""
+    one normalizer whose weights keep every score (up to each row's mean); with ``coverage``, the
+    running sum of its rows (a model's own maps: a head's or a self-attention's would double the
+    page for a sum the page can take itself)."""
     return {
         "weights": rounded(weights),
         "zeros": exact_zeros(weights),
+        **({"coverage": rounded(weights.double().cumsum(dim=0))} if coverage else {}),  # (T, S)
         "entropy": entropy(weights),
         "aer": aer(weights, gold),
         "spread": score_spread(weights, readable) if softmax else None,
@@ -215,7 +221,7 @@ def model_view(
         "hyp_tokens": translation.tgt_tokens or [],
         "hyp_attention": None
         if translation.attention is None
-        else attention_map(translation.attention, None, softmax=softmax),
+        else attention_map(translation.attention, None, softmax=softmax, coverage=True),
         "score": translation.score,
         "n_best": [{"text": text, "score": score} for text, score in translation.n_best or []],
     }
@@ -225,7 +231,7 @@ def model_view(
     view["src_tokens"] = forced.src_tokens or []
     view["forced_on"] = "reference" if reference is not None else "hypothesis"
     view["tgt_tokens"] = forced.tgt_tokens or []
-    view["forced"] = attention_map(forced.attention, gold, softmax=softmax)
+    view["forced"] = attention_map(forced.attention, gold, softmax=softmax, coverage=True)
     if parts["window"] != "global":
         view["forced"]["window"] = {
             "centres": window_centres(translator, source, target),

@@ -143,6 +143,7 @@ function entropyOf(row) {
 
 // The running sum of a map's weights, row t: what steps 0..t gave each column.
 function coverageOf(map) {
+  if (map.coverage) return map.coverage; // a model's own map: summed before rounding
   let running = map.weights[0].map(() => 0);
   return map.weights.map((row) => (running = running.map((sum, s) => sum + row[s])));
 }
