@@ -20,7 +20,7 @@ from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links,
 from seq2seq.data.tokenization import encode_batch
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import SPREAD, attention_map, model_label, score_spread, scoring_name
-from seq2seq.explorer.page import page
+from seq2seq.explorer.page import page, read_page
 from seq2seq.inference.bundle import TrainedModel, build_model, export_bundle, load
 from seq2seq.models.transformer import TransformerEncoder, embed
 from seq2seq.pipeline import train
@@ -170,7 +170,10 @@ def test_the_page_holds_its_data_and_fetches_nothing(data: dict[str, Any], tmp_p
     # url(#id) names a pattern in the page itself (the hatching of exact zeros): nothing fetched.
     assert "@import" not in text and not re.search(r"url\((?!#)", text)
     embedded = text.split('<script type="application/json" id="data">')[1].split("</script>")[0]
-    assert json.loads(embedded) == json.loads(json.dumps(hostile))  # "</" escaped, not lost
+    # Weights travel as integers in units of 1e-4, and read back exactly; "</" escaped, not lost.
+    forced = json.loads(embedded)["sentences"][0]["models"]["additive"]["forced"]
+    assert all(isinstance(w, int) for row in forced["weights"] for w in row)
+    assert read_page(text) == json.loads(json.dumps(hostile))
     assert text.count("</script>") == 2  # the data's and the code's: nothing else ends them
     assert page(data).startswith("<!DOCTYPE html>")
 
@@ -190,7 +193,7 @@ def test_explore_py_writes_the_page_and_refuses_bad_input(
     align = ["--align", str(toy / "test.align"), "--lines", "2-4,7"]
     completed = explore(*both, *files, *align, "--out", str(out))
     assert completed.returncode == 0, completed.stderr[-3000:]
-    written = json.loads(out.read_text().split('id="data">')[1].split("</script>")[0])
+    written = read_page(out.read_text())
     assert [s["src"] for s in written["sentences"]] == [
         (toy / "test.src").read_text().splitlines()[i] for i in (1, 2, 3, 6)
     ]
@@ -293,7 +296,7 @@ def test_translate_py_writes_the_page_for_its_input(
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.count("\n") == 3  # the translations still go to stdout, blank kept
-    written = json.loads(out.read_text().split('id="data">')[1].split("</script>")[0])
+    written = read_page(out.read_text())
     assert [s["src"] for s in written["sentences"]] == [
         "the dog sees a cat .",
         "a small bird sings .",
@@ -319,7 +322,7 @@ def test_training_writes_the_page_at_every_validation_with_a_checkpoint_slider(
     train(compose_config([*overrides, "test_after_training=false", f"run_dir={tmp_path}"]))
     page = (tmp_path / "attention" / "explorer.html").read_text()
     assert "http://" not in page and "https://" not in page
-    data = json.loads(page.split('id="data">')[1].split("</script>")[0])
+    data = read_page(page)
     assert len(data["sentences"]) == 3 and len(data["checkpoints"]) == 1  # the first validation
     assert data["checkpoint"].startswith("step 38,")
     assert data["checkpoints"][0]["checkpoint"].startswith("step 19,")

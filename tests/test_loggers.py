@@ -25,6 +25,7 @@ from seq2seq.analysis import compare
 from seq2seq.analysis.compare import RunRecord, run_labels
 from seq2seq.analysis.plotting import draw_attention, plot_attention
 from seq2seq.errors import ConfigError
+from seq2seq.explorer.page import read_page
 from seq2seq.training.loggers import RunInfo, wandb_logger, wandb_mode, wandb_run_id
 from tests.test_pipeline import run_training
 
@@ -329,7 +330,7 @@ def test_compare_runs_tables_and_plots_two_runs(
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
     # The explorer: both runs' best checkpoints on the first run's validation sentences.
     page = (tmp_path / "explorer.html").read_text()
-    data = json.loads(page.split('id="data">')[1].split("</script>")[0])
+    data = read_page(page)
     [latest] = sorted((wandb_run / "attention").glob("explorer-step-*.json"))[-1:]
     shown = json.loads(latest.read_text())["sentences"]
     assert [s["src"] for s in data["sentences"]] == [s["src"] for s in shown]

@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from seq2seq import Translator
+from seq2seq.explorer.page import read_page
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.pipeline import train
 from tests.configs import ROOT, compose_config
@@ -364,7 +365,7 @@ def test_the_live_explorer_page_and_its_sentences(server: Server, bundles: dict[
     connection.close()
     assert response.status == 200 and response.getheader("content-type", "").startswith("text/html")
     assert "http://" not in html and "https://" not in html
-    data = json.loads(html.split('id="data">')[1].split("</script>")[0])
+    data = read_page(html)
     assert data["live"]["needs_key"] is False and data["models"] == [] and data["sentences"] == []
 
     status, answer = server.request("POST", "/explore", json.dumps({"src": "w3 w14 w7"}).encode())

@@ -15,10 +15,53 @@ def asset(name: str) -> str:
     return resources.files("seq2seq.explorer").joinpath("assets", name).read_text("utf-8")
 
 
+# Weights travel in the page as integers in units of 1e-4 (their 4 decimals, nothing lost):
+# "1234" for 0.1234 and "0" for 0.0 make a Transformer's training page about a third lighter.
+QUANTUM = 10_000
+QUANTIZED = ("weights", "coverage")
+
+
+def quantized(value: Any) -> Any:
+    """``value`` with every map's ``weights`` and ``coverage`` (lists of rows) as integers in
+    units of 1/QUANTUM; the page's script divides them back before drawing."""
+    if isinstance(value, dict):
+        return {
+            key: [[round(w * QUANTUM) for w in row] for row in item]
+            if key in QUANTIZED and isinstance(item, list)
+            else quantized(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [quantized(item) for item in value]
+    return value
+
+
+def unquantized(value: Any, quantum: int) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: [[w / quantum for w in row] for row in item]
+            if key in QUANTIZED and isinstance(item, list)
+            else unquantized(item, quantum)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [unquantized(item, quantum) for item in value]
+    return value
+
+
+def read_page(text: str) -> dict[str, Any]:
+    """The data a page holds (``page``'s inverse, weights back to their 4 decimals)."""
+    embedded = text.split('<script type="application/json" id="data">', 1)[1].split("</script>")[0]
+    data = json.loads(embedded)
+    quantum = data.pop("quantum", 1)
+    return data if quantum == 1 else unquantized(data, quantum)
+
+
 def page(data: dict[str, Any]) -> str:
     """The page for ``data`` (``explorer_data``'s). The JSON sits in a script element of its own
-    type, ``</`` escaped so that no string in it can end the element."""
-    payload = json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+    type, ``</`` escaped so that no string in it can end the element; weights quantized."""
+    compact = {**quantized(data), "quantum": QUANTUM}
+    payload = json.dumps(compact, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(str(data.get('title', 'Attention explorer')))}</title>\n"

@@ -193,10 +193,7 @@ class ExplorerPage(pl.Callback):
         snapshot = directory / f"explorer-step-{step:06d}.json"
         text = json.dumps(data)
         write_atomic(snapshot, lambda path: path.write_text(text, encoding="utf-8"))
-        earlier = sorted(directory.glob("explorer-step-*.json"))
-        earlier = [path for path in earlier if path != snapshot][-self.max_snapshots :]
-        data["checkpoints"] = [without_heads(json.loads(path.read_text())) for path in earlier]
-        page = write_page(data, directory / EXPLORER_PAGE)
+        page = write_training_page(directory, data, snapshot, self.max_snapshots)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 import wandb
@@ -209,6 +206,17 @@ class ExplorerPage(pl.Callback):
 # What an earlier validation on the slider leaves out: per-layer, per-head cross-attention and
 # self-attention are most of a Transformer's snapshot; the page says they are the latest's only.
 PER_HEAD = ("heads", "layer_means", "encoder_self", "decoder_self", "decoder_inputs")
+
+
+def write_training_page(
+    directory: Path, data: dict[str, Any], snapshot: Path, max_snapshots: int = 40
+) -> Path:
+    """``directory``'s explorer page: ``data`` (the validation saved as ``snapshot``) with the
+    ``max_snapshots`` validations before it on the slider, each without its per-head maps."""
+    earlier = sorted(directory.glob("explorer-step-*.json"))
+    earlier = [path for path in earlier if path < snapshot][-max_snapshots:]
+    data["checkpoints"] = [without_heads(json.loads(path.read_text())) for path in earlier]
+    return write_page(data, directory / EXPLORER_PAGE)
 
 
 def without_heads(data: dict[str, Any]) -> dict[str, Any]:

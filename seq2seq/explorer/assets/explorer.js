@@ -9,7 +9,7 @@
 // The SVG namespace: a name, not a resource. Spelled in parts so that the page holds no URL at
 // all (the test that no resource is fetched looks for any).
 const SVG = ["http:", "", "www.w3.org", "2000", "svg"].join("/");
-const DATA = JSON.parse(document.getElementById("data").textContent);
+const DATA = unquantize(JSON.parse(document.getElementById("data").textContent));
 const snapshots = [...DATA.checkpoints, DATA]; // oldest first: the checkpoint slider's stops
 const state = { snapshot: snapshots.length - 1, sentence: 0, map: "forced", layer: "last",
                 head: "avg", gold: true, scale: "linear", zoom: 1,
@@ -17,6 +17,22 @@ const state = { snapshot: snapshots.length - 1, sentence: 0, map: "forced", laye
 // What each map on screen shows (its tokens, geometry, weights), for hover and keyboard.
 const maps = new WeakMap();
 let cursor = null; // { svg, row, col }: the keyboard's cell
+
+// Weights and coverage come as integers in units of 1 / DATA.quantum (page.py): back to numbers.
+function unquantize(data) {
+  const quantum = data.quantum || 1;
+  const walk = (value) => {
+    if (Array.isArray(value)) { value.forEach(walk); return; }
+    if (!value || typeof value !== "object") return;
+    for (const [key, item] of Object.entries(value)) {
+      if ((key === "weights" || key === "coverage") && Array.isArray(item)) {
+        value[key] = item.map((row) => row.map((w) => w / quantum));
+      } else walk(item);
+    }
+  };
+  if (quantum !== 1) walk(data);
+  return data;
+}
 
 function el(tag, attributes = {}, text) {
   const node = tag.startsWith("svg:")
