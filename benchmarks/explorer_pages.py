@@ -27,9 +27,7 @@ def training_page(run: Path) -> Path:
     directory = run / ATTENTION_DIR
     snapshots = sorted(directory.glob("explorer-step-*.json"))
     if not snapshots:
-        sys.exit(
-            f"error: {directory} holds no explorer-step-*.json: train with examples.num_samples > 0."
-        )
+        sys.exit(f"error: {directory} holds no explorer-step-*.json (was examples.num_samples 0?).")
     return write_training_page(directory, json.loads(snapshots[-1].read_text()), snapshots[-1])
 
 
