@@ -5,7 +5,13 @@
         --ref data/toy/test.tgt --align data/toy/test.align --lines 1-20 --out explore.html
     python scripts/explore.py --model bundle/ --sentence "the dog sees a cat ." --out attn.html
 
-Open the page in any browser, offline: pick a sentence, hover a token, switch layers and heads.
+Open the page in any browser, offline. Each model's map (source across, target down) on a
+viridis scale with a colour bar (exact zeros hatched; a linear or sqrt scale), its translation,
+the gold links and AER, each row's entropy beside the map, each source word's coverage under it,
+a local window's edges, a score histogram, and a text view that shades the source by the hovered
+target word. Two models and their difference side by side from 1280 px. Hover, or focus a map and
+use the arrow keys: the weight reads at the top. A Transformer: layer and head menus and a grid of
+every head, and its encoder and decoder self-attention. docs/explorer.md tells the rest.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ MAX_MODELS = 4
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--model",
         dest="models",

@@ -2,6 +2,6 @@
 or more models can be explored sentence by sentence (``scripts/explore.py``)."""
 
 from seq2seq.explorer.data import ExplorerModel, explorer_data
-from seq2seq.explorer.page import write_page
+from seq2seq.explorer.page import inline, read_page, write_page
 
-__all__ = ["ExplorerModel", "explorer_data", "write_page"]
+__all__ = ["ExplorerModel", "explorer_data", "inline", "read_page", "write_page"]

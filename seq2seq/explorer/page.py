@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,28 @@ def page(data: dict[str, Any]) -> str:
         f'<script type="application/json" id="data">{payload}</script>\n'
         f"<script>\n{asset('explorer.js')}</script>\n</body>\n</html>\n"
     )
+
+
+@dataclass(frozen=True)
+class InlinePage:
+    """A page shown in a Jupyter notebook's output: the same page in a sandboxed iframe's
+    ``srcdoc`` (its scripts run inside it; no CDN, no require.js, nothing fetched). Make one with
+    ``inline(data)`` as the last expression of a cell, or ``display(inline(data))``."""
+
+    data: dict[str, Any]
+    height: int = 760
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe srcdoc="{html.escape(page(self.data), quote=True)}" '
+            f'style="width: 100%; height: {self.height}px; border: 1px solid #ccc" '
+            'sandbox="allow-scripts allow-downloads" title="attention explorer"></iframe>'
+        )
+
+
+def inline(data: dict[str, Any], height: int = 760) -> InlinePage:
+    """``data`` (``explorer_data``'s) as a page a notebook shows in its output."""
+    return InlinePage(data, height)
 
 
 def write_page(data: dict[str, Any], path: str | Path) -> Path:

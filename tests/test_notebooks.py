@@ -1,0 +1,70 @@
+"""The notebooks under notebooks/, executed as a reader would run them (nbclient, a fresh
+kernel), on a tiny model: every cell runs, and the explorer's page shows inline in the output, an
+iframe that fetches nothing and draws its maps in Chromium."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seq2seq.inference.bundle import export_bundle, load
+from seq2seq.pipeline import train
+from tests.configs import ROOT, TINY, compose_config
+from tests.explorer_pages import chromium, needs_chromium
+
+__all__ = ["chromium"]  # the fixture, imported for the browser test
+
+nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install .[dev])")
+nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install .[dev])")
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    run = tmp_path_factory.mktemp("run")
+    result = train(compose_config([*TINY, "trainer.max_epochs=1", "logger=csv",
+                                   "test_after_training=false", f"run_dir={run}"]))  # fmt: skip
+    bundle = export_bundle(load(result["best_checkpoint"]), run / "bundle")
+    notebook = nbformat.read(ROOT / "notebooks" / "explorer.ipynb", as_version=4)
+    environment = {**os.environ, "SEQ2SEQ_MODEL": str(bundle), "PYTHONPATH": str(ROOT)}
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )  # fmt: skip
+    client.execute(env=environment)  # the kernel's environment: the model to load
+    return notebook
+
+
+def test_the_explorer_notebook_runs_and_shows_the_page_inline(executed: Any) -> None:
+    outputs = [o for cell in executed.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    [shown] = [o.data["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert shown.startswith("<iframe srcdoc=") and 'sandbox="allow-scripts' in shown
+    inner = html.unescape(re.search(r'srcdoc="([^"]*)"', shown).group(1))
+    assert "require.js" not in shown and "http://" not in inner and "https://" not in inner
+    assert "the dog sees a cat ." in inner
+
+
+@needs_chromium
+def test_the_inline_page_draws_in_a_browser(executed: Any, chromium: Any, tmp_path: Path) -> None:
+    outputs = [o for cell in executed.cells if cell.cell_type == "code" for o in cell.outputs]
+    [shown] = [o.data["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    path = tmp_path / "output.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{shown}</body></html>")
+    tab = chromium.new_page()
+    refused: list[str] = []
+    tab.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri()
+              else (refused.append(route.request.url), route.abort()))  # fmt: skip
+    tab.goto(path.as_uri())
+    frame = tab.frame_locator("iframe")
+    frame.locator("#panels .panel").first.wait_for()
+    # One model, its panel and the colour bar drawn (a barely trained model may translate a
+    # sentence as nothing: its panel then says so instead of a map).
+    assert frame.locator("#panels .panel").count() == 1
+    assert frame.locator("header svg.colourbar").count() == 1
+    tab.close()
+    assert refused == []
