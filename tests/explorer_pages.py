@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from seq2seq.explorer.data import attention_map
-from seq2seq.explorer.page import write_page
+from seq2seq.explorer.page import read_page, write_page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
@@ -180,3 +180,25 @@ def browser_tab(
     finally:
         context.close()
     assert errors == [] and requests == []
+
+
+def screenshot(page: Path, out: Path, hover: str | None = None) -> None:
+    """``page`` (an explorer page) as the browser tests see it, 1400 × 900, with ``hover`` (a
+    selector) hovered: the README's picture (``make screenshot``)."""
+    from playwright.sync_api import sync_playwright
+
+    data = read_page(page.read_text(encoding="utf-8"))
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        with browser_tab(browser, data, out.with_suffix(".html")) as tab:
+            if hover:
+                tab.locator(hover).first.hover()
+            tab.screenshot(path=str(out))
+        browser.close()
+    out.with_suffix(".html").unlink()
+
+
+if __name__ == "__main__":
+    import sys
+
+    screenshot(Path(sys.argv[1]), Path(sys.argv[2]).resolve(), sys.argv[3] if len(sys.argv) > 3 else None)
