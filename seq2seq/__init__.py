@@ -1,7 +1,8 @@
 """seq2seq: attention encoder–decoders where the scoring function is a one-word switch.
 
 ``from seq2seq import Translator`` loads the inference stack on first use (PEP 562), so that
-importing the reference model (``seq2seq.attention``, ``seq2seq.models``) loads nothing else.
+importing the reference model (``seq2seq.attention``, ``seq2seq.models``) loads nothing else;
+``seq2seq.train`` and ``seq2seq.explore`` (``seq2seq.api``) load training the same way.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -14,9 +15,10 @@ from seq2seq.version import __version__
 onednn_guard.apply()
 
 if TYPE_CHECKING:
+    from seq2seq.api import Run, explore, train
     from seq2seq.inference.translator import Translator
 
-__all__ = ["Translator", "__version__"]
+__all__ = ["Run", "Translator", "__version__", "explore", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from seq2seq.inference.translator import Translator
 
         return Translator
+    if name in ("train", "explore", "Run"):  # seq2seq.api: Hydra and Lightning, on first use
+        from seq2seq import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")

@@ -104,6 +104,10 @@ class InlinePage:
             'sandbox="allow-scripts allow-downloads" title="attention explorer"></iframe>'
         )
 
+    def save(self, path: str | Path) -> Path:
+        """The page as a file of its own (``write_page``)."""
+        return write_page(self.data, path)
+
 
 def inline(data: dict[str, Any], height: int = 760) -> InlinePage:
     """``data`` (``explorer_data``'s) as a page a notebook shows in its output."""

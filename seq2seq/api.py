@@ -1,0 +1,144 @@
+"""The toolkit from Python, for a notebook cell: ``train``, ``explore``.
+
+    import seq2seq
+    run = seq2seq.train("attention=additive", "trainer.max_epochs=1")
+    run.summary["best_val_bleu"], run.metrics()[-1], run.translator().translate(["a b c"])
+    seq2seq.explore({"additive": run, "dot": other}, ["a b c"])    # shows inline; .save(path)
+
+``train`` takes the command line's overrides (``python train.py OVERRIDES``) and leaves no Hydra
+state behind, so that a second call in the same process composes afresh. Bad input is the same
+one-paragraph error as on the command line (a ``seq2seq.errors.Seq2SeqError``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.errors import ConfigError
+from seq2seq.explorer import ExplorerModel, explorer_data
+from seq2seq.explorer.page import InlinePage
+from seq2seq.inference.translator import Translator
+from seq2seq.pipeline import hydra_run_dir
+from seq2seq.pipeline import train as train_config
+
+
+def config_dir() -> Path:
+    """The configs ``python train.py`` composes: the checkout's ``conf/``."""
+    checkout = Path(__file__).resolve().parents[1] / "conf"
+    if (checkout / "config.yaml").is_file():
+        return checkout
+    raise ConfigError(
+        f"no configs at {checkout}: seq2seq.train composes the repository's conf/ directory, "
+        "which this installation does not have. Install from a checkout (pip install -e .) or "
+        "run from one."
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished training run: its directory, resolved config, summary and checkpoints."""
+
+    directory: Path
+    config: DictConfig
+    summary: dict[str, Any]
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.directory / "checkpoints" / "best.ckpt"
+
+    def metrics(self) -> Any:
+        """``metrics.csv`` as a pandas DataFrame when pandas is installed, else a list of dicts
+        (one per logged step, empty cells left out)."""
+        path = self.directory / "metrics.csv"
+        try:
+            import pandas
+        except ImportError:
+            with path.open(newline="") as file:
+                return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(file)]
+        return pandas.read_csv(path)
+
+    def translator(self, checkpoint: str = "best") -> Translator:
+        """The ``best`` (or ``last``) checkpoint, loaded for translation."""
+        return Translator.load(self.directory / "checkpoints" / f"{checkpoint}.ckpt")
+
+
+def new_run_dir() -> Path:
+    """``outputs/DATE/TIME`` as the command line names runs; ``-2``, ``-3`` … within a second."""
+    base = Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    path, number = base, 1
+    while path.exists():
+        number += 1
+        path = base.with_name(f"{base.name}-{number}")
+    return path
+
+
+def compose_overrides(overrides: Sequence[str]) -> DictConfig:
+    """``conf/config.yaml`` with ``overrides``, as ``python train.py OVERRIDES`` sees it; Hydra's
+    global state is cleared before and after."""
+    OmegaConf.register_new_resolver("seq2seq_run_dir", hydra_run_dir, replace=True)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            return compose("config", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def train(*overrides: str) -> Run:
+    """Train as ``python train.py OVERRIDES`` does, into ``run_dir=...`` when given (else
+    ``outputs/DATE/TIME``), and return the run."""
+    for override in overrides:
+        if not isinstance(override, str) or "=" not in override:
+            raise ConfigError(
+                f"seq2seq.train takes overrides as the command line does, each a string "
+                f"'key=value', e.g. seq2seq.train('attention=additive', 'trainer.max_epochs=1'); "
+                f"got {override!r}."
+            )
+    given = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "run_dir"]
+    directory = Path(given[-1].split("=", 1)[1]) if given else new_run_dir()
+    config = compose_overrides([*overrides, *([] if given else [f"run_dir={directory}"])])
+    train_config(config)
+    summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    resolved = OmegaConf.load(directory / "config.yaml")
+    assert isinstance(resolved, DictConfig)
+    return Run(directory, resolved, summary)
+
+
+Model = Run | Translator | str | Path
+
+
+def explore(
+    models: Mapping[str, Model],
+    sentences: Sequence[str],
+    refs: Sequence[str] | None = None,
+    align: Sequence[Any] | None = None,
+    beam_size: int = 1,
+    title: str = "Attention explorer",
+) -> InlinePage:
+    """The explorer page of up to four ``models`` (name -> a Run, a Translator, or a checkpoint
+    or bundle path) on ``sentences`` (with references and gold ``align``ments,
+    ``seq2seq.analysis.alignment.GoldAlignment``): shown inline as a cell's last expression,
+    ``.save(path)`` writes it."""
+    if not 1 <= len(models) <= 4:
+        raise ConfigError(f"seq2seq.explore shows one to four models, got {len(models)}.")
+    loaded = []
+    for name, model in models.items():
+        if isinstance(model, Run):
+            translator = model.translator()
+        elif isinstance(model, Translator):
+            translator = model
+        else:
+            translator = Translator.load(model)
+        loaded.append(ExplorerModel(name, translator))
+    data = explorer_data(loaded, list(sentences), refs, align, beam_size=beam_size, title=title)
+    return InlinePage(data)
