@@ -77,6 +77,10 @@ def line_numbers(spec: str, count: int) -> list[int]:
             raise UsageError(
                 f"--lines {spec!r}: want numbers from 1, e.g. 1-20 or 3,7,10-12."
             ) from None
+        if start > end:
+            raise UsageError(
+                f"--lines {spec!r}: {part.strip()} runs backwards; write {end}-{start}."
+            )
         if not 1 <= start <= end <= count:
             raise UsageError(f"--lines {spec!r}: {part.strip()} is not within lines 1 to {count}.")
         chosen += range(start - 1, end)
@@ -96,8 +100,10 @@ def models(specs: list[str], trust_modules: list[str], backend: str) -> list[Exp
 
 def main() -> int:
     args = parse_args()
-    if (args.src is None) == (args.sentences is None):
+    if args.src is not None and args.sentences is not None:
         raise UsageError("give the sentences with --src FILE or with --sentence TEXT, not both.")
+    if args.src is None and args.sentences is None:
+        raise UsageError("no sentences: give them with --src FILE or with --sentence TEXT.")
     if args.sentences is not None and (args.ref or args.align or args.lines):
         raise UsageError("--ref, --align and --lines go with --src.")
     if args.align is not None and args.ref is None:

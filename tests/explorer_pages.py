@@ -201,4 +201,6 @@ def screenshot(page: Path, out: Path, hover: str | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    screenshot(Path(sys.argv[1]), Path(sys.argv[2]).resolve(), sys.argv[3] if len(sys.argv) > 3 else None)
+    screenshot(
+        Path(sys.argv[1]), Path(sys.argv[2]).resolve(), sys.argv[3] if len(sys.argv) > 3 else None
+    )

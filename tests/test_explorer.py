@@ -202,9 +202,12 @@ def test_explore_py_writes_the_page_and_refuses_bad_input(
     for arguments, message in [
         (["--lines", "0-3", *files], "--lines '0-3': 0-3 is not within lines 1 to 20"),
         (["--lines", "a", *files], "want numbers from 1"),
+        (["--lines", "5-3", *files], "5-3 runs backwards; write 3-5"),
+        ([], "no sentences: give them with --src FILE"),
+        (["--src", str(toy / "test.src"), "--sentence", "w1"], "not both"),
         (["--src", str(toy / "test.src"), "--ref", str(short)], "must be line-parallel"),
         (["--src", str(toy / "test.src"), "--align", str(toy / "test.align")], "give --ref too"),
-        (["--sentence", "w1", "--src", str(toy / "test.src")], "not both"),
+        (["--sentence", "w1", "--model", f"text={toy / 'test.src'}"], "not a readable checkpoint"),
         (
             ["--sentence", "w1", "--beam-size", "2", "--n-best", "3"],
             "--n-best 3 needs --beam-size 3",

@@ -394,7 +394,15 @@ def test_arrow_keys_move_a_cursor_linked_like_hover(chromium: Any, tmp_path: Pat
     data = page_data(TWO, sentences=1)
     with browser_tab(chromium, data, tmp_path / "p.html") as tab:
         tab.focus('.panel[data-model="additive"] svg.map')
-        for key in ("ArrowDown", "ArrowDown", "ArrowRight", "ArrowRight", "ArrowRight"):
+        # The first press puts the cursor on the first cell; the others move it.
+        for key in (
+            "ArrowDown",
+            "ArrowDown",
+            "ArrowDown",
+            "ArrowRight",
+            "ArrowRight",
+            "ArrowRight",
+        ):
             tab.keyboard.press(key)
         assert tab.evaluate("[document.body.dataset.row, document.body.dataset.col]") == ["2", "3"]
         weight = data["sentences"][0]["models"]["additive"]["forced"]["weights"][2][3]
@@ -463,3 +471,74 @@ def test_the_hovered_rows_weights_light_the_other_side(chromium: Any, tmp_path: 
         )
         assert float(opacity.evaluate("(t) => t.style.fillOpacity")) == pytest.approx(1.0)
         assert not math.isnan(weights[heaviest])
+
+
+# ---- what a newcomer's review found (issue 58) -------------------------------------------
+
+
+def test_a_hovered_cells_word_keeps_its_shade_in_the_text_view(
+    chromium: Any, tmp_path: Path
+) -> None:
+    data = page_data(TWO, sentences=1)
+    with browser_tab(chromium, data, tmp_path / "p.html") as tab:
+        tab.locator(cell("additive", 2, 3)).hover()
+        word = tab.locator('.panel[data-model="additive"] .textview span.word.col[data-index="3"]')
+        assert "lit" in (word.get_attribute("class") or "")
+        weight = data["sentences"][0]["models"]["additive"]["forced"]["weights"][2][3]
+        assert word.get_attribute("title") == f"{weight:.4f}" and word.evaluate(
+            "(w) => w.style.background"
+        )
+
+
+def test_the_difference_bar_labels_zero_and_is_symmetric(chromium: Any, tmp_path: Path) -> None:
+    with browser_tab(chromium, page_data(TWO), tmp_path / "p.html") as tab:
+        for scale in ("linear", "sqrt"):
+            tab.select_option("#scale", scale)
+            numbers = tab.locator('.panel[data-model="difference"] svg.colourbar text')
+            labels = [float(t) for t in numbers.all_text_contents()]
+            assert 0 in labels and sorted(labels) == sorted(-x for x in labels)
+
+
+def test_two_models_without_a_difference_share_the_width(chromium: Any, tmp_path: Path) -> None:
+    data = page_data(TWO, hyp_differs=True)
+    with browser_tab(chromium, data, tmp_path / "p.html") as tab:
+        tab.select_option("#map", "decoding")  # different translations: no difference map
+        assert tab.locator('.panel[data-model="difference"]').count() == 0
+        a, b = (
+            box(tab, '.panel[data-model="additive"]'),
+            box(tab, '.panel[data-model="scaled_dot"]'),
+        )
+        assert a["y"] == b["y"] and a["width"] > 600 and b["x"] + b["width"] > 1300
+
+
+def test_the_keyboard_cursor_starts_at_the_first_cell_and_stays_in_sight(
+    chromium: Any, tmp_path: Path
+) -> None:
+    data = page_data([model("m")], sentences=1, length=80)
+    with browser_tab(chromium, data, tmp_path / "p.html") as tab:
+        tab.focus("#zoom")
+        tab.select_option("#zoom", "4")
+        tab.focus("svg.map")
+        tab.keyboard.press("ArrowRight")
+        assert tab.evaluate("[document.body.dataset.row, document.body.dataset.col]") == ["0", "0"]
+        for _ in range(70):
+            tab.keyboard.press("ArrowRight")
+        assert tab.evaluate("document.body.dataset.col") == "70"
+        cursor, scroller = box(tab, "rect.cursor"), box(tab, ".scroller")
+        assert scroller["x"] <= cursor["x"] <= scroller["x"] + scroller["width"]
+
+
+def test_an_export_names_the_difference_and_draws_its_key(chromium: Any, tmp_path: Path) -> None:
+    with browser_tab(chromium, page_data(TWO), tmp_path / "p.html") as tab:
+        with tab.expect_download() as download:
+            tab.locator("#download-svg").click()
+        text = Path(download.value.path()).read_text()
+        assert "additive − scaled_dot (red: more in additive)" in text
+        assert text.count('class="colourbar"') == 2  # weights, and differences
+
+
+def test_a_page_with_no_model_ticked_says_so(chromium: Any, tmp_path: Path) -> None:
+    with browser_tab(chromium, page_data(TWO), tmp_path / "p.html") as tab:
+        for name in ("additive", "scaled_dot"):
+            tab.locator(f'input[data-show="{name}"]').uncheck()
+        assert "No model is shown" in tab.locator("#panels").inner_text()

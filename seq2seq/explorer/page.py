@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from seq2seq.atomic import write_atomic
+
+log = logging.getLogger("seq2seq.explorer")
 
 
 def asset(name: str) -> str:
@@ -114,10 +117,23 @@ def inline(data: dict[str, Any], height: int = 760) -> InlinePage:
     return InlinePage(data, height)
 
 
+# Past this size a page is slow to open and heavy to share: say so, and how to make it lighter.
+LARGE_PAGE = 20_000_000
+
+
 def write_page(data: dict[str, Any], path: str | Path) -> Path:
     """Write the page to ``path`` (atomically: a reader never sees half a page)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = page(data)
     write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    size = path.stat().st_size
+    if size > LARGE_PAGE:
+        log.warning(
+            "%s is %.0f MB: a Transformer's every layer and head of long sentences add up. "
+            "Show fewer or shorter sentences (explore.py --lines, or fewer input lines to "
+            "translate.py --attention-html).",
+            path,
+            size / 1e6,
+        )
     return path

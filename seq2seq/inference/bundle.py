@@ -222,7 +222,9 @@ def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
             "hidden in the file. seq2seq checkpoints hold only tensors, numbers and strings; use "
             "one written by train.py, or a bundle from scripts/export.py."
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
+    # A file that is not a checkpoint at all (a text file) trips the unpickler anywhere: an
+    # IndexError ("pop from empty list") as often as a clean UnpicklingError.
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError, TypeError) as error:
         raise ModelFileError(
             f"{path} is not a readable checkpoint ({str(error).splitlines()[0]}). It may be "
             "truncated (an interrupted copy or a full disk) or not a checkpoint at all; use "

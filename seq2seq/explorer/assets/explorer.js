@@ -82,13 +82,12 @@ function colourBar(difference = false) {
     svg.appendChild(el("svg:rect", { x: left + (i * width) / steps, y: 2, width: width / steps + 0.5,
                                      height: 12, fill }));
   }
-  const ticks = difference ? [-1, -0.5, -0.1, 0, 0.1, 0.5, 1] : [0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1];
-  let last = -Infinity;
+  const ticks = difference
+    ? (state.scale === "sqrt" ? [-1, -0.5, -0.1, 0, 0.1, 0.5, 1] : [-1, -0.5, 0, 0.5, 1])
+    : (state.scale === "sqrt" ? [0, 0.01, 0.05, 0.25, 0.5, 1] : [0, 0.25, 0.5, 0.75, 1]);
   for (const value of ticks) {
     const position = difference ? 0.5 + 0.5 * Math.sign(value) * scaled(Math.abs(value)) : scaled(value);
     const x = left + position * width;
-    if (x - last < 26 && value !== ticks[ticks.length - 1]) continue; // numbers that would overlap
-    last = x;
     svg.appendChild(el("svg:line", { x1: x, x2: x, y1: 14, y2: 18, stroke: "#222" }));
     svg.appendChild(el("svg:text", { x, y: 30, "text-anchor": "middle" }, String(value)));
   }
@@ -372,6 +371,8 @@ function setCursor(svg, row, col) {
   if (!info || !info.rows || !info.cols) return;
   cursor = { svg, row: Math.min(Math.max(row, 0), info.rows - 1), col: Math.min(Math.max(col, 0), info.cols - 1) };
   drawCursor();
+  // A zoomed map scrolls in its panel: keep the cursor's cell in sight.
+  svg.querySelector("rect.cursor").scrollIntoView({ block: "nearest", inline: "nearest" });
   highlight(svg, cursor.row, cursor.col);
 }
 
@@ -398,8 +399,9 @@ function moveCursor(svg, event) {
   const move = moves[event.key];
   if (!move) return;
   event.preventDefault(); // not the page's scroll
-  const at = cursor && cursor.svg === svg ? cursor : { row: 0, col: 0 };
-  setCursor(svg, at.row + move[0], at.col + move[1]);
+  // The first press puts the cursor on the first cell; the next ones move it.
+  if (!cursor || cursor.svg !== svg) { setCursor(svg, 0, 0); return; }
+  setCursor(svg, cursor.row + move[0], cursor.col + move[1]);
 }
 
 // ---- attention on the text -----------------------------------------------------------------
@@ -431,7 +433,8 @@ function shadeText(svg, row, col, weights) {
   for (const word of info.text.querySelectorAll("span.word")) {
     const isRow = word.classList.contains("row"), index = Number(word.dataset.index);
     const lit = isRow ? index === row : index === col;
-    const shaded = weights && !lit && (row !== null ? !isRow : isRow);
+    // The hovered word keeps its own shade inside its outline (a cell's column is both).
+    const shaded = weights && (row !== null ? !isRow : isRow);
     const w = shaded ? weights[index] : 0;
     word.classList.toggle("lit", lit);
     word.style.background = shaded ? (info.difference ? differenceColour(w) : colour(Math.abs(w))) : "";
@@ -461,7 +464,7 @@ function panel(model, view, gold, width) {
   const box = el("section", { class: "panel", "data-model": model.name, "aria-label": model.name });
   box.appendChild(el("h2", {}, `${model.name}`));
   box.appendChild(el("div", { class: "meta kind" }, description(model)));
-  box.appendChild(el("div", { class: "hyp" }, `→ ${view.hypothesis}`));
+  box.appendChild(el("div", { class: "hyp" }, `→ ${view.hypothesis || "(an empty translation)"}`));
   if (view.n_best.length > 1) {
     const list = el("ol", { class: "nbest" });
     for (const entry of view.n_best) list.appendChild(el("li", {}, `${entry.text} (${entry.score.toFixed(3)})`));
@@ -534,12 +537,19 @@ function thumbnails(view) {
 }
 
 // The difference of the first two models shown, where their maps have the same tokens.
-function differencePanel(views, width) {
+function comparable(views) {
   if (views.length < 2) return null;
   const [a, b] = views.map(([model, view]) => ({ model, map: chosenMap(view, model) }));
   if (a.map.missing || b.map.missing || !same(a.map.rows, b.map.rows) || !same(a.map.cols, b.map.cols)) {
     return null;
   }
+  return [a, b];
+}
+
+function differencePanel(views, width) {
+  const pair = comparable(views);
+  if (!pair) return null;
+  const [a, b] = pair;
   const weights = a.map.weights.map((row, t) => row.map((w, s) => w - b.map.weights[t][s]));
   const box = el("section", { class: "panel", "data-model": "difference", "aria-label": "difference" });
   box.appendChild(el("h2", {}, `${a.model.name} − ${b.model.name}`));
@@ -547,6 +557,7 @@ function differencePanel(views, width) {
   box.appendChild(colourBar(true));
   const scroller = el("div", { class: "scroller" });
   const svg = heatmap({ weights, rows: a.map.rows, cols: a.map.cols }, null, "difference", width, true);
+  svg.dataset.title = `${a.model.name} − ${b.model.name} (red: more in ${a.model.name})`;
   scroller.appendChild(svg);
   box.append(scroller, textView(svg));
   return box;
@@ -634,7 +645,7 @@ function buildControls() {
 // The controls' values from the state; only the sentence list is rebuilt, and only when it changes.
 function syncControls() {
   const pick = document.getElementById("sentence");
-  const labels = data().sentences.map((s, i) => `${i + 1}: ${s.src.slice(0, 60)}`);
+  const labels = data().sentences.map((s, i) => `${i + 1}: ${s.src.length > 60 ? `${s.src.slice(0, 59)}…` : s.src}`);
   if (pick.options.length !== labels.length || [...pick.options].some((o, i) => o.text !== labels[i])) {
     pick.replaceChildren(...labels.map((text, i) => el("option", { value: i }, text)));
   }
@@ -673,12 +684,22 @@ function composite() {
   out.setAttribute("xmlns", SVG);
   out.appendChild(el("svg:style", {}, EXPORT_STYLE));
   out.appendChild(document.querySelector("svg defs").cloneNode(true)); // the hatching of exact zeros
-  const bar = colourBar();
-  out.appendChild(bar);
-  let x = 0, height = 0;
-  for (const svg of svgs) {
-    const group = el("svg:g", { transform: `translate(${x},52)` });
-    group.appendChild(el("svg:text", { x: 0, y: -4 }, svg.dataset.model));
+  const bars = [colourBar()];
+  if (svgs.some((svg) => svg.dataset.model === "difference")) bars.push(colourBar(true));
+  let barX = 0;
+  for (const bar of bars) {
+    const group = el("svg:g", { class: "colourbar", transform: `translate(${barX},0)` });
+    group.append(...bar.childNodes);
+    out.appendChild(group);
+    barX += Number(bar.getAttribute("width")) + 24;
+  }
+  // The screen's grid: as many maps a row as the panels have columns.
+  const columns = Math.max(1, Number((document.getElementById("panels").style.gridTemplateColumns.match(/repeat\((\d+)/) || [0, 1])[1]));
+  let x = 0, y = 52, rowHeight = 0, width = barX;
+  svgs.forEach((svg, i) => {
+    if (i && i % columns === 0) { x = 0; y += rowHeight + 16; rowHeight = 0; }
+    const group = el("svg:g", { transform: `translate(${x},${y})` });
+    group.appendChild(el("svg:text", { x: 0, y: -4 }, svg.dataset.title || svg.dataset.model));
     for (const child of svg.childNodes) {
       const copy = child.cloneNode(true);
       if (copy.matches && copy.matches("rect.band, rect.cursor")) continue;
@@ -688,10 +709,11 @@ function composite() {
     }
     out.appendChild(group);
     x += Number(svg.getAttribute("width")) + 16;
-    height = Math.max(height, Number(svg.getAttribute("height")) + 52);
-  }
-  out.setAttribute("width", Math.max(x, Number(bar.getAttribute("width"))));
-  out.setAttribute("height", height);
+    width = Math.max(width, x);
+    rowHeight = Math.max(rowHeight, Number(svg.getAttribute("height")) + 16);
+  });
+  out.setAttribute("width", width);
+  out.setAttribute("height", y + rowHeight);
   return out;
 }
 
@@ -773,7 +795,11 @@ function render() {
   if (current.ref !== null) source.appendChild(el("div", { class: "ref" }, `reference: ${current.ref}`));
   const views = DATA.models.filter((m) => state.shown.includes(m.name))
     .map((model) => [model, current.models[model.name]]).filter(([, view]) => view);
-  const count = views.length + (views.length >= 2 ? 1 : 0);
+  if (!views.length) {
+    panels.replaceChildren(el("p", { class: "meta missing" }, "No model is shown: tick one above."));
+    return;
+  }
+  const count = views.length + (comparable(views) ? 1 : 0);
   const { columns, width } = layout(count);
   panels.style.gridTemplateColumns = `repeat(${columns}, minmax(0, 1fr))`;
   panels.replaceChildren(...views.map(([model, view]) => panel(model, view, current.gold, width)));
