@@ -33,14 +33,15 @@ from seq2seq.pipeline import train as train_config
 
 
 def config_dir() -> Path:
-    """The configs ``python train.py`` composes: the checkout's ``conf/``."""
-    checkout = Path(__file__).resolve().parents[1] / "conf"
-    if (checkout / "config.yaml").is_file():
-        return checkout
+    """The configs ``python train.py`` composes, installed with the package (``seq2seq/conf``;
+    the repository's ``conf/`` links to them)."""
+    installed = Path(__file__).resolve().parent / "conf"
+    if (installed / "config.yaml").is_file():
+        return installed
     raise ConfigError(
-        f"no configs at {checkout}: seq2seq.train composes the repository's conf/ directory, "
-        "which this installation does not have. Install from a checkout (pip install -e .) or "
-        "run from one."
+        f"no configs at {installed}: this installation of seq2seq lacks its conf/ directory. "
+        "Reinstall it (pip install seq2seq from a wheel built with python -m build, or "
+        "pip install -e . from a checkout)."
     )
 
 
