@@ -52,3 +52,39 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
     assert "model.input_feeding=maybe" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(ConfigError, match="one to four models"):
         seq2seq.explore({}, ["w1"])
+
+
+@pytest.mark.slow  # builds a wheel and a virtual environment
+def test_an_installed_wheel_trains_translates_and_explores_outside_the_checkout(
+    tmp_path: Path,
+) -> None:
+    """pip install of a built wheel (not editable) in a fresh venv, used from another directory:
+    its configs travel inside it. The venv sees the system's packages for torch and the rest;
+    its own seq2seq, from the wheel, comes first."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    wheels, venv, elsewhere = tmp_path / "wheels", tmp_path / "venv", tmp_path / "elsewhere"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(wheels), str(root)], check=True, timeout=600)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    [wheel] = wheels.glob("seq2seq-*.whl")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    elsewhere.mkdir()
+    script = (
+        "import seq2seq\n"
+        "assert 'venv' in seq2seq.__file__, seq2seq.__file__  # the wheel's, not the checkout's\n"
+        "run = seq2seq.train('data.train_size=200', 'data.val_size=10', 'data.test_size=10',\n"
+        "                    'trainer.max_epochs=1', 'logger=csv', 'test_after_training=false',\n"
+        "                    'trainer.enable_progress_bar=false')\n"
+        "print(len(run.translator().translate(['the dog sees a cat .'])))\n"
+        "print(seq2seq.explore({'toy': run}, ['the dog sees a cat .']).save('page.html'))\n"
+    )
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    completed = subprocess.run([python, "-c", script], cwd=elsewhere, capture_output=True,
+                               text=True, timeout=900, env=environment)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.split()[-2:] == ["1", "page.html"]  # after Lightning's tables
+    assert list(elsewhere.glob("outputs/*/*/checkpoints/best.ckpt"))
