@@ -127,8 +127,14 @@ def main() -> int:
         api_key,
         on_load_error=stop,
     )
+    # access_log=False: the app logs each request once itself, with its X-Request-ID.
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=60
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=60,
+        access_log=False,
     )
     server = uvicorn.Server(config)
     # uvicorn drains the requests in flight on SIGTERM, then raises the signal again under the

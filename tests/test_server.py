@@ -389,3 +389,23 @@ def test_the_live_explorer_page_and_its_sentences(server: Server, bundles: dict[
     ]:
         status, answer = server.request("POST", "/explore", body)
         assert status in (400, 422) and message in answer["error"], (body[:30], answer)
+
+
+def test_liveness_readiness_and_request_ids(server: Server) -> None:
+    """/health/live and /health/ready beside /health; every answer carries X-Request-ID (the
+    client's when it is a plain token, else a new one) and the log has one line per request."""
+    assert server.request("GET", "/health/live") == (200, {"status": "alive"})
+    assert server.request("GET", "/health/ready") == server.request("GET", "/health")
+    status, headers, _ = raw_request(server, "GET", "/health", headers={"X-Request-ID": "abc-1"})
+    assert status == 200 and headers["x-request-id"] == "abc-1"
+    for sent in ({}, {"X-Request-ID": "no spaces\tor tabs"}, {"X-Request-ID": "x" * 129}):
+        status, headers, _ = raw_request(server, "GET", "/nowhere", headers=sent)
+        assert status == 404 and re.fullmatch(r"[0-9a-f]{32}", headers["x-request-id"])
+    _, headers, _ = raw_request(
+        server, "POST", "/translate", json.dumps({"model": "luong", "src": ["w1"]}).encode(),
+        {"X-Request-ID": "trace.42"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while "request trace.42: POST /translate -> 200 in " not in server.log.read_text():
+        assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+        time.sleep(0.1)

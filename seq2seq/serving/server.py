@@ -25,6 +25,9 @@ import hmac
 import json
 import logging
 import math
+import re
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -82,7 +85,18 @@ class TranslateRequest(BaseModel):
 
 
 # What this server answers, for the message of a request to any other path.
-ROUTES = ("POST /translate", "GET /models", "GET /health", "GET /", "POST /explore")
+ROUTES = (
+    "POST /translate",
+    "GET /models",
+    "GET /health",
+    "GET /health/live",
+    "GET /health/ready",
+    "GET /",
+    "POST /explore",
+)
+# A client's X-Request-ID is echoed when it is a plain token of at most 128 characters (nothing
+# that could forge a log line); otherwise the server makes one.
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class ClientError(Exception):
@@ -187,6 +201,36 @@ def create_app(
         return JSONResponse(
             {"error": message}, status_code=error.status_code, headers=error.headers
         )
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next: Any) -> Any:
+        """Every answer carries ``X-Request-ID`` (the client's, when it is a sane token, else a
+        new one), and every request is logged once with it, its status and its time."""
+        given = request.headers.get("x-request-id", "")
+        identifier = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        start = time.perf_counter()
+        response = await call_next(request)
+        response.headers["X-Request-ID"] = identifier
+        milliseconds = 1000 * (time.perf_counter() - start)
+        log.info(
+            "request %s: %s %s -> %d in %.1f ms",
+            identifier,
+            request.method,
+            request.url.path,
+            response.status_code,
+            milliseconds,
+        )
+        return response
+
+    @app.api_route("/health/live", methods=["GET", "HEAD"])
+    async def live() -> JSONResponse:
+        """Liveness: the process answers (while its models load too); restart it if not."""
+        return JSONResponse({"status": "alive"})
+
+    @app.api_route("/health/ready", methods=["GET", "HEAD"])
+    async def ready_to_serve() -> JSONResponse:
+        """Readiness: what GET /health says; send traffic only on 200."""
+        return await health()
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> JSONResponse:
