@@ -1,75 +1,10 @@
 """Choose the beam size and length penalty on a validation set (never on test): a BLEU table.
 
-    python scripts/tune_decoding.py --model RUN/checkpoints/best.ckpt --src val.de --ref val.en \
-        [--beam-sizes 1,5,8] [--length-penalties 0,0.6,1.0] [--json]
-
-Prints one line per setting, best first; use the best with evaluate.py on the test set once.
+The installed command ``seq2seq tune`` is the same program (seq2seq/commands/tune.py).
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import logging
-from dataclasses import asdict
-from pathlib import Path
-
-from seq2seq import Translator
-from seq2seq.analysis.decoding import tune_decoding
-from seq2seq.cli import (
-    UsageError,
-    add_trust_argument,
-    check_device,
-    read_sources_and_references,
-    run,
-)
-
-log = logging.getLogger("seq2seq.tune")
-
-
-def numbers(text: str, kind: type) -> list:
-    try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, got {text!r}")
-    return values
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
-    parser.add_argument("--src", type=Path, required=True, help="validation sources")
-    parser.add_argument("--ref", type=Path, required=True, help="validation references")
-    parser.add_argument("--beam-sizes", type=lambda t: numbers(t, int), default=[1, 5, 8])
-    parser.add_argument(
-        "--length-penalties", type=lambda t: numbers(t, float), default=[0.0, 0.6, 1.0, 1.5]
-    )
-    parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_trust_argument(parser)
-    args = parser.parse_args()
-    if any(size < 1 for size in args.beam_sizes):
-        raise UsageError(f"--beam-sizes must be at least 1, got {args.beam_sizes}.")
-    sources, references = read_sources_and_references(args.src, args.ref)
-    check_device(args.device)
-    translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)
-    scores = tune_decoding(
-        translator, sources, references, args.beam_sizes, args.length_penalties, args.tokenize
-    )
-    if args.json:
-        print(json.dumps({"best": asdict(scores[0]), "all": [asdict(s) for s in scores]}))
-    else:
-        for score in scores:
-            print(f"beam {score.beam_size:2d}  length penalty {score.length_penalty:4.2f}  "
-                  f"BLEU {score.bleu:6.2f}")  # fmt: skip
-        best = scores[0]
-        log.info("best on these sentences: --beam-size %d --length-penalty %g",
-                 best.beam_size, best.length_penalty)  # fmt: skip
-    return 0
-
+from seq2seq.cli import run
+from seq2seq.commands.tune import main
 
 if __name__ == "__main__":
     run(main)

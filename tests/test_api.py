@@ -88,3 +88,20 @@ def test_an_installed_wheel_trains_translates_and_explores_outside_the_checkout(
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.split()[-2:] == ["1", "page.html"]  # after Lightning's tables
     assert list(elsewhere.glob("outputs/*/*/checkpoints/best.ckpt"))
+    # The installed command: train, export, translate, explore.
+    seq2seq_command = str(venv / "bin" / "seq2seq")
+    for arguments, stdin in [
+        (["train", "data.train_size=200", "data.val_size=10", "data.test_size=10",
+          "trainer.max_epochs=1", "logger=csv", "test_after_training=false",
+          "trainer.enable_progress_bar=false", "hydra.run.dir=run"], None),
+        (["export", "--checkpoint", "run/checkpoints/best.ckpt", "--out", "bundle"], None),
+        (["translate", "--model", "bundle"], "the dog sees a cat .\n"),
+        (["explore", "--model", "toy=bundle", "--sentence", "a cat .", "--out", "p.html"], None),
+    ]:  # fmt: skip
+        completed = subprocess.run(
+            [seq2seq_command, *arguments], cwd=elsewhere, input=stdin, capture_output=True,
+            text=True, timeout=900, env=environment,
+        )  # fmt: skip
+        assert completed.returncode == 0, (arguments[0], completed.stderr[-3000:])
+    assert (elsewhere / "bundle" / "model.safetensors").is_file()
+    assert (elsewhere / "p.html").is_file()

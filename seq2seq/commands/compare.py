@@ -1,0 +1,166 @@
+"""Compare training runs side by side from their local files (no W&B server needed).
+
+    python scripts/compare_runs.py multirun/2026-11-22/10-00-00/ [more runs ...] [--out DIR]
+        [--by KEY ...] [--pair RUN_A RUN_B] [--test bs|ar] [--samples N]
+
+Prints a markdown table (one row per run: attention, parameters, best val BLEU, test BLEU, AER,
+training time, tokens/s); then the runs as results: grouped by their config but the seed (or by
+the config keys --by names), each group's figures as mean ± 95 % interval over its seeds, and a
+paired significance test between every two groups (sacreBLEU's paired bootstrap, or approximate
+randomization with --test ar, for BLEU and chrF; a paired bootstrap over sentences for AER), seed
+by seed, with whether the difference is beyond the seed-to-seed spread. --pair tests two runs.
+Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
+interval), attention_grid.png (one validation sentence's attention under each run) and
+explorer.html (the attention explorer: every run's best checkpoint on the same validation
+sentences, side by side) to --out (default: the first directory given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from seq2seq import Translator
+from seq2seq.analysis.compare import (
+    RunRecord,
+    RunsError,
+    find_runs,
+    markdown_table,
+    plot_attention_grid,
+    plot_bleu_curves,
+    read_run,
+    run_labels,
+)
+from seq2seq.analysis.groups import (
+    Group,
+    compare_groups,
+    flat_config,
+    group_runs,
+    groups_table,
+    plot_bleu_bands,
+    significance_table,
+)
+from seq2seq.analysis.significance import TESTS
+from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
+from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer.data import snapshot_sentences
+
+log = logging.getLogger("seq2seq.compare_runs")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, nargs="+", help="run or multirun directories")
+    parser.add_argument("--out", type=Path, help="where to write the PNGs (the first directory)")
+    parser.add_argument(
+        "--by", nargs="+", metavar="KEY",
+        help="group by these config keys (default: every key but the seed and where it ran)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pair", nargs=2, type=Path, metavar=("BASELINE", "SYSTEM"),
+        help="also test these two run directories against each other",
+    )  # fmt: skip
+    parser.add_argument("--test", choices=TESTS, default="bs", help="paired test (bs)")
+    parser.add_argument(
+        "--samples", type=samples_count, metavar="N",
+        help=f"resamples (bootstrap, default 1000) or trials (--test ar, default 10000), at most "
+        f"{MAX_SAMPLES:,}",
+    )  # fmt: skip
+    add_trust_argument(parser)
+    return parser.parse_args()
+
+
+# More resamples than this hold their (samples × sentences) index table in memory for nothing:
+# the p-value's resolution is 1 / (samples + 1).
+MAX_SAMPLES = 100_000
+
+
+def samples_count(text: str) -> int:
+    """--samples: an integer from 1 to ``MAX_SAMPLES``."""
+    value = int_at_least(1)(text)
+    if value > MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SAMPLES:,}, got {value:,}")
+    return value
+
+
+def main() -> int:
+    args = parse_args()
+    for path in args.pair or []:
+        if not path.is_dir():
+            raise UsageError(f"--pair {path}: no such run directory.")
+    runs = [read_run(path) for path in find_runs(args.runs)]
+    out_dir: Path = args.out or args.runs[0]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
+    groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
+    print(markdown_table(runs), end="")
+    print_groups(runs, groups, args, out_dir)
+    curves = plot_bleu_curves(runs, out_dir / "bleu_curves.png")
+    log.info("wrote %s", curves)
+    grid = plot_attention_grid(runs, out_dir / "attention_grid.png")
+    if grid is None:
+        log.info("no run has recorded attention maps yet: no attention_grid.png")
+    else:
+        log.info("wrote %s", grid)
+    page = write_explorer(runs, out_dir / "explorer.html", args.trust_modules)
+    if page is not None:
+        log.info("wrote %s", page)
+    return 0
+
+
+def print_groups(
+    runs: list[RunRecord], groups: list[Group], args: argparse.Namespace, out_dir: Path
+) -> None:
+    """The groups' table, their paired tests and bleu_bands.png; the tests of --pair."""
+    if args.by and all(len(group.runs) == 1 for group in groups):
+        raise UsageError(
+            f"--by {' '.join(args.by)} puts every run in a group of its own, so there is no "
+            "interval over seeds to show: train each setting with several seeds (e.g. python "
+            "train.py -m ... seed=1,2,3) or group by fewer keys."
+        )
+    tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
+    if len(groups) > 1 or args.by:
+        print(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}", end="")
+        log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
+        try:
+            comparisons = compare_groups(groups, tokenize, args.test, args.samples)
+        except RunsError as error:
+            log.warning("no paired tests: %s", error)
+        else:
+            print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
+    if args.pair:
+        pair = [Group(str(path), [read_run(path)]) for path in args.pair]
+        comparisons = compare_groups(pair, tokenize, args.test, args.samples)
+        print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
+
+
+def write_explorer(runs: list[RunRecord], path: Path, trust_modules: list[str]) -> Path | None:
+    """The explorer page of every run's best checkpoint on the validation sentences the first
+    run's pages show (the same data config: a multirun's), or None where there are none."""
+    snapshots = [sorted((run.path / "attention").glob("explorer-step-*.json")) for run in runs]
+    first = next((found[-1] for found in snapshots if found), None)
+    with_checkpoints = [
+        (label, run) for label, run in zip(run_labels(runs), runs, strict=True)
+        if (run.path / "checkpoints" / "best.ckpt").is_file()
+    ]  # fmt: skip
+    if first is None or not with_checkpoints:
+        log.info("no run has an explorer page and a best.ckpt yet: no explorer.html")
+        return None
+    sources, references, gold = snapshot_sentences(json.loads(first.read_text()))
+    models = [
+        ExplorerModel(
+            label,
+            Translator.load(run.path / "checkpoints" / "best.ckpt", trust_modules=trust_modules),
+        )
+        for label, run in with_checkpoints
+    ]
+    title = "best checkpoints: " + ", ".join(label for label, _ in with_checkpoints)
+    return write_page(explorer_data(models, sources, references, gold, title=title), path)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,101 @@
+"""Translate a source file and score it against references with sacreBLEU (BLEU and chrF).
+
+    python scripts/evaluate.py --model RUN/checkpoints/best.ckpt --src test.de --ref test.en \
+        --beam-size 5 [--hyp-out hyp.txt] [--json]
+
+The BLEU is sacreBLEU's corpus BLEU with its default settings, the same number that
+``sacrebleu REF -i HYP`` prints for the written hypotheses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from sacrebleu.metrics.bleu import BLEU
+from sacrebleu.metrics.chrf import CHRF
+
+from seq2seq import Translator
+from seq2seq.cli import (
+    add_backend_argument,
+    add_coverage_penalty_argument,
+    add_trust_argument,
+    check_coverage_penalty_backend,
+    check_device,
+    check_writable,
+    int_at_least,
+    read_sources_and_references,
+    run,
+)
+
+log = logging.getLogger("seq2seq.evaluate")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
+    parser.add_argument("--src", type=Path, required=True, help="source sentences, one per line")
+    parser.add_argument("--ref", type=Path, required=True, help="references, line-parallel")
+    parser.add_argument("--hyp-out", type=Path, help="write the translations here")
+    parser.add_argument("--beam-size", type=int_at_least(1), default=5, help="1 = greedy (5)")
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
+    parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_coverage_penalty_argument(parser)
+    add_trust_argument(parser)
+    add_backend_argument(parser)
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    sources, references = read_sources_and_references(args.src, args.ref)
+    if args.hyp_out is not None:
+        check_writable(args.hyp_out, "the hypotheses")
+    check_device(args.device)
+    check_coverage_penalty_backend(args.backend, args.coverage_penalty)
+    translator = Translator.load(
+        args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
+    )
+    start = time.perf_counter()
+    hypotheses = translator.translate(
+        sources, args.beam_size, args.length_penalty, args.batch_size, args.coverage_penalty
+    )
+    seconds = time.perf_counter() - start
+    if args.hyp_out is not None:
+        args.hyp_out.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+
+    bleu_metric, chrf_metric = BLEU(tokenize=args.tokenize), CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    log.info(
+        "%d sentences in %.1f s (%.1f sentences/s)", len(sources), seconds, len(sources) / seconds
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": "BLEU",
+                    "score": bleu.score,
+                    "signature": str(bleu_metric.get_signature()),
+                    "verbose_score": bleu.format(score_only=False, signature=""),
+                    "chrf": chrf.score,
+                    "chrf_signature": str(chrf_metric.get_signature()),
+                    "sentences": len(sources),
+                    "beam_size": args.beam_size,
+                }
+            )
+        )
+    else:
+        print(bleu.format(signature=str(bleu_metric.get_signature())))
+        print(chrf.format(signature=str(chrf_metric.get_signature())))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

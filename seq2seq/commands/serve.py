@@ -1,0 +1,153 @@
+"""Serve models over HTTP: concurrent requests are merged into batched searches.
+
+    python scripts/serve.py --model additive=runs/a/bundle --model scaled_dot=runs/b/bundle
+    curl -s localhost:8000/translate -d '{"model": "additive", "src": ["a sentence"]}'
+
+POST /translate, GET /models, GET /health (README "Serving"). Needs the serve extra:
+pip install -e ".[serve]". Listens on 127.0.0.1 unless --host says otherwise; SIGTERM or Ctrl+C
+finishes the requests in flight, then exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from seq2seq.cli import (
+    UsageError,
+    add_backend_argument,
+    add_trust_argument,
+    int_at_least,
+    named_paths,
+    run,
+)
+
+if TYPE_CHECKING:
+    from seq2seq.serving.server import ModelSource
+
+log = logging.getLogger("seq2seq.serve")
+API_KEY_VARIABLE = "SEQ2SEQ_API_KEY"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="a bundle dir or checkpoint, and the name requests use for it (repeatable; "
+        "PATH alone: named after the file or directory)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int_at_least(0), default=8000, help="port (8000)")
+    parser.add_argument(
+        "--api-key",
+        help=f"require 'Authorization: Bearer KEY' (or set {API_KEY_VARIABLE}); none by default",
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int_at_least(1), default=64, help="sentences a search (64)"
+    )
+    parser.add_argument(
+        "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others (5)"
+    )
+    parser.add_argument(
+        "--no-batching", action="store_true", help="translate one request at a time"
+    )
+    parser.add_argument(
+        "--max-sentences", type=int_at_least(1), default=64, help="sentences a request (64)"
+    )
+    parser.add_argument(
+        "--max-chars", type=int_at_least(1), default=2000, help="characters a sentence (2000)"
+    )
+    parser.add_argument(
+        "--max-beam-size", type=int_at_least(1), default=16, help="largest beam_size (16)"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int_at_least(1), default=1_000_000, help="request body (1 MB)"
+    )
+    parser.add_argument("--threads", type=int_at_least(1), help="torch threads (one per core)")
+    add_trust_argument(parser)
+    add_backend_argument(parser)
+    return parser.parse_args()
+
+
+def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
+    from seq2seq.serving.server import ModelSource
+
+    return [
+        ModelSource(name, path, tuple(trust_modules), backend)
+        for name, path in named_paths(specs, lambda path: path.stem or path.name)
+    ]
+
+
+def main() -> int:
+    args = parse_args()
+    try:
+        import uvicorn
+
+        from seq2seq.serving.batching import BatchingOptions
+        from seq2seq.serving.server import Limits, create_app
+    except ImportError as error:
+        raise UsageError(
+            f"the server needs the serve extra ({error}): pip install -e '.[serve]'."
+        ) from None
+    if not 0 <= args.max_wait_ms <= 10_000:
+        raise UsageError(f"--max-wait-ms must be from 0 to 10000, got {args.max_wait_ms}.")
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    sources = model_sources(args.models, args.trust_modules, args.backend)
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        log.warning(
+            "listening on %s without an API key: anyone who can reach it can use the models "
+            "(--api-key or %s)",
+            args.host,
+            API_KEY_VARIABLE,
+        )
+    failed: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop(message: str) -> None:
+        failed.append(message)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(
+        sources,
+        Limits(args.max_sentences, args.max_chars, args.max_body_bytes, args.max_beam_size),
+        BatchingOptions(args.max_batch_size, args.max_wait_ms / 1000, not args.no_batching),
+        api_key,
+        on_load_error=stop,
+    )
+    # access_log=False: the app logs each request once itself, with its X-Request-ID.
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=60,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn drains the requests in flight on SIGTERM, then raises the signal again under the
+    # handler that was there before it started: this one, so that a drained stop exits 0.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    server.run()
+    if failed:
+        raise UsageError(failed[0])
+    if not server.started:
+        print(f"error: could not listen on {args.host}:{args.port}.", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
