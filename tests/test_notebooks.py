@@ -1,6 +1,6 @@
 """The notebooks under notebooks/, executed as a reader would run them (nbclient, a fresh
-kernel), on a tiny model: every cell runs, and the explorer's page shows inline in the output, an
-iframe that fetches nothing and draws its maps in Chromium."""
+kernel): every cell of every notebook runs; the explorer's (on a tiny model) shows the page inline
+in its output, an iframe that fetches nothing and draws its maps in Chromium."""
 
 from __future__ import annotations
 
@@ -37,6 +37,24 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )  # fmt: skip
     client.execute(env=environment)  # the kernel's environment: the model to load
     return notebook
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in NOTEBOOKS if p.name != "explorer.ipynb"], ids=lambda p: p.name
+)
+def test_every_notebook_runs_top_to_bottom(path: Path) -> None:
+    """Each notebook as committed (the explorer's, which needs a model, has its own test)."""
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )  # fmt: skip
+    client.execute()  # a cell that raises fails here, with the cell and its traceback
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
 
 
 def test_the_explorer_notebook_runs_and_shows_the_page_inline(executed: Any) -> None:
