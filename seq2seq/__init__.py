@@ -2,7 +2,7 @@
 
 ``from seq2seq import Translator`` loads the inference stack on first use (PEP 562), so that
 importing the reference model (``seq2seq.attention``, ``seq2seq.models``) loads nothing else;
-``seq2seq.train`` and ``seq2seq.explore`` (``seq2seq.api``) load training the same way.
+``seq2seq.train``, ``compare`` and ``explore`` (``seq2seq.api``) load training the same way.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,10 +15,10 @@ from seq2seq.version import __version__
 onednn_guard.apply()
 
 if TYPE_CHECKING:
-    from seq2seq.api import Run, explore, train
+    from seq2seq.api import Run, compare, explore, train
     from seq2seq.inference.translator import Translator
 
-__all__ = ["Run", "Translator", "__version__", "explore", "train"]
+__all__ = ["Run", "Translator", "__version__", "compare", "explore", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,7 +26,12 @@ def __getattr__(name: str) -> Any:
         from seq2seq.inference.translator import Translator
 
         return Translator
-    if name in ("train", "explore", "Run"):  # seq2seq.api: Hydra and Lightning, on first use
+    if name in (
+        "train",
+        "compare",
+        "explore",
+        "Run",
+    ):  # seq2seq.api: Hydra and Lightning, on first use
         from seq2seq import api
 
         return getattr(api, name)

@@ -1,8 +1,9 @@
-"""The toolkit from Python, for a notebook cell: ``train``, ``explore``.
+"""The toolkit from Python, for a notebook cell: ``train``, ``compare``, ``explore``.
 
     import seq2seq
     run = seq2seq.train("attention=additive", "trainer.max_epochs=1")
     run.summary["best_val_bleu"], run.metrics()[-1], run.translator().translate(["a b c"])
+    seq2seq.compare([run, other, ...])                   # compare_runs.py's tables, as Markdown
     seq2seq.explore({"additive": run, "dot": other}, ["a b c"])    # shows inline; .save(path)
 
 ``train`` takes the command line's overrides (``python train.py OVERRIDES``) and leaves no Hydra
@@ -12,9 +13,13 @@ one-paragraph error as on the command line (a ``seq2seq.errors.Seq2SeqError``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,8 +27,17 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.analysis.compare import RunsError, markdown_table, read_run
+from seq2seq.analysis.groups import (
+    compare_groups,
+    flat_config,
+    group_runs,
+    groups_table,
+    significance_table,
+)
 from seq2seq.errors import ConfigError
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import InlinePage
@@ -52,6 +66,11 @@ class Run:
     directory: Path
     config: DictConfig
     summary: dict[str, Any]
+
+    def __repr__(self) -> str:
+        bleu = self.summary.get("best_val_bleu")
+        shown = "none" if bleu is None else f"{bleu:.2f}"
+        return f"Run({str(self.directory)!r}, best val BLEU {shown})"
 
     @property
     def best_checkpoint(self) -> Path:
@@ -91,13 +110,38 @@ def compose_overrides(overrides: Sequence[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return compose("config", overrides=list(overrides))
+    except HydraException as error:  # a key that does not exist, a bad group option, a typo
+        message = " ".join(str(error).split())
+        raise ConfigError(f"the overrides do not compose: {message}") from None
     finally:
         GlobalHydra.instance().clear()
 
 
-def train(*overrides: str) -> Run:
+# Lightning's loggers: their start-up lines, model summary and test table flood a notebook.
+LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric")
+
+
+@contextlib.contextmanager
+def quieted() -> Iterator[None]:
+    """Lightning's and the pipeline's chatter kept out of a notebook's output (standard output
+    and their INFO logs, Lightning's warnings); warnings and errors of ours still show."""
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.filterwarnings("ignore", module=r"(pytorch_)?lightning")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def train(*overrides: str, quiet: bool = True) -> Run:
     """Train as ``python train.py OVERRIDES`` does, into ``run_dir=...`` when given (else
-    ``outputs/DATE/TIME``), and return the run."""
+    ``outputs/DATE/TIME``), and return the run; ``quiet``: without Lightning's output (the run's
+    files hold everything; ``repr(run)`` says where it is and how it did)."""
     for override in overrides:
         if not isinstance(override, str) or "=" not in override:
             raise ConfigError(
@@ -107,12 +151,62 @@ def train(*overrides: str) -> Run:
             )
     given = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "run_dir"]
     directory = Path(given[-1].split("=", 1)[1]) if given else new_run_dir()
-    config = compose_overrides([*overrides, *([] if given else [f"run_dir={directory}"])])
-    train_config(config)
+    extra = [] if given else [f"run_dir={directory}"]
+    if quiet and not any(o.split("=", 1)[0].lstrip("+") == "quiet" for o in overrides):
+        extra.append("quiet=true")  # no model summary, no test table
+    config = compose_overrides([*overrides, *extra])
+    with quieted() if quiet else contextlib.nullcontext():
+        train_config(config)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     resolved = OmegaConf.load(directory / "config.yaml")
     assert isinstance(resolved, DictConfig)
     return Run(directory, resolved, summary)
+
+
+@dataclass(frozen=True, repr=False)
+class Comparison:
+    """``compare_runs.py``'s tables, shown as Markdown in a notebook: each run, the groups of
+    runs that differ only by seed (mean ± 95 % interval), and paired tests between groups."""
+
+    runs: str
+    groups: str | None
+    tests: str | None
+
+    def _repr_markdown_(self) -> str:
+        parts = [self.runs]
+        if self.groups:
+            parts.append(f"**Groups** (mean ± 95 % interval over seeds)\n\n{self.groups}")
+        if self.tests:
+            parts.append(f"**Paired tests**\n\n{self.tests}")
+        return "\n\n".join(parts)
+
+    def __repr__(self) -> str:  # a notebook without Markdown, or print(): the same tables
+        return self._repr_markdown_()
+
+
+def compare(
+    runs: Sequence[Run | str | Path],
+    by: Sequence[str] | None = None,
+    test: str = "bs",
+    samples: int = 1000,
+) -> Comparison:
+    """Compare ``runs`` (Runs or run directories) as ``scripts/compare_runs.py`` does: grouped
+    by their config but the seed (or by the config keys ``by``), with paired tests (``bs``:
+    sacreBLEU's paired bootstrap; ``ar``: approximate randomization) of ``samples`` resamplings
+    between groups, when the runs kept their test hypotheses."""
+    records = [read_run(run.directory if isinstance(run, Run) else Path(run)) for run in runs]
+    if not records:
+        raise ConfigError("seq2seq.compare needs at least one run.")
+    groups = group_runs(records, by)
+    grouped = groups_table(groups) if len(groups) > 1 or by else None
+    tests = None
+    if len(groups) > 1:
+        tokenize = str(flat_config(records[0]).get("data.bleu_tokenize", "13a"))
+        try:
+            tests = significance_table(compare_groups(groups, tokenize, test, samples), test)
+        except RunsError as error:
+            tests = f"(no paired tests: {error})"
+    return Comparison(markdown_table(records), grouped, tests)
 
 
 Model = Run | Translator | str | Path

@@ -50,6 +50,10 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
     with pytest.raises(Seq2SeqError) as refused:
         seq2seq.train(*ONE_EPOCH, "model.input_feeding=maybe", f"run_dir={tmp_path}")
     assert "model.input_feeding=maybe" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match=r"do not compose: Could not override 'trainer\.nope'"):
+        seq2seq.train("trainer.nope=1", f"run_dir={tmp_path}")
+    with pytest.raises(ConfigError, match="do not compose"):
+        seq2seq.train("attention=nonexistent", f"run_dir={tmp_path}")
     with pytest.raises(ConfigError, match="one to four models"):
         seq2seq.explore({}, ["w1"])
 

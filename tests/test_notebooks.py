@@ -45,12 +45,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.mark.parametrize(
     "path", [p for p in NOTEBOOKS if p.name != "explorer.ipynb"], ids=lambda p: p.name
 )
-def test_every_notebook_runs_top_to_bottom(path: Path) -> None:
-    """Each notebook as committed (the explorer's, which needs a model, has its own test)."""
+def test_every_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
+    """Each notebook as committed (the explorer's, which needs a model, has its own test), run
+    in a directory of its own: what it writes (runs/) stays out of the checkout."""
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
+        notebook, timeout=600, kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )  # fmt: skip
     client.execute()  # a cell that raises fails here, with the cell and its traceback
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]

@@ -100,6 +100,10 @@ class InlinePage:
     data: dict[str, Any]
     height: int = 760
 
+    def __repr__(self) -> str:  # the text a notebook shows where it cannot show HTML
+        models = ", ".join(str(model["name"]) for model in self.data.get("models", []))
+        return f"<attention explorer: {len(self.data.get('sentences', []))} sentences, {models}>"
+
     def _repr_html_(self) -> str:
         return (
             f'<iframe srcdoc="{html.escape(page(self.data), quote=True)}" '

@@ -143,8 +143,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # A resumed run is in its original directory, so the tracker finds its run id there.
     tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
     loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
+    quiet = bool(cfg.get("quiet", False))
     trainer: pl.Trainer = instantiate(
         trainer_config(cfg),
+        **({"enable_model_summary": False} if quiet else {}),
         default_root_dir=str(run_dir),
         # Lightning counts an epoch's batches once, when it loads the data, and then validates
         # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)
@@ -196,7 +198,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # callbacks (best and last), which is the one meant.
         with lightning_quietly():
             tested = trainer.test(
-                module, datamodule=datamodule, ckpt_path=checkpoint.best_model_path
+                module,
+                datamodule=datamodule,
+                ckpt_path=checkpoint.best_model_path,
+                verbose=not quiet,
             )
         for name, value in tested[0].items():
             metrics[name] = float(value)
