@@ -42,7 +42,7 @@ def test_the_command_lists_its_jobs_and_refuses_others_in_one_paragraph(tmp_path
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[] if n in ("translate", "train") else [pytest.mark.slow])
+    [pytest.param(n, marks=[] if n == "translate" else [pytest.mark.slow])
      for n in SCRIPTS],
 )  # fmt: skip
 def test_each_command_is_its_script(name: str, tmp_path: Path) -> None:

@@ -42,8 +42,18 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
+# Notebooks that train take minutes: the slow set (which CI runs too) executes them.
+TRAINING = {"train_and_compare.ipynb"}
+
+
 @pytest.mark.parametrize(
-    "path", [p for p in NOTEBOOKS if p.name != "explorer.ipynb"], ids=lambda p: p.name
+    "path",
+    [
+        pytest.param(p, marks=[pytest.mark.slow] if p.name in TRAINING else [])
+        for p in NOTEBOOKS
+        if p.name != "explorer.ipynb"
+    ],
+    ids=lambda p: p.name,
 )
 def test_every_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     """Each notebook as committed (the explorer's, which needs a model, has its own test), run
