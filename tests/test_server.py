@@ -409,3 +409,37 @@ def test_liveness_readiness_and_request_ids(server: Server) -> None:
     while "request trace.42: POST /translate -> 200 in " not in server.log.read_text():
         assert time.monotonic() < deadline, server.log.read_text()[-2000:]
         time.sleep(0.1)
+
+
+def test_metrics_count_requests_batches_and_sentences(server: Server) -> None:
+    """GET /metrics in Prometheus's format (read back with prometheus-client's own parser):
+    requests by route and status, each model's batches and sentences, requests waiting."""
+    parser = pytest.importorskip("prometheus_client.parser")
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        status, headers, body = raw_request(server, "GET", "/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in parser.text_string_to_metric_families(body.decode())
+            for sample in family.samples
+        }
+
+    before = scrape()
+    body = json.dumps({"model": "luong", "src": ["w1 w2", "w3"]}).encode()
+    for _ in range(3):
+        assert raw_request(server, "POST", "/translate", body)[0] == 200
+    assert raw_request(server, "GET", "/no/such/route")[0] == 404
+    after = scrape()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    ok = {"method": "POST", "route": "/translate", "status": "200"}
+    assert grew("seq2seq_requests_total", **ok) == 3
+    assert grew("seq2seq_requests_total", method="GET", route="other", status="404") == 1
+    assert grew("seq2seq_sentences_total", model="luong") == 6
+    assert grew("seq2seq_batch_sentences_count", model="luong") >= 1
+    assert grew("seq2seq_request_seconds_count", route="/translate") == 3
+    assert after[("seq2seq_requests_waiting", (("model", "luong"),))] == 0

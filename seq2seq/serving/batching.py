@@ -64,9 +64,15 @@ class Job:
 class MicroBatcher:
     """One model's queue and the task that empties it (``start`` inside the event loop)."""
 
-    def __init__(self, translate: Translate, options: BatchingOptions) -> None:
+    def __init__(
+        self,
+        translate: Translate,
+        options: BatchingOptions,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.translate = translate
         self.options = options
+        self.on_batch = on_batch  # hears each batch's sentences and seconds (GET /metrics)
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.waiting: deque[Job] = deque()  # taken from the queue, left out of a batch
         # One thread: the model runs one batch at a time, off the event loop.
@@ -109,6 +115,7 @@ class MicroBatcher:
         while True:
             jobs = await self._next_batch()
             sentences = [sentence for job in jobs for sentence in job.sentences]
+            started = loop.time()
             try:
                 translations = await loop.run_in_executor(
                     self.executor,
@@ -123,6 +130,8 @@ class MicroBatcher:
                         job.result.set_exception(error)
                 continue
             self.batches += 1
+            if self.on_batch is not None:
+                self.on_batch(len(sentences), loop.time() - started)
             start = 0
             for job in jobs:
                 end = start + len(job.sentences)

@@ -36,7 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -91,9 +99,11 @@ ROUTES = (
     "GET /health",
     "GET /health/live",
     "GET /health/ready",
+    "GET /metrics",
     "GET /",
     "POST /explore",
 )
+PATHS = frozenset(route.split(" ", 1)[1] for route in ROUTES)
 # A client's X-Request-ID is echoed when it is a plain token of at most 128 characters (nothing
 # that could forge a log line); otherwise the server makes one.
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -117,6 +127,46 @@ class ServerState:
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     ready: bool = False
     load_error: str | None = None  # why a model could not be loaded (the server then stops)
+    metrics: Metrics = field(default_factory=lambda: Metrics())
+
+
+class Metrics:
+    """What GET /metrics reports, in a registry of this app's own (two apps in one process
+    count apart): requests by route and status, their latency, each model's batch sizes and
+    times, sentences translated, and requests waiting (read from the batchers at each scrape)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "seq2seq_requests", "HTTP requests answered", ["method", "route", "status"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "seq2seq_request_seconds", "time to answer a request", ["route"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.batch_sentences = Histogram(
+            "seq2seq_batch_sentences", "sentences in one search", ["model"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry,
+        )  # fmt: skip
+        self.batch_seconds = Histogram(
+            "seq2seq_batch_seconds", "time of one search", ["model"], registry=self.registry
+        )
+        self.sentences = Counter(
+            "seq2seq_sentences", "sentences translated", ["model"], registry=self.registry
+        )
+        self.waiting = Gauge(
+            "seq2seq_requests_waiting", "requests submitted and not answered", ["model"],
+            registry=self.registry,
+        )  # fmt: skip
+
+    def batch_observer(self, model: str) -> Callable[[int, float], None]:
+        def observe(sentences: int, seconds: float) -> None:
+            self.batch_sentences.labels(model).observe(sentences)
+            self.batch_seconds.labels(model).observe(seconds)
+            self.sentences.labels(model).inc(sentences)
+
+        return observe
 
 
 def describe(name: str, translator: Translator) -> dict[str, Any]:
@@ -211,7 +261,12 @@ def create_app(
         start = time.perf_counter()
         response = await call_next(request)
         response.headers["X-Request-ID"] = identifier
-        milliseconds = 1000 * (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        milliseconds = 1000 * seconds
+        # Known routes by name, anything else as one label: a scanner cannot grow the metrics.
+        route = request.url.path if request.url.path in PATHS else "other"
+        state.metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+        state.metrics.latency.labels(route).observe(seconds)
         log.info(
             "request %s: %s %s -> %d in %.1f ms",
             identifier,
@@ -221,6 +276,13 @@ def create_app(
             milliseconds,
         )
         return response
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus's text format (prometheus-client); no key needed, as for /health."""
+        for name, batcher in state.batchers.items():
+            state.metrics.waiting.labels(name).set(batcher.pending)
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.api_route("/health/live", methods=["GET", "HEAD"])
     async def live() -> JSONResponse:
@@ -340,7 +402,8 @@ async def load_models(state: ServerState, on_load_error: Callable[[str], None] |
                 on_load_error(state.load_error)
             return
         state.translators[source.name] = translator
-        batcher = MicroBatcher(translate_with(translator), state.batching)
+        observe = state.metrics.batch_observer(source.name)
+        batcher = MicroBatcher(translate_with(translator), state.batching, observe)
         batcher.start()
         state.batchers[source.name] = batcher
     state.ready = True
