@@ -443,3 +443,30 @@ def test_metrics_count_requests_batches_and_sentences(server: Server) -> None:
     assert grew("seq2seq_batch_sentences_count", model="luong") >= 1
     assert grew("seq2seq_request_seconds_count", route="/translate") == 3
     assert after[("seq2seq_requests_waiting", (("model", "luong"),))] == 0
+
+
+def test_a_full_queue_is_a_503_with_retry_after(bundles: dict[str, Path], tmp_path: Path) -> None:
+    """--max-queue 1: while one request waits (3 s for others to join its batch), the next is
+    turned away at once; once it is answered, requests are taken again."""
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-wait-ms", "3000", "--max-queue", "1"],
+        tmp_path / "log",
+    )
+    try:
+        answers: list[tuple[int, Any]] = []
+        client = threading.Thread(target=lambda: answers.append(server.translate({"src": ["w5"]})))
+        client.start()
+        while server.request("GET", "/health")[1]["pending"]["luong"] != 1:
+            time.sleep(0.02)
+        body = json.dumps({"src": ["w6"]}).encode()
+        status, headers, raw = raw_request(server, "POST", "/translate", body)
+        assert status == 503 and headers["retry-after"] == "1"
+        assert (
+            "as many requests waiting as the server takes (serve.py --max-queue 1)"
+            in (json.loads(raw)["error"])
+        )
+        client.join(timeout=60)
+        assert answers and answers[0][0] == 200
+        assert raw_request(server, "POST", "/translate", body)[0] == 200
+    finally:
+        assert stop(server) == 0

@@ -71,6 +71,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--max-body-bytes", type=int_at_least(1), default=1_000_000, help="request body (1 MB)"
     )
+    parser.add_argument(
+        "--max-queue",
+        type=int_at_least(1),
+        default=256,
+        help="requests waiting for one model; more get 503 with Retry-After (256)",
+    )
     parser.add_argument("--threads", type=int_at_least(1), help="torch threads (one per core)")
     add_trust_argument(parser)
     add_backend_argument(parser)
@@ -122,7 +128,13 @@ def main() -> int:
 
     app = create_app(
         sources,
-        Limits(args.max_sentences, args.max_chars, args.max_body_bytes, args.max_beam_size),
+        Limits(
+            args.max_sentences,
+            args.max_chars,
+            args.max_body_bytes,
+            args.max_beam_size,
+            args.max_queue,
+        ),
         BatchingOptions(args.max_batch_size, args.max_wait_ms / 1000, not args.no_batching),
         api_key,
         on_load_error=stop,

@@ -65,6 +65,9 @@ class Limits:
     max_chars: int = 2000  # per sentence
     max_body_bytes: int = 1_000_000
     max_beam_size: int = 16
+    # Requests waiting for one model, beyond which a request is a 503 with Retry-After: a flood
+    # is turned away at once rather than queued for minutes.
+    max_queue: int = 256
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,10 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 class ClientError(Exception):
     """A request the server refuses: its HTTP status and one sentence naming the field."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers
 
 
 @dataclass
@@ -236,8 +240,8 @@ def create_app(
 
     @app.exception_handler(ClientError)
     async def refuse(request: Request, error: ClientError) -> JSONResponse:
-        # A 401 says how to authenticate (RFC 9110, 11.6.1).
-        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        # A 401 says how to authenticate (RFC 9110, 11.6.1); a full queue, when to retry.
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else error.headers
         return JSONResponse({"error": str(error)}, status_code=error.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -355,6 +359,14 @@ def create_app(
         body = parse(await read_body(request, state.limits.max_body_bytes), state.limits, state)
         ready(state)
         name = body.model or state.sources[0].name
+        waiting = state.batchers[name].pending
+        if waiting >= state.limits.max_queue:
+            raise ClientError(
+                503,
+                f"model {name!r} has as many requests waiting as the server takes (serve.py "
+                f"--max-queue {state.limits.max_queue}); retry after a second.",
+                {"Retry-After": "1"},
+            )
         backend = next(source.backend for source in state.sources if source.name == name)
         if body.coverage_penalty > 0 and backend == "ctranslate2":
             raise ClientError(
