@@ -138,8 +138,11 @@ def test_training_totals_count_every_epoch_and_survive_testing_an_older_checkpoi
     )
     module = build_module(config, datamodule, model_config)
     epoch = epoch_target_tokens(config)
+    # default_root_dir: testing writes its records (test_hypotheses.txt, ...) there, not in the
+    # working directory (the checkout, which once committed them).
     trainer = pl.Trainer(
         accelerator="cpu", max_epochs=2, limit_val_batches=0, logger=False,
+        default_root_dir=tmp_path,
         callbacks=[ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1)],
         enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
     )  # fmt: skip
