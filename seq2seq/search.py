@@ -181,6 +181,30 @@ def check_coverage_penalty(beta: float) -> None:
         )
 
 
+def best_search(
+    model: StepwiseModel,
+    src: Tensor,
+    src_lens: Tensor,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    max_len_a: float = 2.0,
+    max_len_b: int = 10,
+    coverage_penalty_weight: float = 0.0,
+) -> Hypotheses:
+    """Each sentence's one translation: greedy search with a beam of 1 and no coverage penalty
+    (which needs finished hypotheses to rank), else ``beam_search``'s best hypothesis."""
+    if beam_size == 1 and coverage_penalty_weight == 0:
+        return greedy_search(model, src, src_lens, bos_id, eos_id, pad_id, max_len_a, max_len_b)
+    return beam_search(
+        model, src, src_lens, bos_id, eos_id, pad_id, beam_size=beam_size,
+        length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+        coverage_penalty_weight=coverage_penalty_weight,
+    ).best  # fmt: skip
+
+
 @torch.no_grad()
 def beam_search(
     model: StepwiseModel,

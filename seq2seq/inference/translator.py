@@ -26,8 +26,8 @@ from seq2seq.search import (
     Hypotheses,
     StepwiseModel,
     beam_search,
+    best_search,
     check_coverage_penalty,
-    greedy_search,
     max_output_lengths,
 )
 
@@ -344,18 +344,19 @@ class Translator:
         length_penalty: float,
         coverage_penalty: float = 0.0,
     ) -> Hypotheses:
-        if beam_size == 1 and coverage_penalty == 0:
-            return greedy_search(
-                self.searched,
-                src,
-                src_lens,
-                BOS_ID,
-                EOS_ID,
-                PAD_ID,
-                self.max_len_a,
-                self.max_len_b,
-            )
-        return self._beam(src, src_lens, beam_size, length_penalty, 1, coverage_penalty).best
+        return best_search(
+            self.searched,
+            src,
+            src_lens,
+            BOS_ID,
+            EOS_ID,
+            PAD_ID,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+            coverage_penalty_weight=coverage_penalty,
+        )
 
 
 def ctranslate2_model(path: Path) -> Any:

@@ -45,7 +45,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import CHECKPOINT_FORMAT, CHECKPOINT_KEY
 from seq2seq.models.model import EncoderDecoder
 from seq2seq.models.transformer import Transformer
-from seq2seq.search import Hypotheses, beam_search, greedy_search
+from seq2seq.search import Hypotheses, best_search
 from seq2seq.training.cuda_graphs import DecoderGraphs, check_cuda_graphs, materialize_grads
 from seq2seq.training.distributed import gather_objects
 from seq2seq.training.loss import (
@@ -475,9 +475,7 @@ class LitSeq2Seq(pl.LightningModule):
     def search(self, batch: Batch) -> Hypotheses:
         """Validation's and test's decoding of a batch: greedy, or beam search (the best
         hypothesis) with ``decoding.beam_size`` > 1 or a coverage penalty."""
-        if self.beam_size == 1 and self.coverage_penalty == 0:
-            return self.greedy(batch)
-        return beam_search(
+        return best_search(
             self.model,
             batch.src,
             batch.src_lens,
@@ -489,19 +487,6 @@ class LitSeq2Seq(pl.LightningModule):
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
             coverage_penalty_weight=self.coverage_penalty,
-        ).best
-
-    def greedy(self, batch: Batch) -> Hypotheses:
-        """Greedy decoding of a batch: tokens, lengths and the attention of each output token."""
-        return greedy_search(
-            self.model,
-            batch.src,
-            batch.src_lens,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            pad_id=PAD_ID,
-            max_len_a=self.max_len_a,
-            max_len_b=self.max_len_b,
         )
 
     def configure_optimizers(self) -> Any:
