@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import inspect
 import io
 import json
 import logging
@@ -28,7 +29,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seq2seq.analysis.compare import RunsError, markdown_table, read_run
 from seq2seq.analysis.groups import (
@@ -38,12 +39,15 @@ from seq2seq.analysis.groups import (
     groups_table,
     significance_table,
 )
+from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import InlinePage
+from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.inference.translator import Translator
-from seq2seq.pipeline import hydra_run_dir
+from seq2seq.pipeline import hydra_run_dir, trusted_by_config
 from seq2seq.pipeline import train as train_config
+from seq2seq.pipeline.building import PART_KEYS
 
 
 def config_dir() -> Path:
@@ -87,9 +91,37 @@ class Run:
                 return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(file)]
         return pandas.read_csv(path)
 
+    @property
+    def trusted(self) -> list[str]:
+        """The modules this run's config trusted when training (``trust_modules`` and the module
+        of a scoring function or normalizer of the user's own, ``__main__`` for one defined in a
+        notebook): its checkpoints load trusting them, as the run that wrote them did."""
+        return trusted_by_config(self.config)
+
     def translator(self, checkpoint: str = "best") -> Translator:
         """The ``best`` (or ``last``) checkpoint, loaded for translation."""
-        return Translator.load(self.directory / "checkpoints" / f"{checkpoint}.ckpt")
+        return Translator.load(self.checkpoint(checkpoint), trust_modules=self.trusted)
+
+    def checkpoint(self, which: str = "best") -> Path:
+        """``checkpoints/best.ckpt`` or ``checkpoints/last.ckpt``, which must exist."""
+        path = self.directory / "checkpoints" / f"{which}.ckpt"
+        if which not in ("best", "last") or not path.is_file():
+            raise ConfigError(
+                f"{path}: no such checkpoint; a run keeps checkpoints/best.ckpt and last.ckpt "
+                "(checkpoint='best' or 'last')."
+            )
+        return path
+
+    def export(self, out_dir: str | Path, onnx: bool = False, checkpoint: str = "best") -> Path:
+        """The ``best`` (or ``last``) checkpoint as a bundle in ``out_dir``, as ``seq2seq export``
+        writes it (``onnx``: with the encoder and decoder step in ONNX); returns ``out_dir``."""
+        trained = load(self.checkpoint(checkpoint), trust_modules=self.trusted)
+        bundle = export_bundle(trained, out_dir)
+        if onnx:
+            from seq2seq.inference.onnx_export import export_onnx  # needs the onnx extra
+
+            export_onnx(trained.model, bundle)
+        return bundle
 
 
 def new_run_dir() -> Path:
@@ -138,10 +170,56 @@ def quieted() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def train(*overrides: str, quiet: bool = True) -> Run:
+def use_scoring_class(config: DictConfig, scoring: Any, overrides: Sequence[str]) -> None:
+    """``config.attention`` made the ``_partial_`` config of the class ``scoring``: its import
+    path as ``_target_``; of the chosen group's keys (``attention=dot`` …) those its ``__init__``
+    takes, the others dropped, unless an override set one (then refused: it would be lost)."""
+    if not (isinstance(scoring, type) and issubclass(scoring, Attention)):
+        raise ConfigError(
+            "seq2seq.train(attention=...) takes a scoring function's class, a subclass of "
+            f"seq2seq.attention.Attention; got {scoring!r}. A built-in one is an override "
+            "instead: seq2seq.train('attention=scaled_dot')."
+        )
+    name = scoring.__qualname__
+    if "<" in name:  # <locals>: a class made inside a function has no import path
+        raise ConfigError(
+            f"{name} is defined inside a function, so a checkpoint could not name it to build "
+            "it again; define the class at the top level of a notebook cell or a module."
+        )
+    parameters = inspect.signature(scoring.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    given = {
+        override.split("=", 1)[0].lstrip("+~").removeprefix("attention.")
+        for override in overrides
+        if override.lstrip("+~").startswith("attention.")
+    }
+    kept = {"_target_", "_partial_", "num_heads", *PART_KEYS}
+    with open_dict(config):
+        for key in [str(key) for key in config.attention]:
+            if key in kept or key in parameters or takes_any:
+                continue
+            if key in given:
+                raise ConfigError(
+                    f"the override attention.{key}=... sets an argument that {name}.__init__ "
+                    f"does not take (it takes {', '.join(p for p in parameters if p != 'self')}); "
+                    "drop the override or add the argument to the class."
+                )
+            del config.attention[key]
+        config.attention._target_ = f"{scoring.__module__}.{name}"
+        config.attention._partial_ = True
+
+
+def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool = True) -> Run:
     """Train as ``python train.py OVERRIDES`` does, into ``run_dir=...`` when given (else
     ``outputs/DATE/TIME``), and return the run; ``quiet``: without Lightning's output (the run's
-    files hold everything; ``repr(run)`` says where it is and how it did)."""
+    files hold everything; ``repr(run)`` says where it is and how it did).
+
+    ``attention``: a scoring function's class of your own, e.g. one defined in a notebook cell,
+    with the arguments its ``__init__`` takes from the attention group chosen by the overrides
+    (``attention=dot`` gives ``dropout``, ``temperature``, ``initial_temperature``). Its module is
+    trusted, as a config that names it is (``__main__`` for a notebook's or script's own class:
+    ``run.translator()`` trusts it too; a checkpoint loaded elsewhere needs
+    ``trust_modules=["__main__"]`` and the class defined there under the same name)."""
     for override in overrides:
         if not isinstance(override, str) or "=" not in override:
             raise ConfigError(
@@ -155,6 +233,8 @@ def train(*overrides: str, quiet: bool = True) -> Run:
     if quiet and not any(o.split("=", 1)[0].lstrip("+") == "quiet" for o in overrides):
         extra.append("quiet=true")  # no model summary, no test table
     config = compose_overrides([*overrides, *extra])
+    if attention is not None:
+        use_scoring_class(config, attention, overrides)
     with quieted() if quiet else contextlib.nullcontext():
         train_config(config)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))

@@ -1,16 +1,23 @@
 """seq2seq.train and seq2seq.explore, as a notebook calls them: two trainings in one process,
-each with its own config and summary; the command line's errors; a page with no URL in it."""
+each with its own config and summary; the command line's errors; a page with no URL in it; a
+scoring function defined in the notebook itself, trained, exported and loaded with trust."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import Tensor
 
 import seq2seq
+from seq2seq import Translator
+from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.explorer.page import read_page
+from seq2seq.pipeline.building import PART_KEYS
 from tests.configs import TINY
 
 ONE_EPOCH = [*TINY, "trainer.max_epochs=1", "logger=csv", "test_after_training=false"]
@@ -56,6 +63,64 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
         seq2seq.train("attention=nonexistent", f"run_dir={tmp_path}")
     with pytest.raises(ConfigError, match="one to four models"):
         seq2seq.explore({}, ["w1"])
+
+
+class NegativeDistance(Attention):
+    """score(q, k) = -‖q - k‖² / √d: a scoring function "defined in a notebook" (its module is
+    set to __main__ below, as a class from a notebook cell's has)."""
+
+    needs_equal_sizes = True
+
+    def __init__(self, dropout: float = 0.0, *, query_size: int, key_size: int) -> None:
+        super().__init__(dropout)
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        # (B, Tq, Tk): ‖q‖² - 2 q·k + ‖k‖² from (B,Tq,D) and (B,Tk,D)
+        squared = torch.cdist(queries, projected_keys) ** 2
+        return -squared / queries.shape[-1] ** 0.5
+
+
+def test_a_class_from_main_trains_translates_exports_and_loads_with_trust(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(NegativeDistance, "__module__", "__main__")
+    monkeypatch.setattr(main, "NegativeDistance", NegativeDistance, raising=False)
+    run = seq2seq.train(*ONE_EPOCH, "attention=dot", "attention.dropout=0.1",
+                        f"run_dir={tmp_path / 'run'}", attention=NegativeDistance)  # fmt: skip
+    assert dict(run.config.attention) == {
+        **{key: run.config.attention[key] for key in PART_KEYS},
+        "_target_": "__main__.NegativeDistance", "_partial_": True, "dropout": 0.1,
+        "num_heads": None,
+    }  # fmt: skip
+    assert "__main__" in run.trusted
+    translator = run.translator()  # trusts what training trusted
+    assert isinstance(translator.model.decoder.attention, NegativeDistance)
+    bundle = run.export(tmp_path / "bundle")
+    with pytest.raises(Seq2SeqError, match="refused unless you trust"):
+        Translator.load(bundle)
+    loaded = Translator.load(bundle, trust_modules=["__main__"])
+    sentence = ["w3 w14 w7"]
+    assert loaded.translate(sentence) == translator.translate(sentence)
+    monkeypatch.delattr(main, "NegativeDistance")  # another process, without the class
+    with pytest.raises(Seq2SeqError, match=r"defines no NegativeDistance\. Run the cell") as gone:
+        Translator.load(bundle, trust_modules=["__main__"])
+    assert "\n" not in str(gone.value)
+
+
+def test_a_scoring_class_is_refused_in_one_paragraph_when_it_cannot_be_used(
+    tmp_path: Path,
+) -> None:
+    class Local(Attention):  # inside a function: no import path a checkpoint could name
+        pass
+
+    with pytest.raises(ConfigError, match="takes a scoring function's class"):
+        seq2seq.train(*ONE_EPOCH, f"run_dir={tmp_path}", attention="additive")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="defined inside a function"):
+        seq2seq.train(*ONE_EPOCH, f"run_dir={tmp_path}", attention=Local)
+    with pytest.raises(ConfigError, match=r"attention\.temperature=\.\.\. sets an argument"):
+        seq2seq.train(*ONE_EPOCH, "attention=dot", "attention.temperature=2",
+                      f"run_dir={tmp_path}", attention=NegativeDistance)  # fmt: skip
 
 
 @pytest.mark.slow  # builds a wheel and a virtual environment

@@ -115,6 +115,13 @@ def resolve(target: str, trusted: frozenset[str], origin: str, normalizer: bool 
             "or trust_modules=[path/to/file.py] when training)."
         ) from None
     found = getattr(module, class_name, None)
+    if found is None and module_name == "__main__":
+        raise PluginError(
+            f"{origin}: {target!r} was defined in the notebook or script that trained the model "
+            f"(its __main__), and this one defines no {class_name}. Run the cell that defines "
+            "it before loading (trusting __main__), or, to load it anywhere, move the "
+            "class into a .py file, train from there and trust that file."
+        )
     if normalizer:
         is_module = isinstance(found, type) and issubclass(found, nn.Module)
         if not (is_module or (callable(found) and not isinstance(found, type))):
