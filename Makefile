@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 PIP_INSTALL = $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev train test test-slow screenshot lint imports format typecheck check toy-data clean
+.PHONY: help install install-dev train test test-slow notebooks screenshot lint imports format typecheck check toy-data clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ test: install-dev  ## check the layers' imports, then run the default test suite
 
 test-slow: install-dev  ## run the slow end-to-end tests only (CI runs them after make test)
 	$(PYTHON) -m pytest -q -m slow
+
+notebooks: install-dev  ## notebooks/*.ipynb from their .py scripts (jupytext), executed with outputs, to commit
+	cd notebooks && jupytext --sync *.py && jupyter execute --inplace *.ipynb && rm -rf runs
 
 screenshot:  ## the README's explorer picture from PAGE (an explore.py page), as the browser tests draw it
 	$(PYTHON) -m tests.explorer_pages $(PAGE) docs/explorer.png '.panel rect.cell[data-row="3"][data-col="2"]'

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -92,3 +93,12 @@ def script_output(*arguments: str) -> str:
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout
+
+
+def installed_command() -> str:
+    """The ``seq2seq`` console command of this Python's installation of the package (pip
+    install puts it beside the interpreter)."""
+    found = Path(sys.executable).parent / "seq2seq"
+    if not found.is_file():
+        pytest.skip(f"no seq2seq command beside {sys.executable}: pip install -e . installs it")
+    return str(found)

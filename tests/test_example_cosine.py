@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.inference.bundle import build_model, load
 from seq2seq.inference.plugins import PluginError
-from tests.configs import ROOT, TINY, TINY_TRANSFORMER
+from tests.configs import ROOT, TINY, TINY_TRANSFORMER, installed_command
 from tests.scoring import SCORING_FUNCTIONS, assert_attention_follows_score, model_config
 
 EXAMPLE = ROOT / "examples" / "cosine_attention"
@@ -32,12 +32,14 @@ def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(user_dir: Path, *args: str, trusted_path: bool = True) -> subprocess.CompletedProcess[str]:
-    """``python ROOT/ARGS...`` from the user's directory, with it on PYTHONPATH as the README
-    says (``PYTHONPATH=.``) unless ``trusted_path`` is false."""
+    """``python ROOT/ARGS...`` (or the installed command, ``seq2seq ARGS...``) from the user's
+    directory, with it on PYTHONPATH as the README says (``PYTHONPATH=.``) unless
+    ``trusted_path`` is false."""
     env = {**os.environ, "PYTHONPATH": "." if trusted_path else ""}
+    script = [sys.executable, str(ROOT / args[0])]
+    program = [installed_command()] if args[0] == "seq2seq" else script
     return subprocess.run(
-        [sys.executable, str(ROOT / args[0]), *args[1:]],
-        cwd=user_dir, env=env, capture_output=True, text=True, timeout=600,
+        [*program, *args[1:]], cwd=user_dir, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -46,12 +48,12 @@ def trained(user_dir: Path) -> dict[str, Path]:
     """One small epoch of each model family with ``attention=cosine``: their best checkpoints."""
     checkpoints = {}
     data_and_trainer = [override for override in TINY if not override.startswith("model.")]
-    for family, overrides in [
-        ("rnn", TINY),
-        ("transformer", [*data_and_trainer, *TINY_TRANSFORMER]),
+    for family, program, overrides in [
+        ("rnn", ["seq2seq", "train"], TINY),  # the installed command takes --config-dir too
+        ("transformer", ["train.py"], [*data_and_trainer, *TINY_TRANSFORMER]),
     ]:
         result = run(
-            user_dir, "train.py", "--config-dir", "conf", "attention=cosine",
+            user_dir, *program, "--config-dir", "conf", "attention=cosine",
             *overrides, "trainer.max_epochs=1", "logger=csv", f"hydra.run.dir={family}",
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
@@ -185,10 +187,11 @@ def test_the_compare_experiment_sweeps_the_users_yaml_too(user_dir: Path) -> Non
 
 @pytest.mark.slow  # end to end through the scripts: the default suite keeps the in-process checks
 def test_the_example_trains_under_ddp(user_dir: Path) -> None:
-    """Two CPU processes: each rank imports the user's module (PYTHONPATH is inherited) and the
-    run writes a checkpoint that names it."""
+    """Two CPU processes, started by the installed command (Lightning starts the second as
+    ``python FILE ARGS``, the file the command names): each rank imports the user's module
+    (PYTHONPATH is inherited) and the run writes a checkpoint that names it."""
     result = run(
-        user_dir, "train.py", "--config-dir", "conf", "attention=cosine", *TINY,
+        user_dir, "seq2seq", "train", "--config-dir", "conf", "attention=cosine", *TINY,
         "data.train_size=128", "trainer.max_epochs=1", "trainer=ddp", "trainer.accelerator=cpu",
         "trainer.devices=2", "threads=1", "logger=csv", "test_after_training=false",
         "hydra.run.dir=ddp",

@@ -1,6 +1,7 @@
 """The notebooks under notebooks/, executed as a reader would run them (nbclient, a fresh
 kernel): every cell of every notebook runs; the explorer's (on a tiny model) shows the page inline
-in its output, an iframe that fetches nothing and draws its maps in Chromium."""
+in its output, an iframe that fetches nothing and draws its maps in Chromium. Each notebook is
+committed with its outputs and in step with its jupytext script (``make notebooks``)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,31 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 # Notebooks that train take minutes: the slow set (which CI runs too) executes them.
-TRAINING = {"train_and_compare.ipynb"}
+TRAINING = {"train_and_compare.ipynb", "inside_a_transformer.ipynb", "your_own_attention.ipynb"}
+
+
+def cells(notebook: Any) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_is_its_script_executed(path: Path) -> None:
+    """The .py script (jupytext's percent format, what a diff shows) and the .ipynb (what a
+    student opens) hold the same cells, and the .ipynb was run: every code cell has its outputs
+    and none is an error."""
+    jupytext = pytest.importorskip("jupytext", reason="pip install .[dev] installs jupytext")
+    script = path.with_suffix(".py")
+    assert script.is_file(), f"{path.name} has no {script.name}: run make notebooks"
+    committed = nbformat.read(path, as_version=4)
+    assert cells(jupytext.read(script)) == cells(committed), f"{path.name}: run make notebooks"
+    code = [cell for cell in committed.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code), f"{path.name} was not run"
+    assert not [o for cell in code for o in cell.outputs if o.output_type == "error"]
+
+
+def test_every_script_has_its_notebook() -> None:
+    scripts = {p.stem for p in (ROOT / "notebooks").glob("*.py")}
+    assert scripts == {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize(

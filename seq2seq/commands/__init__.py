@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [f"seq2seq {name}", *arguments]  # what argparse and Hydra read
     module = importlib.import_module(COMMANDS[name][0])
     if name == "train":
+        # Lightning starts DDP's other processes as `python sys.argv[0] ARGS`: the file of the
+        # training command, which runs as a script.
+        sys.argv[0] = str(module.__file__)
         module.main()
         return
     from seq2seq.cli import run

@@ -9,6 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# Run as a file (how Lightning starts DDP's other processes for `seq2seq train`: the command sets
+# sys.argv[0] to this file), Python puts this folder first on sys.path; its modules (evaluate,
+# export, ...) must not stand in for top-level packages of those names.
+if __name__ == "__main__" and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
+
 import hydra
 from omegaconf import DictConfig, OmegaConf
 

@@ -97,6 +97,14 @@ def resolve(target: str, trusted: frozenset[str], origin: str, normalizer: bool 
     normalizer function or module class), imported only if its module is trusted; a
     one-paragraph refusal otherwise."""
     module_name, _, class_name = target.rpartition(".")
+    if module_name == "__main__" and not is_trusted(module_name, trusted):
+        raise PluginError(
+            f"{origin}: the class {target!r} was defined in the notebook or script that trained "
+            "the model (its __main__). Building it runs that code, so it is refused unless you "
+            "trust it: define the class in this notebook or script too and load with "
+            "trust_modules=['__main__'] (Translator.load, seq2seq.inference.bundle.load). Trust "
+            "only code you would run yourself."
+        )
     if not module_name or not is_trusted(module_name, trusted):
         raise PluginError(
             f"{origin}: the class {target!r} is not built into seq2seq. Building it "
