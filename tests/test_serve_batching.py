@@ -124,6 +124,37 @@ def test_a_request_whose_client_left_does_not_disturb_the_others() -> None:
     assert asyncio.run(scenario()) == ["C"]
 
 
+def test_a_cancelled_request_never_reaches_the_model_and_is_counted() -> None:
+    """Cancelled while queued (behind a batch), or while it waits for others to join its own:
+    either way the model never sees its sentences, and ``on_drop`` hears how many there were."""
+
+    async def scenario() -> tuple[list[str], list[int], int, list[str]]:
+        recorder, dropped = Recorder(), []
+        batcher = MicroBatcher(recorder, BatchingOptions(max_wait=0.2), on_drop=dropped.append)
+        batcher.start()
+        first = asyncio.create_task(batcher.submit(["a"], GREEDY))
+        while not recorder.batches:
+            await asyncio.sleep(0.001)
+        queued = asyncio.create_task(batcher.submit(["b", "c"], BEAM))
+        kept = asyncio.create_task(batcher.submit(["d"], GREEDY))
+        await asyncio.sleep(0)
+        queued.cancel()  # behind the first batch
+        recorder.gate.set()
+        await first
+        answer = [t.text for t in await kept]
+        waiting = asyncio.create_task(batcher.submit(["e"], GREEDY))
+        await asyncio.sleep(0.05)  # taken from the queue, waiting 0.2 s for others
+        waiting.cancel()
+        await asyncio.sleep(0.3)
+        await batcher.close()
+        seen = [sentence for batch, _, _ in recorder.batches for sentence in batch]
+        return answer, dropped, batcher.dropped, seen
+
+    answer, dropped, count, seen = asyncio.run(scenario())
+    assert answer == ["D"] and dropped == [2, 1] and count == 2
+    assert seen == ["a", "d"]  # what the model was given
+
+
 def test_batching_options_are_checked() -> None:
     with pytest.raises(ValueError, match="batch size"):
         BatchingOptions(max_batch_size=0)

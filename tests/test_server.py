@@ -470,3 +470,140 @@ def test_a_full_queue_is_a_503_with_retry_after(bundles: dict[str, Path], tmp_pa
         assert raw_request(server, "POST", "/translate", body)[0] == 200
     finally:
         assert stop(server) == 0
+
+
+def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics, parsed: (sample name, sorted labels) -> value."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    status, _, body = raw_request(server, "GET", "/metrics")
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in parser.text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+
+
+def luong_count(server: Server, name: str) -> float:
+    return scrape(server).get((name, (("model", "luong"),)), 0.0)
+
+
+def wait_for_pending(server: Server, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while server.request("GET", "/health")[1]["pending"]["luong"] != count:
+        assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+        time.sleep(0.01)
+
+
+def test_a_request_beyond_its_work_limits_is_a_413_naming_them(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """The bounds are the model's own: each sentence's length limit a·S + b times the beam
+    size, and source × target weights for the attention; at the limit a request is answered."""
+    sentences = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9", ""]
+    bounds = Translator.load(bundles["luong"]).bounds(sentences)
+    tokens = sum(target for _, target in bounds)
+    cells = sum(source * target for source, target in bounds)
+    assert bounds[-1] == (0, 0) and tokens > 0
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-request-tokens", str(2 * tokens),
+         "--max-attention-cells", str(cells)],
+        tmp_path / "log",
+    )  # fmt: skip
+    try:
+        assert server.translate({"src": sentences, "beam_size": 2})[0] == 200
+        status, answer = server.translate({"src": sentences, "beam_size": 3})
+        assert status == 413 and f"up to {3 * tokens} tokens at beam_size 3" in answer["error"]
+        assert (
+            f"the limit is {2 * tokens} a request (serve.py --max-request-tokens)"
+            in (answer["error"])
+        )
+        assert server.translate({"src": sentences, "return_attention": True})[0] == 200
+        status, answer = server.translate({"src": [*sentences, "w1"], "return_attention": True})
+        assert status == 413 and "--max-attention-cells" in answer["error"]
+        assert luong_count(server, "seq2seq_sentences_total") == 2 * len(sentences)
+    finally:
+        assert stop(server) == 0
+
+
+def test_a_request_past_its_deadline_is_a_504_and_never_reaches_the_model(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """--request-timeout 0.5 while a request waits 3 s for others to join its batch: answered
+    504 at its deadline, and dropped from the queue (the metrics say no sentence was
+    translated and one dropped)."""
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-wait-ms", "3000", "--request-timeout", "0.5"],
+        tmp_path / "log",
+    )  # fmt: skip
+    try:
+        began = time.monotonic()
+        status, answer = server.translate({"src": ["w5 w6"]})
+        assert status == 504 and "--request-timeout" in answer["error"]
+        assert time.monotonic() - began < 2.5  # answered at its deadline, not after the batch
+        deadline = time.monotonic() + 10
+        while luong_count(server, "seq2seq_sentences_dropped_total") != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert luong_count(server, "seq2seq_sentences_total") == 0
+    finally:
+        assert stop(server) == 0
+
+
+def test_a_client_that_goes_away_is_dropped_before_the_model_and_logged(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """A client closes its connection while its request waits 3 s for others: the request is
+    cancelled, never reaches the model (no sentence translated, one dropped) and is logged
+    with status 499."""
+    import socket
+
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-wait-ms", "3000"], tmp_path / "log"
+    )
+    try:
+        body = json.dumps({"src": ["w5 w6", "w7"]}).encode()
+        client = socket.create_connection(("127.0.0.1", server.port))
+        client.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"X-Request-ID: gone-1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_for_pending(server, 1)
+        client.close()
+        wait_for_pending(server, 0)  # cancelled once the server saw the connection close
+        deadline = time.monotonic() + 10
+        while luong_count(server, "seq2seq_sentences_dropped_total") != 2:
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.05)
+        assert luong_count(server, "seq2seq_sentences_total") == 0
+        assert re.search(r"request gone-1: POST /translate -> 499 in \d", server.log.read_text())
+        assert server.translate({"src": ["w5 w6"]})[0] == 200  # serving on
+    finally:
+        assert stop(server) == 0
+
+
+def test_a_drain_cut_short_answers_503_and_exits_1(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """--drain-timeout 0.5 while a request waits 3 s for others: SIGTERM, and at the end of the
+    drain the request is answered a JSON 503 with Retry-After; the exit status says so."""
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-wait-ms", "3000", "--drain-timeout", "0.5"],
+        tmp_path / "log",
+    )  # fmt: skip
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    body = json.dumps({"src": ["w5 w6 w7"]}).encode()
+    client = threading.Thread(
+        target=lambda: answers.append(raw_request(server, "POST", "/translate", body))
+    )
+    client.start()
+    wait_for_pending(server, 1)
+    began = time.monotonic()
+    assert stop(server) == 1
+    client.join(timeout=60)
+    [(status, headers, raw)] = answers
+    assert status == 503 and headers["retry-after"] == "1"
+    assert "--drain-timeout" in json.loads(raw)["error"]
+    assert time.monotonic() - began < 2.5
+    assert "the drain was cut short" in server.log.read_text()

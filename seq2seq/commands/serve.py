@@ -5,7 +5,8 @@
 
 POST /translate, GET /models, GET /health (README "Serving"). Needs the serve extra:
 pip install -e ".[serve]". Listens on 127.0.0.1 unless --host says otherwise; SIGTERM or Ctrl+C
-finishes the requests in flight, then exits 0.
+answers the requests already accepted (for --drain-timeout seconds; later ones get a 503 and
+the exit status is 1), then exits 0.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import logging
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from seq2seq.cli import (
@@ -77,10 +81,53 @@ def parse_args() -> argparse.Namespace:
         default=256,
         help="requests waiting for one model; more get 503 with Retry-After (256)",
     )
+    parser.add_argument(
+        "--max-request-tokens",
+        type=int_at_least(1),
+        default=20_000,
+        help="target tokens a request's search may produce: each sentence's length limit "
+        "(a·S + b) times beam_size, summed; more is a 413 (20000)",
+    )
+    parser.add_argument(
+        "--max-attention-cells",
+        type=int_at_least(1),
+        default=1_000_000,
+        help="attention weights a request may ask back (source × target tokens, summed); "
+        "more is a 413 (1000000)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=seconds_from(0.1, 3600),
+        default=60.0,
+        help="seconds from a request's arrival to its answer; past it, a 504 and its work "
+        "dropped (60)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=seconds_from(0, 3600),
+        default=30.0,
+        help="on SIGTERM or Ctrl+C, seconds to answer the requests already accepted; those "
+        "left then get a 503 and the exit status is 1 (30)",
+    )
     parser.add_argument("--threads", type=int_at_least(1), help="torch threads (one per core)")
     add_trust_argument(parser)
     add_backend_argument(parser)
     return parser.parse_args()
+
+
+def seconds_from(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from ``low`` to ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} must be from {low:g} to {high:g} seconds")
+        return value
+
+    return parse
 
 
 def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
@@ -134,21 +181,35 @@ def main() -> int:
             args.max_body_bytes,
             args.max_beam_size,
             args.max_queue,
+            args.max_request_tokens,
+            args.max_attention_cells,
+            args.request_timeout,
         ),
         BatchingOptions(args.max_batch_size, args.max_wait_ms / 1000, not args.no_batching),
         api_key,
         on_load_error=stop,
     )
-    # access_log=False: the app logs each request once itself, with its X-Request-ID.
+    # access_log=False: the app logs each request once itself, with its X-Request-ID. uvicorn
+    # cancels what is left a little after the drain time: by then the app has answered it.
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         log_level="info",
-        timeout_graceful_shutdown=60,
+        timeout_graceful_shutdown=args.drain_timeout + 5,
         access_log=False,
     )
-    server = uvicorn.Server(config)
+    state = app.state.seq2seq
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, which also starts the app's drain clock on SIGTERM or Ctrl+C."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if state.drain_deadline is None:
+                state.drain_deadline = time.monotonic() + args.drain_timeout
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(config)
     # uvicorn drains the requests in flight on SIGTERM, then raises the signal again under the
     # handler that was there before it started: this one, so that a drained stop exits 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -158,6 +219,13 @@ def main() -> int:
     if not server.started:
         print(f"error: could not listen on {args.host}:{args.port}.", file=sys.stderr)
         return 2
+    if state.drain_cut_short:
+        log.error(
+            "the drain was cut short: requests still waiting after --drain-timeout %g s were "
+            "answered 503",
+            args.drain_timeout,
+        )
+        return 1
     return 0
 
 

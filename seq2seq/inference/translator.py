@@ -108,6 +108,18 @@ class Translator:
             return translator
         return cls(trained, device, onnx_model(Path(path), trained), backend)
 
+    def bounds(self, sentences: Sequence[str]) -> list[tuple[int, int]]:
+        """Per sentence, what translating it may cost at most: the source tokens the model
+        reads (at most ``max_src_len``) and the target tokens it may write (a·S + b, EOS
+        included); (0, 0) for a blank sentence, which is answered without the model."""
+        src_ids = encode_batch(self.src_tokenizer, list(sentences))
+        lengths = torch.tensor([min(len(ids), self.max_src_len) for ids in src_ids])  # (N,)
+        limits = max_output_lengths(lengths, self.max_len_a, self.max_len_b)  # (N,)
+        return [
+            (int(n), max(1, int(m))) if n else (0, 0)
+            for n, m in zip(lengths.tolist(), limits.tolist(), strict=True)
+        ]
+
     def translate(
         self,
         sentences: Sequence[str],

@@ -69,10 +69,12 @@ class MicroBatcher:
         translate: Translate,
         options: BatchingOptions,
         on_batch: Callable[[int, float], None] | None = None,
+        on_drop: Callable[[int], None] | None = None,
     ) -> None:
         self.translate = translate
         self.options = options
         self.on_batch = on_batch  # hears each batch's sentences and seconds (GET /metrics)
+        self.on_drop = on_drop  # hears the sentences of each request dropped before its batch
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.waiting: deque[Job] = deque()  # taken from the queue, left out of a batch
         # One thread: the model runs one batch at a time, off the event loop.
@@ -80,6 +82,7 @@ class MicroBatcher:
         self.task: asyncio.Task[None] | None = None
         self.batches = 0  # how many searches ran
         self.pending = 0  # requests submitted and not answered yet (GET /health shows it)
+        self.dropped = 0  # requests given up (cancelled) before the model saw them
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._serve())
@@ -110,10 +113,23 @@ class MicroBatcher:
             jobs.append(self.queue.get_nowait())
         return jobs
 
+    def _wanted(self, job: Job) -> bool:
+        """Whether ``job`` is still awaited: a request whose client went away or whose deadline
+        passed was cancelled, and is dropped here, before it reaches the model."""
+        if not job.result.cancelled():
+            return True
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop(len(job.sentences))
+        return False
+
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = await self._next_batch()
+            # Cancelled while it waited for others to join its batch: dropped now.
+            jobs = [job for job in await self._next_batch() if self._wanted(job)]
+            if not jobs:
+                continue
             sentences = [sentence for job in jobs for sentence in job.sentences]
             started = loop.time()
             try:
@@ -141,6 +157,8 @@ class MicroBatcher:
 
     async def _next_batch(self) -> list[Job]:
         first = self.waiting.popleft() if self.waiting else await self.queue.get()
+        while not self._wanted(first):
+            first = self.waiting.popleft() if self.waiting else await self.queue.get()
         if not self.options.enabled:
             return [first]
         batch, size = [first], len(first.sentences)
@@ -159,6 +177,8 @@ class MicroBatcher:
                     job = await asyncio.wait_for(self.queue.get(), timeout)
                 except TimeoutError:
                     break
+            if not self._wanted(job):
+                continue
             fits = size + len(job.sentences) <= self.options.max_batch_size
             if job.options == first.options and fits:
                 batch.append(job)

@@ -46,7 +46,9 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import page
@@ -68,6 +70,13 @@ class Limits:
     # Requests waiting for one model, beyond which a request is a 503 with Retry-After: a flood
     # is turned away at once rather than queued for minutes.
     max_queue: int = 256
+    # The most target tokens a request may make the search produce (each sentence's length
+    # limit a·S + b, times the beam size), and attention weights it may ask back: one allowed
+    # request cannot hold the model for long or answer hundreds of megabytes.
+    max_request_tokens: int = 20_000
+    max_attention_cells: int = 1_000_000
+    # Seconds a request may take from arrival to answer; past it, a 504 and its work dropped.
+    request_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,10 @@ class ServerState:
     ready: bool = False
     load_error: str | None = None  # why a model could not be loaded (the server then stops)
     metrics: Metrics = field(default_factory=lambda: Metrics())
+    # Set (time.monotonic()) when SIGTERM starts the drain: requests still waiting then are
+    # answered 503.
+    drain_deadline: float | None = None
+    drain_cut_short: bool = False  # a request was answered 503 for the drain (exit status 1)
 
 
 class Metrics:
@@ -159,6 +172,11 @@ class Metrics:
         self.sentences = Counter(
             "seq2seq_sentences", "sentences translated", ["model"], registry=self.registry
         )
+        self.dropped = Counter(
+            "seq2seq_sentences_dropped",
+            "sentences of requests given up (client gone, deadline, drain) before the model "
+            "saw them", ["model"], registry=self.registry,
+        )  # fmt: skip
         self.waiting = Gauge(
             "seq2seq_requests_waiting", "requests submitted and not answered", ["model"],
             registry=self.registry,
@@ -256,30 +274,7 @@ def create_app(
             {"error": message}, status_code=error.status_code, headers=error.headers
         )
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next: Any) -> Any:
-        """Every answer carries ``X-Request-ID`` (the client's, when it is a sane token, else a
-        new one), and every request is logged once with it, its status and its time."""
-        given = request.headers.get("x-request-id", "")
-        identifier = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        start = time.perf_counter()
-        response = await call_next(request)
-        response.headers["X-Request-ID"] = identifier
-        seconds = time.perf_counter() - start
-        milliseconds = 1000 * seconds
-        # Known routes by name, anything else as one label: a scanner cannot grow the metrics.
-        route = request.url.path if request.url.path in PATHS else "other"
-        state.metrics.requests.labels(request.method, route, str(response.status_code)).inc()
-        state.metrics.latency.labels(route).observe(seconds)
-        log.info(
-            "request %s: %s %s -> %d in %.1f ms",
-            identifier,
-            request.method,
-            request.url.path,
-            response.status_code,
-            milliseconds,
-        )
-        return response
+    app.add_middleware(RequestLog, state=state)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -355,6 +350,7 @@ def create_app(
 
     @app.post("/translate")
     async def translate(request: Request) -> JSONResponse:
+        start = time.monotonic()
         authorize(request, state)
         body = parse(await read_body(request, state.limits.max_body_bytes), state.limits, state)
         ready(state)
@@ -382,8 +378,12 @@ def create_app(
             body.return_scores,
             body.coverage_penalty,
         )
+        check_work(body, state.translators[name], state.limits)
+        work = asyncio.ensure_future(state.batchers[name].submit(body.src, options))
         try:
-            translations = await state.batchers[name].submit(body.src, options)
+            translations = await answered(request, work, state, start)
+        except ClientError:
+            raise
         except Exception as error:
             log.exception("model %s failed on a request of %d sentences", name, len(body.src))
             message = f"model {name!r} failed: {error}" if str(error) else f"model {name!r} failed"
@@ -394,6 +394,109 @@ def create_app(
         return JSONResponse({"model": name, "results": results})
 
     return app
+
+
+def check_work(body: TranslateRequest, translator: Translator, limits: Limits) -> None:
+    """Refuse (413) a request whose search may produce more tokens, or whose attention may hold
+    more weights, than one request may: each sentence's bound is the model's own length limit."""
+    bounds = translator.bounds(body.src)  # (source tokens, most target tokens) per sentence
+    tokens = sum(target for _, target in bounds) * body.beam_size
+    if tokens > limits.max_request_tokens:
+        raise ClientError(
+            413,
+            f"src: these {len(body.src)} sentences may make the search produce up to {tokens} "
+            f"tokens at beam_size {body.beam_size}; the limit is {limits.max_request_tokens} a "
+            "request (serve.py --max-request-tokens): send fewer or shorter sentences, or a "
+            "smaller beam_size.",
+        )
+    if body.return_attention:
+        cells = sum(source * target for source, target in bounds)
+        if cells > limits.max_attention_cells:
+            raise ClientError(
+                413,
+                f"return_attention: the attention of these {len(body.src)} sentences may hold "
+                f"up to {cells} weights; the limit is {limits.max_attention_cells} a request "
+                "(serve.py --max-attention-cells): ask for it with fewer or shorter sentences.",
+            )
+
+
+# How often a request waiting for its translations checks that its client is still there.
+DISCONNECT_POLL = 0.05
+
+
+async def answered(
+    request: Request, work: asyncio.Future[list[Translation]], state: ServerState, start: float
+) -> list[Translation]:
+    """``work``'s translations, unless the client goes away (499), the request's deadline passes
+    (504) or the server's drain time runs out (503) first: then ``work`` is cancelled, which
+    drops it from the batcher's queue if the model has not started on it."""
+    deadline = start + state.limits.request_timeout  # time.monotonic()'s, as the drain's
+    try:
+        while True:
+            now = time.monotonic()
+            if state.drain_deadline is not None and now >= state.drain_deadline:
+                state.drain_cut_short = True
+                raise ClientError(
+                    503,
+                    "the server is shutting down and could not answer this request in its "
+                    "drain time (serve.py --drain-timeout); send it again to another server.",
+                    {"Retry-After": "1"},
+                )
+            if now >= deadline:
+                raise ClientError(
+                    504,
+                    f"the request took longer than {state.limits.request_timeout:g} s "
+                    "(serve.py --request-timeout); its work was dropped. Send fewer sentences "
+                    "or try again when the server is less busy.",
+                )
+            done, _ = await asyncio.wait({work}, timeout=min(DISCONNECT_POLL, deadline - now))
+            if done:
+                return work.result()
+            if await request.is_disconnected():
+                raise ClientError(499, "the client closed the connection before its answer.")
+    finally:
+        if not work.done():
+            work.cancel()
+
+
+class RequestLog:
+    """Every answer carries ``X-Request-ID`` (the client's, when it is a sane token, else a new
+    one), and every request is logged once with it, its status and its time, and counted in the
+    metrics: a client that went away too (499). Plain ASGI, not ``@app.middleware``: Starlette's
+    ``BaseHTTPMiddleware`` hides a client's disconnection from ``Request.is_disconnected``."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = Headers(scope=scope).get("x-request-id", "")
+        identifier = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        start = time.perf_counter()
+        status = 500  # unless the app starts an answer
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message)["X-Request-ID"] = identifier
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - start
+            path, method = scope["path"], scope["method"]
+            # Known routes by name, anything else as one label: a scanner cannot grow them.
+            route = path if path in PATHS else "other"
+            self.state.metrics.requests.labels(method, route, str(status)).inc()
+            self.state.metrics.latency.labels(route).observe(seconds)
+            milliseconds = 1000 * seconds
+            log.info(
+                "request %s: %s %s -> %d in %.1f ms", identifier, method, path, status, milliseconds
+            )
 
 
 async def load_models(state: ServerState, on_load_error: Callable[[str], None] | None) -> None:
@@ -415,7 +518,8 @@ async def load_models(state: ServerState, on_load_error: Callable[[str], None] |
             return
         state.translators[source.name] = translator
         observe = state.metrics.batch_observer(source.name)
-        batcher = MicroBatcher(translate_with(translator), state.batching, observe)
+        dropped = state.metrics.dropped.labels(source.name).inc
+        batcher = MicroBatcher(translate_with(translator), state.batching, observe, dropped)
         batcher.start()
         state.batchers[source.name] = batcher
     state.ready = True
