@@ -607,3 +607,100 @@ def test_a_drain_cut_short_answers_503_and_exits_1(
     assert "--drain-timeout" in json.loads(raw)["error"]
     assert time.monotonic() - began < 2.5
     assert "the drain was cut short" in server.log.read_text()
+
+
+def test_cors_origins_are_allowed_only_when_given(bundles: dict[str, Path]) -> None:
+    """--cors-origin: a page of that origin may call the API from a browser (its preflight and
+    its answers carry the origin); another origin, or a server without the option, gets no CORS
+    header, so the browser keeps the answer from the page."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving.server import ModelSource, create_app
+
+    course = "https://course.example.org"
+    preflight = {"Origin": course, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}  # fmt: skip
+    source = [ModelSource("luong", bundles["luong"])]
+    with TestClient(create_app(source, cors_origins=(course,))) as client:
+        allowed = client.options("/translate", headers=preflight)
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == course
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        other = client.options("/translate", headers={**preflight, "Origin": "https://evil.test"})
+        assert "access-control-allow-origin" not in other.headers
+        answer = client.get("/health/live", headers={"Origin": course})
+        assert answer.headers["access-control-allow-origin"] == course
+        assert "X-Request-ID" in answer.headers["access-control-expose-headers"]
+    with TestClient(create_app(source)) as client:
+        answer = client.get("/health/live", headers={"Origin": course})
+        assert "access-control-allow-origin" not in answer.headers
+
+
+def test_a_cors_origin_that_is_not_one_stops_the_server_with_a_message(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/serve.py", "--model", f"a={tmp_path}",
+         "--cors-origin", "https://course.example.org/"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 2 and "is not an origin" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def read_all(connection: Any, seconds: float) -> tuple[bytes, float]:
+    """What the server sends on a raw socket until it closes it (or ``seconds`` pass), and when
+    it closed it, counted from now."""
+    began = time.monotonic()
+    connection.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := connection.recv(65536):
+            received += chunk
+    except TimeoutError:
+        pass
+    return received, time.monotonic() - began
+
+
+def test_slow_clients_and_too_many_connections_are_cut_off(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """--header-timeout: a client still sending its headers is disconnected; --body-timeout: one
+    still sending its body gets a 408; --limit-concurrency: past it, a JSON 503."""
+    import socket
+
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--header-timeout", "1", "--body-timeout", "1",
+         "--limit-concurrency", "3"],
+        tmp_path / "log",
+    )  # fmt: skip
+    address = ("127.0.0.1", server.port)
+    try:
+        slow_headers = socket.create_connection(address)
+        slow_headers.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\n")  # and no more
+        received, seconds = read_all(slow_headers, 10)
+        assert received == b"" and 0.5 < seconds < 5  # closed, not answered
+        assert "its request headers took longer than 1 s" in server.log.read_text()
+
+        slow_body = socket.create_connection(address)
+        slow_body.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"src": ['
+        )
+        received, seconds = read_all(slow_body, 10)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and seconds < 5
+        assert "--body-timeout" in json.loads(body)["error"]
+
+        idle = [socket.create_connection(address) for _ in range(3)]
+        status, headers, raw = raw_request(server, "GET", "/health/live")
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "--limit-concurrency" in json.loads(raw)["error"]
+        for connection in [slow_headers, slow_body, *idle]:
+            connection.close()
+        deadline = time.monotonic() + 10
+        while raw_request(server, "GET", "/health/live")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert server.translate({"src": ["w5 w6"]})[0] == 200
+    finally:
+        assert stop(server) == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -109,6 +110,39 @@ def parse_args() -> argparse.Namespace:
         help="on SIGTERM or Ctrl+C, seconds to answer the requests already accepted; those "
         "left then get a 503 and the exit status is 1 (30)",
     )
+    parser.add_argument(
+        "--header-timeout",
+        type=seconds_from(0.1, 600),
+        default=10.0,
+        help="seconds a connection may take to send a request's headers; then it is closed (10)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=seconds_from(0.1, 600),
+        default=10.0,
+        help="seconds a request's body may take to arrive; then a 408 (10)",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout",
+        type=seconds_from(0, 600),
+        default=5.0,
+        help="seconds an idle kept-alive connection stays open (5)",
+    )
+    parser.add_argument(
+        "--limit-concurrency",
+        type=int_at_least(1),
+        default=512,
+        help="connections and requests at once; past it a request is a 503 with Retry-After (512)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        dest="cors_origins",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web page origin (https://host[:port]) whose scripts may call the API from a "
+        "browser (repeatable; none by default)",
+    )
     parser.add_argument("--threads", type=int_at_least(1), help="torch threads (one per core)")
     add_trust_argument(parser)
     add_backend_argument(parser)
@@ -130,6 +164,19 @@ def seconds_from(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def cors_origins(given: list[str]) -> list[str]:
+    """``--cors-origin`` values, each an origin as a browser sends it (scheme://host[:port], no
+    path, no trailing slash), or ``*`` for any page."""
+    for origin in given:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise UsageError(
+                f"--cors-origin {origin!r} is not an origin: give scheme://host[:port] as the "
+                "browser's address bar shows it, without a path or trailing slash (e.g. "
+                "--cors-origin https://course.example.org), or * for any page."
+            )
+    return given
+
+
 def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> list[ModelSource]:
     from seq2seq.serving.server import ModelSource
 
@@ -145,6 +192,7 @@ def main() -> int:
         import uvicorn
 
         from seq2seq.serving.batching import BatchingOptions
+        from seq2seq.serving.connections import header_timed_protocol
         from seq2seq.serving.server import Limits, create_app
     except ImportError as error:
         raise UsageError(
@@ -184,10 +232,12 @@ def main() -> int:
             args.max_request_tokens,
             args.max_attention_cells,
             args.request_timeout,
+            args.body_timeout,
         ),
         BatchingOptions(args.max_batch_size, args.max_wait_ms / 1000, not args.no_batching),
         api_key,
         on_load_error=stop,
+        cors_origins=tuple(cors_origins(args.cors_origins)),
     )
     # access_log=False: the app logs each request once itself, with its X-Request-ID. uvicorn
     # cancels what is left a little after the drain time: by then the app has answered it.
@@ -198,6 +248,9 @@ def main() -> int:
         log_level="info",
         timeout_graceful_shutdown=args.drain_timeout + 5,
         access_log=False,
+        http=header_timed_protocol(args.header_timeout),
+        timeout_keep_alive=args.keep_alive_timeout,
+        limit_concurrency=args.limit_concurrency,
     )
     state = app.state.seq2seq
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -77,6 +78,8 @@ class Limits:
     max_attention_cells: int = 1_000_000
     # Seconds a request may take from arrival to answer; past it, a 504 and its work dropped.
     request_timeout: float = 60.0
+    # Seconds a request's body may take to arrive; past it, a 408 and the connection closed.
+    body_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -238,9 +241,12 @@ def create_app(
     batching: BatchingOptions | None = None,
     api_key: str | None = None,
     on_load_error: Callable[[str], None] | None = None,
+    cors_origins: tuple[str, ...] = (),
 ) -> FastAPI:
     """The app; models load in a worker thread once it starts (GET /health says when), and
-    ``on_load_error`` hears why one could not be."""
+    ``on_load_error`` hears why one could not be. ``cors_origins``: the web pages' origins
+    (``https://course.example.org``) whose scripts may call the API from a browser; none by
+    default (the server's own page, at /, needs none)."""
     state = ServerState(sources, limits or Limits(), batching or BatchingOptions(), api_key)
 
     @asynccontextmanager
@@ -274,6 +280,15 @@ def create_app(
             {"error": message}, status_code=error.status_code, headers=error.headers
         )
 
+    if cors_origins:
+        # Inside the request log: a refused or answered preflight is logged like any request.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST", "HEAD"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+        )
     app.add_middleware(RequestLog, state=state)
 
     @app.get("/metrics")
@@ -327,7 +342,7 @@ def create_app(
     async def explore(request: Request) -> JSONResponse:
         """One sentence under every model: the explorer's data for it (``seq2seq.explorer``)."""
         authorize(request, state)
-        raw = await read_body(request, state.limits.max_body_bytes)
+        raw = await read_body(request, state.limits)
         ready(state)
         source = parse_sentence(raw, state.limits)
         loop = asyncio.get_running_loop()
@@ -352,7 +367,7 @@ def create_app(
     async def translate(request: Request) -> JSONResponse:
         start = time.monotonic()
         authorize(request, state)
-        body = parse(await read_body(request, state.limits.max_body_bytes), state.limits, state)
+        body = parse(await read_body(request, state.limits), state.limits, state)
         ready(state)
         name = body.model or state.sources[0].name
         waiting = state.batchers[name].pending
@@ -542,17 +557,32 @@ def ready(state: ServerState) -> None:
         raise ClientError(503, "the models are still loading: retry when GET /health says ready.")
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The whole body, at most ``max_body_bytes``, within ``body_timeout`` seconds: a client that
+    sends it slower gets a 408 and holds the server no longer."""
+    max_bytes = limits.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise ClientError(413, f"the body has {declared} bytes; the limit is {max_bytes}.")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise ClientError(413, f"the body is over the limit of {max_bytes} bytes.")
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise ClientError(413, f"the body is over the limit of {max_bytes} bytes.")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), limits.body_timeout)
+    except TimeoutError:
+        raise ClientError(
+            408,
+            f"the body did not arrive within {limits.body_timeout:g} s (serve.py "
+            "--body-timeout); send it at once.",
+            {"Connection": "close"},
+        ) from None
 
 
 def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:

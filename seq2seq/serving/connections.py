@@ -1,0 +1,92 @@
+"""Connections that cannot hold the server: uvicorn's HTTP/1.1 protocol with a deadline for
+the request's headers.
+
+uvicorn bounds idle keep-alive connections (``timeout_keep_alive``) and, with
+``limit_concurrency``, the connections it serves at once, but a client that sends its headers a
+line every few seconds is held as long as it likes, and each such client holds a connection. Here
+a connection whose request line and headers are not complete ``header_timeout`` seconds after it
+opened (or after its previous answer, on a kept-alive connection) is closed. The body has its own
+deadline in the app (``seq2seq.serving.server.read_body``), where a 408 can name it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import h11
+from uvicorn.protocols.http import h11_impl
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger(__name__)
+
+
+BUSY = json.dumps(
+    {
+        "error": "the server has as many connections as it takes (serve.py --limit-concurrency); "
+        "retry after a second."
+    }
+).encode()
+
+
+async def busy(scope: Any, receive: Any, send: Any) -> None:
+    """uvicorn's answer past ``limit_concurrency``, in this server's shape: a JSON 503."""
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(BUSY)).encode()),
+        (b"retry-after", b"1"), (b"connection", b"close"),
+    ]})  # fmt: skip
+    await send({"type": "http.response.body", "body": BUSY, "more_body": False})
+
+
+def header_timed_protocol(header_timeout: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol whose connections close when a request's headers take longer than
+    ``header_timeout`` seconds (``uvicorn.Config(http=...)``); its refusal past the concurrency
+    limit answers JSON, as every other error of this server does."""
+    # uvicorn's h11 protocol calls this module-level app for that refusal (plain text there).
+    h11_impl.service_unavailable = busy  # type: ignore[attr-defined]
+
+    class HeaderTimedProtocol(H11Protocol):
+        header_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.wait_for_headers()
+
+        def wait_for_headers(self) -> None:
+            self.stop_waiting()
+            self.header_deadline = self.loop.call_later(header_timeout, self.headers_too_slow)
+
+        def stop_waiting(self) -> None:
+            if self.header_deadline is not None:
+                self.header_deadline.cancel()
+                self.header_deadline = None
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:  # the request line and headers are in
+                self.stop_waiting()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self.wait_for_headers()  # the next request on this connection
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.stop_waiting()
+            super().connection_lost(exc)
+
+        def headers_too_slow(self) -> None:
+            self.header_deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                prefix = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+                log.warning(
+                    "closed the connection of %s: its request headers took longer than %g s "
+                    "(serve.py --header-timeout)",
+                    prefix,
+                    header_timeout,
+                )
+                self.transport.close()
+
+    return HeaderTimedProtocol
