@@ -29,6 +29,7 @@ from seq2seq import Translator
 from seq2seq.explorer.page import read_page
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.pipeline import train
+from seq2seq.serving.server import ROUTES
 from tests.configs import ROOT, compose_config
 from tests.test_learning import COPY, MODELS
 
@@ -704,3 +705,43 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
         assert server.translate({"src": ["w5 w6"]})[0] == 200
     finally:
         assert stop(server) == 0
+
+
+def test_schemathesis_finds_nothing_in_the_servers_own_schema(
+    server: Server, tmp_path: Path
+) -> None:
+    """Schemathesis (a tool we did not write) reads GET /openapi.json, generates valid and
+    invalid requests for every operation (a bounded number, a fixed seed) and checks every
+    answer against the schema: status codes, content types, bodies, Allow headers, valid data
+    accepted, invalid data refused, never a 5xx. Strings are UTF-8, as the server's bodies are."""
+    program = Path(sys.executable).parent / "st"
+    if not program.is_file():
+        pytest.skip("schemathesis is not installed (pip install .[dev])")
+    completed = subprocess.run(
+        [str(program), "run", f"http://127.0.0.1:{server.port}/openapi.json", "--checks", "all",
+         "--max-examples", "25", "--seed", "1", "--generation-codec", "utf-8", "--no-color"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-6000:]
+    assert " passed" in completed.stdout and "failure" not in completed.stdout.lower()
+
+
+def test_the_schema_describes_every_route_and_its_errors(server: Server) -> None:
+    """GET /openapi.json: a request body for each POST, a response schema for each answer, the
+    {"error"} shape for every 4xx/5xx of the routes that refuse, GET / as HTML; /docs is off
+    (FastAPI's pages load their scripts from a CDN)."""
+    status, schema = server.request("GET", "/openapi.json")
+    assert status == 200
+    paths = schema["paths"]
+    routes = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops}
+    assert set(ROUTES) <= routes
+    translate = paths["/translate"]["post"]
+    body = translate["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["src"]["maxItems"] == 8
+    assert body["properties"]["beam_size"]["maximum"] == 6
+    assert body["properties"]["model"]["enum"] == ["luong", "transformer"]
+    error = {"$ref": "#/components/schemas/ErrorAnswer"}
+    for code in ("400", "404", "413", "422", "500", "503", "504"):
+        assert translate["responses"][code]["content"]["application/json"]["schema"] == error
+    assert "text/html" in paths["/"]["get"]["responses"]["200"]["content"]
+    assert server.request("GET", "/docs")[0] == 404

@@ -37,7 +37,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -56,6 +56,17 @@ from seq2seq.explorer.page import page
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
+from seq2seq.serving.schema import (
+    ExploreAnswer,
+    HealthAnswer,
+    LiveAnswer,
+    ModelsAnswer,
+    TranslateAnswer,
+    errors,
+    explore_request_schema,
+    json_body,
+    translate_request_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +130,11 @@ ROUTES = (
     "POST /explore",
 )
 PATHS = frozenset(route.split(" ", 1)[1] for route in ROUTES)
+# GET /health and /health/ready: 200 when ready, 503 (same shape) while loading or failed.
+HEALTH: dict[str, Any] = {
+    "response_model": HealthAnswer,
+    "responses": {503: {"model": HealthAnswer, "description": "loading, or a model failed"}},
+}
 # A client's X-Request-ID is echoed when it is a plain token of at most 128 characters (nothing
 # that could forge a log line); otherwise the server makes one.
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -276,9 +292,18 @@ def create_app(
             404: f"no route {request.url.path}; the routes are {', '.join(ROUTES)}.",
             405: f"{request.method} is not allowed on {request.url.path}.",
         }.get(error.status_code, str(error.detail))
-        return JSONResponse(
-            {"error": message}, status_code=error.status_code, headers=error.headers
-        )
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            # GET and HEAD of a path are two routes (one operation each in the schema): Allow
+            # names the methods of all of them, not only of the last one Starlette tried.
+            allowed = {
+                method
+                for route in app.routes
+                if getattr(route, "path", None) == request.url.path
+                for method in getattr(route, "methods", None) or ()
+            }
+            headers["Allow"] = ", ".join(sorted(allowed))
+        return JSONResponse({"error": message}, status_code=error.status_code, headers=headers)
 
     if cors_origins:
         # Inside the request log: a refused or answered preflight is logged like any request.
@@ -291,24 +316,27 @@ def create_app(
         )
     app.add_middleware(RequestLog, state=state)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         """Prometheus's text format (prometheus-client); no key needed, as for /health."""
         for name, batcher in state.batchers.items():
             state.metrics.waiting.labels(name).set(batcher.pending)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.api_route("/health/live", methods=["GET", "HEAD"])
+    @app.get("/health/live", response_model=LiveAnswer)
+    @app.head("/health/live", response_model=LiveAnswer)
     async def live() -> JSONResponse:
         """Liveness: the process answers (while its models load too); restart it if not."""
         return JSONResponse({"status": "alive"})
 
-    @app.api_route("/health/ready", methods=["GET", "HEAD"])
+    @app.get("/health/ready", **HEALTH)
+    @app.head("/health/ready", **HEALTH)
     async def ready_to_serve() -> JSONResponse:
         """Readiness: what GET /health says; send traffic only on 200."""
         return await health()
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @app.get("/health", **HEALTH)
+    @app.head("/health", **HEALTH)
     async def health() -> JSONResponse:
         if state.load_error is not None:
             return JSONResponse({"status": "failed", "error": state.load_error}, status_code=503)
@@ -321,14 +349,14 @@ def create_app(
             {"status": "ready", "models": [s.name for s in state.sources], "pending": pending}
         )
 
-    @app.get("/models")
+    @app.get("/models", response_model=ModelsAnswer, responses=errors(401, 503))
     async def models(request: Request) -> JSONResponse:
         authorize(request, state)
         ready(state)
         described = [describe(s.name, state.translators[s.name]) for s in state.sources]
         return JSONResponse({"models": described})
 
-    @app.get("/")
+    @app.get("/", response_class=HTMLResponse)
     async def explorer() -> HTMLResponse:
         """The attention explorer, live: a text box whose sentences every model translates
         (POST /explore). The page holds no model data: with an API key it asks for the key."""
@@ -338,7 +366,12 @@ def create_app(
                 "checkpoints": [], "beam_size": 1, "live": live, "version": 1}  # fmt: skip
         return HTMLResponse(page(data))
 
-    @app.post("/explore")
+    @app.post(
+        "/explore",
+        response_model=ExploreAnswer,
+        responses=errors(400, 401, 408, 413, 422, 500, 503),
+        openapi_extra=json_body(explore_request_schema(state.limits.max_chars)),
+    )
     async def explore(request: Request) -> JSONResponse:
         """One sentence under every model: the explorer's data for it (``seq2seq.explorer``)."""
         authorize(request, state)
@@ -363,7 +396,23 @@ def create_app(
         sentence = {**data["sentences"][0], "models": views}
         return JSONResponse({"models": described, "sentence": sentence})
 
-    @app.post("/translate")
+    served = [source.name for source in sources]
+    limits_ = state.limits
+
+    @app.post(
+        "/translate",
+        response_model=TranslateAnswer,
+        responses=errors(400, 401, 404, 408, 413, 422, 500, 503, 504),
+        openapi_extra=json_body(
+            translate_request_schema(
+                served,
+                limits_.max_sentences,
+                limits_.max_chars,
+                limits_.max_beam_size,
+                [source.name for source in sources if source.backend == "ctranslate2"],
+            )
+        ),
+    )
     async def translate(request: Request) -> JSONResponse:
         start = time.monotonic()
         authorize(request, state)
@@ -596,6 +645,10 @@ def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
     data = load_json(text)
     if not isinstance(data, dict):
         raise ClientError(422, "the body must be a JSON object with at least a 'src' list.")
+    for key in ("beam_size", "n_best"):  # JSON has one number type: 5.0 is the integer 5
+        value = data.get(key)
+        if isinstance(value, float) and value.is_integer():
+            data[key] = int(value)
     try:
         body = TranslateRequest.model_validate(data)
     except ValidationError as error:
