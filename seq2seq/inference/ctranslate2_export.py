@@ -237,7 +237,11 @@ def export_ctranslate2(trained: TrainedModel, bundle: Path, quantization: str = 
     if out.exists():
         shutil.rmtree(out)
     SpecConverter().convert(str(out), quantization=quantization)
+    # What a user of CTranslate2 alone needs besides model.bin: our length limit, floor(a·S) + b
+    # tokens with the end token (CTranslate2's max_decoding_length counts it too), S the source
+    # tokens after the cut to max_src_len; and the longest source or output the positions allow.
+    limits = {key: trained.decoding[key] for key in ("max_len_a", "max_len_b", "max_src_len")}
     (out / "seq2seq.json").write_text(
-        json.dumps({"quantization": quantization, "max_positions": MAX_POSITIONS}) + "\n"
+        json.dumps({"quantization": quantization, "max_positions": MAX_POSITIONS, **limits}) + "\n"
     )
     return out
