@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import inspect
-import io
 import json
 import logging
 import warnings
@@ -155,14 +154,15 @@ LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "pytorch_lightning", "lig
 
 @contextlib.contextmanager
 def quieted() -> Iterator[None]:
-    """Lightning's and the pipeline's chatter kept out of a notebook's output (standard output
-    and their INFO logs, Lightning's warnings); warnings and errors of ours still show."""
+    """Lightning's chatter kept out of a notebook's output (its INFO logs and warnings; the
+    config's ``quiet`` drops its model summary and test table); the progress bar, warnings and
+    errors of ours still show."""
     loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
     levels = [logger.level for logger in loggers]
     try:
         for logger in loggers:
             logger.setLevel(logging.ERROR)
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module=r"(pytorch_)?lightning")
             yield
     finally:
@@ -211,8 +211,10 @@ def use_scoring_class(config: DictConfig, scoring: Any, overrides: Sequence[str]
 
 def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool = True) -> Run:
     """Train as ``python train.py OVERRIDES`` does, into ``run_dir=...`` when given (else
-    ``outputs/DATE/TIME``), and return the run; ``quiet``: without Lightning's output (the run's
-    files hold everything; ``repr(run)`` says where it is and how it did).
+    ``outputs/DATE/TIME``), and return the run; ``quiet``: without Lightning's summaries and
+    logs, only a progress bar (in a notebook tqdm's, one line an epoch; none with
+    ``trainer.enable_progress_bar=false``): the run's files hold everything, and ``repr(run)``
+    says where it is and how it did.
 
     ``attention``: a scoring function's class of your own, e.g. one defined in a notebook cell,
     with the arguments its ``__init__`` takes from the attention group chosen by the overrides

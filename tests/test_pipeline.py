@@ -20,8 +20,8 @@ from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.errors import ConfigError
 from seq2seq.models.decoder import LuongDecoder
 from seq2seq.pipeline import build_optimizer, changed_keys, load_checkpoint, train
+from tests.configs import TINY, write_toy_files
 from tests.configs import compose_config as compose_plain
-from tests.configs import write_toy_files
 from tests.scoring import SCORING_FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -457,3 +457,24 @@ def test_val_loss_stays_the_plain_cross_entropy_under_label_smoothing(tmp_path: 
             tokens += int(batch.tgt_lens.sum())
     assert logged == pytest.approx(totals[0.0] / tokens, rel=1e-4)
     assert abs(logged - totals[0.3] / tokens) > 1e-2
+
+
+def test_a_notebook_gets_tqdm_bars_one_line_an_epoch(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """In a Jupyter kernel, tqdm's text bar (Rich's needs ipywidgets there, and warns at every
+    bar without them), with the sanity check's and validation's bars off; elsewhere, and with
+    trainer.enable_progress_bar=false, Lightning's own choice."""
+    from seq2seq.pipeline import callbacks
+
+    assert callbacks.progress_bar(compose_plain([])) == []  # not in a notebook
+    monkeypatch.setattr(callbacks, "in_notebook", lambda: True)
+    [bar] = callbacks.progress_bar(compose_plain([]))
+    assert isinstance(bar, callbacks.NotebookProgressBar)
+    assert callbacks.progress_bar(compose_plain(["trainer.enable_progress_bar=false"])) == []
+    overrides = [*TINY, "trainer.enable_progress_bar=true", "logger=csv",
+                 "test_after_training=false", f"run_dir={tmp_path}"]  # fmt: skip
+    train(compose_plain(overrides))
+    shown = capsys.readouterr().out
+    assert "Epoch 1: 100%" in shown and "val/bleu=" in shown
+    assert "Validation" not in shown and "Sanity Checking" not in shown

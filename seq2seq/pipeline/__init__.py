@@ -33,7 +33,12 @@ from seq2seq.pipeline.building import (
     trainer_config,
     trusted_by_config,
 )
-from seq2seq.pipeline.callbacks import early_stopping, kept_checkpoints, reliability_callbacks
+from seq2seq.pipeline.callbacks import (
+    early_stopping,
+    kept_checkpoints,
+    progress_bar,
+    reliability_callbacks,
+)
 from seq2seq.pipeline.checks import (
     check_alignment_data,
     check_cpu_precision,
@@ -159,6 +164,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             *kept_checkpoints(cfg, run_dir / "checkpoints"),
             *early_stopping(cfg),
             *reliability_callbacks(cfg, run_dir, stop_flag),
+            *progress_bar(cfg),
             ValidationExamples(run_dir, **cfg.examples),
             ExplorerPage(run_dir, cfg.examples.num_samples),
             AttentionDiagnostics(),

@@ -3,11 +3,13 @@ reliability set (periodic checkpoints, clean stops, the non-finite guard, resume
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
 
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline.resume import resume_command
@@ -19,6 +21,33 @@ from seq2seq.training.checkpointing import (
     StopOnSignal,
     ValidateAtMaxSteps,
 )
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (training from a notebook cell)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+class NotebookProgressBar(TQDMProgressBar):
+    """tqdm's bars, one line an epoch: the sanity check's and validation's own bars are off
+    (their results show on the epoch's line), since a cell's output cannot move the cursor up
+    to redraw a bar below another and would keep every one of them."""
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)  # off from the start: tqdm draws a bar once it is made
+
+    def init_validation_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)
+
+
+def progress_bar(cfg: DictConfig) -> list[pl.Callback]:
+    """In a notebook, tqdm's progress bar in place of Lightning's default, Rich's: Rich draws in
+    Jupyter only with ipywidgets, and without them prints a warning for every bar; tqdm's text
+    bar redraws its one line in a cell's output either way. Elsewhere, Lightning's choice."""
+    if in_notebook() and cfg.trainer.get("enable_progress_bar", True):
+        return [NotebookProgressBar()]
+    return []
 
 
 class KeptCheckpoints(ModelCheckpoint):
