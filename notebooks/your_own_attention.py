@@ -87,7 +87,7 @@ mine, baseline
 # The runs' table, and a paired bootstrap test on the test set's hypotheses (one seed each here: the [train and compare](train_and_compare.ipynb) notebook shows intervals over seeds).
 
 # %%
-seq2seq.compare([mine, baseline], samples=200)
+seq2seq.compare([baseline, mine], samples=200)  # the first group is the baseline of the tests
 
 # %% [markdown]
 # ## Export, and load with trust
@@ -106,4 +106,4 @@ translator = Translator.load(bundle, trust_modules=["__main__"])
 translator.translate(["the two big dogs see a cat .", "my women do not help the boy ."])
 
 # %% [markdown]
-# **Where trust applies.** A class defined in a notebook lives in the notebook's `__main__`, so the bundle loads only in a process that defines `DistanceAttention` under that name — run the defining cell first, then load with `trust_modules=["__main__"]`. To share the model, put the class in a file (e.g. `distance_attention.py`, as in [examples/cosine_attention](../examples/cosine_attention/)), train from there, and load with `--trust-module distance_attention.py` on the command line (`seq2seq translate --model BUNDLE --trust-module distance_attention.py`) or `trust_modules=["distance_attention.py"]` in Python. Trust a module as you would `import` it.
+# **Where trust applies.** A class defined in a notebook lives in the notebook's `__main__`, so the bundle loads only in a process that defines `DistanceAttention` under that name — run the defining cell first, then load with `trust_modules=["__main__"]`. To share the model, or to use it from the command line, put the class in a file (e.g. `distance_attention.py`, as in [examples/cosine_attention](../examples/cosine_attention/)) and *import* it from there before training (`from distance_attention import DistanceAttention`: a class the file defines while it runs as a script would be `__main__`'s again); then load with `--trust-module distance_attention.py` on the command line (`seq2seq translate --model BUNDLE --trust-module distance_attention.py`) or `trust_modules=["distance_attention.py"]` in Python. Trust a module as you would `import` it.

@@ -27,8 +27,14 @@ def main() -> int:
     parser.add_argument("--model", type=Path, required=True, help="bundle directory")
     parser.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
     parser.add_argument("--ref", type=Path, required=True, help="references, line-parallel")
-    parser.add_argument("--backend", dest="backends", action="append", choices=BACKENDS)
-    parser.add_argument("--beam-size", dest="beam_sizes", action="append", type=int_at_least(1))
+    parser.add_argument(
+        "--backend", dest="backends", action="append", choices=BACKENDS,
+        help="a backend to run (repeatable; the first is the one the others are compared with)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--beam-size", dest="beam_sizes", action="append", type=int_at_least(1),
+        help="a beam size to run each backend at (repeatable; 1: greedy)",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument("--rounds", type=int_at_least(1), default=2, help="alternating rounds (2)")
     parser.add_argument("--out", type=Path, help="write NAME.json and NAME.md here")

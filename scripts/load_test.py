@@ -1,5 +1,7 @@
-"""Load-test the translation server on loopback: sentences/s and p50/p99 latency at each
-concurrency, batching on and off, and an optional soak that samples the server's memory.
+"""Load-test the translation server on loopback: sentences/s and p50/p99 latency by concurrency.
+
+Each concurrency is measured with batching on and off, and an optional soak samples the
+server's memory.
 
     python scripts/load_test.py --model bundle/ --sentences test.src --out docs/benchmark/serve \
         --name toy_transformer --concurrency 1,8,32,64 --soak-seconds 600
@@ -23,7 +25,7 @@ from seq2seq.cli import UsageError, int_at_least, run
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="bundle dir or checkpoint")
     parser.add_argument("--sentences", type=Path, required=True, help="one source a line")
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")

@@ -36,3 +36,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The loaded names and the lazy ones, so that tab completion offers ``seq2seq.train``."""
+    return sorted({*globals(), *__all__})

@@ -18,6 +18,8 @@ import csv
 import inspect
 import json
 import logging
+import re
+import shutil
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,10 +29,10 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seq2seq.analysis.compare import RunsError, markdown_table, read_run
+from seq2seq.analysis.compare import RunsError, find_runs, markdown_table, read_run
 from seq2seq.analysis.groups import (
     compare_groups,
     flat_config,
@@ -39,7 +41,7 @@ from seq2seq.analysis.groups import (
     significance_table,
 )
 from seq2seq.attention import Attention
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.page import InlinePage
 from seq2seq.inference.bundle import export_bundle, load
@@ -81,13 +83,16 @@ class Run:
 
     def metrics(self) -> Any:
         """``metrics.csv`` as a pandas DataFrame when pandas is installed, else a list of dicts
-        (one per logged step, empty cells left out)."""
+        of numbers (one per logged step, empty cells left out)."""
         path = self.directory / "metrics.csv"
         try:
             import pandas
         except ImportError:
             with path.open(newline="") as file:
-                return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(file)]
+                return [
+                    {key: number(value) for key, value in row.items() if value != ""}
+                    for row in csv.DictReader(file)
+                ]
         return pandas.read_csv(path)
 
     @property
@@ -123,6 +128,21 @@ class Run:
         return bundle
 
 
+def written_by_training(directory: Path) -> bool:
+    """Whether ``directory`` holds what a run writes once it trains (metrics, checkpoints),
+    not only what it writes before (its config and vocabularies)."""
+    before = {"config.yaml", "src_tokenizer.json", "tgt_tokenizer.json", "wandb_run_id"}
+    return any(path.name not in before for path in directory.iterdir())
+
+
+def number(text: str) -> int | float:
+    """A metrics.csv cell as the number it holds (steps and epochs as integers)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def new_run_dir() -> Path:
     """``outputs/DATE/TIME`` as the command line names runs; ``-2``, ``-3`` … within a second."""
     base = Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
@@ -133,19 +153,38 @@ def new_run_dir() -> Path:
     return path
 
 
-def compose_overrides(overrides: Sequence[str]) -> DictConfig:
-    """``conf/config.yaml`` with ``overrides``, as ``python train.py OVERRIDES`` sees it; Hydra's
-    global state is cleared before and after."""
+def compose_overrides(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, str]]:
+    """``conf/config.yaml`` with ``overrides``, as ``python train.py OVERRIDES`` sees it, and the
+    option chosen in each config group (``attention: additive``: runs are named by them, as on
+    the command line); Hydra's global state is cleared before and after."""
     OmegaConf.register_new_resolver("seq2seq_run_dir", hydra_run_dir, replace=True)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            return compose("config", overrides=list(overrides))
+            config = compose("config", overrides=list(overrides), return_hydra_config=True)
     except HydraException as error:  # a key that does not exist, a bad group option, a typo
-        message = " ".join(str(error).split())
+        # Hydra's search path tells a user nothing they can act on.
+        message = " ".join(str(error).split("Config search path")[0].split())
+        if "Could not find 'attention/" in message:
+            message = (
+                message.rstrip(".")
+                + "."
+                + (
+                    " A scoring function of your own is a class, passed as a keyword: "
+                    "seq2seq.train(..., attention=MyAttention)."
+                )
+            )
         raise ConfigError(f"the overrides do not compose: {message}") from None
     finally:
         GlobalHydra.instance().clear()
+    choices = {
+        str(group): str(option)
+        for group, option in config.hydra.runtime.choices.items()
+        if option is not None and not str(group).startswith("hydra/")
+    }
+    with open_dict(config):
+        del config["hydra"]
+    return config, choices
 
 
 # Lightning's loggers: their start-up lines, model summary and test table flood a notebook.
@@ -210,8 +249,9 @@ def use_scoring_class(config: DictConfig, scoring: Any, overrides: Sequence[str]
 
 
 def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool = True) -> Run:
-    """Train as ``python train.py OVERRIDES`` does, into ``run_dir=...`` when given (else
-    ``outputs/DATE/TIME``), and return the run; ``quiet``: without Lightning's summaries and
+    """Train as ``seq2seq train OVERRIDES`` does, each override a string (``"attention=dot"``),
+    into the directory the override ``"run_dir=DIR"`` names (else ``outputs/DATE/TIME``), and
+    return the run; ``quiet``: without Lightning's summaries and
     logs, only a progress bar (in a notebook tqdm's, one line an epoch; none with
     ``trainer.enable_progress_bar=false``): the run's files hold everything, and ``repr(run)``
     says where it is and how it did.
@@ -229,16 +269,32 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
                 f"'key=value', e.g. seq2seq.train('attention=additive', 'trainer.max_epochs=1'); "
                 f"got {override!r}."
             )
+        if re.search(r"\s\S+=", override.split("=", 1)[1]):
+            raise ConfigError(
+                f"{override!r} holds several overrides in one string; pass each as a string of "
+                f"its own: seq2seq.train({', '.join(map(repr, override.split()))})."
+            )
     given = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "run_dir"]
     directory = Path(given[-1].split("=", 1)[1]) if given else new_run_dir()
     extra = [] if given else [f"run_dir={directory}"]
     if quiet and not any(o.split("=", 1)[0].lstrip("+") == "quiet" for o in overrides):
         extra.append("quiet=true")  # no model summary, no test table
-    config = compose_overrides([*overrides, *extra])
+    config, choices = compose_overrides([*overrides, *extra])
     if attention is not None:
         use_scoring_class(config, attention, overrides)
-    with quieted() if quiet else contextlib.nullcontext():
-        train_config(config)
+        choices.pop("attention", None)  # named after the class
+    existed = directory.exists()
+    try:
+        with quieted() if quiet else contextlib.nullcontext():
+            train_config(config, choices)
+    except InstantiationException as error:  # a class the config names refused its arguments
+        cause = error.__cause__
+        message = str(cause) if isinstance(cause, Seq2SeqError) else " ".join(str(error).split())
+        raise ConfigError(f"the config could not be built: {message}") from None
+    finally:
+        # A run that stopped before it wrote anything but its config leaves no directory.
+        if not existed and directory.is_dir() and not written_by_training(directory):
+            shutil.rmtree(directory, ignore_errors=True)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     resolved = OmegaConf.load(directory / "config.yaml")
     assert isinstance(resolved, DictConfig)
@@ -267,16 +323,23 @@ class Comparison:
 
 
 def compare(
-    runs: Sequence[Run | str | Path],
+    runs: Sequence[Run | str | Path] | Run | str | Path,
     by: Sequence[str] | None = None,
     test: str = "bs",
     samples: int = 1000,
 ) -> Comparison:
-    """Compare ``runs`` (Runs or run directories) as ``scripts/compare_runs.py`` does: grouped
+    """Compare ``runs`` (Runs, run directories, or multirun directories holding them) as
+    ``seq2seq compare`` does: grouped
     by their config but the seed (or by the config keys ``by``), with paired tests (``bs``:
     sacreBLEU's paired bootstrap; ``ar``: approximate randomization) of ``samples`` resamplings
     between groups, when the runs kept their test hypotheses."""
-    records = [read_run(run.directory if isinstance(run, Run) else Path(run)) for run in runs]
+    if isinstance(runs, Run | str | Path):  # one run, or a multirun directory of them
+        runs = [runs]
+    try:
+        paths = find_runs(run.directory if isinstance(run, Run) else Path(run) for run in runs)
+        records = [read_run(path) for path in paths]
+    except RunsError as error:
+        raise ConfigError(str(error)) from None
     if not records:
         raise ConfigError("seq2seq.compare needs at least one run.")
     groups = group_runs(records, by)
@@ -306,6 +369,17 @@ def explore(
     or bundle path) on ``sentences`` (with references and gold ``align``ments,
     ``seq2seq.analysis.alignment.GoldAlignment``): shown inline as a cell's last expression,
     ``.save(path)`` writes it."""
+    if not isinstance(models, Mapping):
+        raise ConfigError(
+            "seq2seq.explore takes its models as a dict of name -> model (a Run, a Translator, "
+            "or a checkpoint or bundle path), e.g. {'additive': run}; got "
+            f"{type(models).__name__}."
+        )
+    if isinstance(sentences, str):
+        raise ConfigError(
+            "seq2seq.explore takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
+            "string, which would be read character by character."
+        )
     if not 1 <= len(models) <= 4:
         raise ConfigError(f"seq2seq.explore shows one to four models, got {len(models)}.")
     loaded = []

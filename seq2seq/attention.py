@@ -700,7 +700,7 @@ def head_size(size: int, num_heads: object, what: str) -> int:
         raise ConfigError(
             f"model.num_heads={num_heads!r} must be a positive integer that divides {what} "
             f"(each head attends with an equal slice of it; 1 is the scoring function alone). "
-            f"E.g. python train.py model.num_heads=4."
+            f"E.g. seq2seq train model.num_heads=4."
         )
     return size // num_heads
 
@@ -799,7 +799,7 @@ def _check_temperature(temperature: object, key: str) -> float:
         )
         raise ConfigError(
             f"attention.{key} must be {allowed}, got {temperature!r}. Set it on the command "
-            f"line, e.g. python train.py attention.temperature={LEARNABLE} "
+            f"line, e.g. seq2seq train attention.temperature={LEARNABLE} "
             f"attention.initial_temperature=0.5."
         )
     return float(temperature)

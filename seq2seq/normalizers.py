@@ -440,7 +440,7 @@ def check_alpha(alpha: object, key: str) -> float:
             else "a number above 1 (where attention.alpha=learnable starts)"
         )
         raise ConfigError(
-            f"attention.{key} must be {allowed}, got {alpha!r}. E.g. python train.py "
+            f"attention.{key} must be {allowed}, got {alpha!r}. E.g. seq2seq train "
             f"attention.normalizer=entmax attention.alpha={LEARNABLE} attention.initial_alpha=1.5."
         )
     return float(alpha)

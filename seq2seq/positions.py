@@ -43,7 +43,7 @@ class LocalWindow(nn.Module):
             raise ConfigError(
                 f"attention.window={kind!r} is not a window: use global (every source word, the "
                 "default), local_m (Luong's monotonic window around p_t = t) or local_p (around a "
-                "predicted p_t, with a Gaussian), e.g. python train.py attention.window=local_p "
+                "predicted p_t, with a Gaussian), e.g. seq2seq train attention.window=local_p "
                 "attention.window_size=3."
             )
         smallest = 1 if kind == "local_p" else 0  # local-p's Gaussian needs σ = D / 2 > 0

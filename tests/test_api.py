@@ -63,6 +63,38 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
         seq2seq.train("attention=nonexistent", f"run_dir={tmp_path}")
     with pytest.raises(ConfigError, match="one to four models"):
         seq2seq.explore({}, ["w1"])
+    with pytest.raises(ConfigError, match="a dict of name -> model"):
+        seq2seq.explore([tmp_path], ["w1"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a list of sentences"):
+        seq2seq.explore({"a": tmp_path}, "w1 w2")
+    with pytest.raises(ConfigError, match="holds no run"):
+        seq2seq.compare(tmp_path)
+    with pytest.raises(ConfigError, match=r"trainer\.max_epochs='one': it must be a whole"):
+        seq2seq.train(*ONE_EPOCH, "trainer.max_epochs=one", f"run_dir={tmp_path / 'one'}")
+    with pytest.raises(ConfigError, match="several overrides in one string"):
+        seq2seq.train("attention=dot data.train_size=300")
+    with pytest.raises(ConfigError, match=r"a class, passed as a keyword"):
+        seq2seq.train("attention=MyAttention", f"run_dir={tmp_path}")
+    with pytest.raises(ValueError, match="a list of sentences"):
+        seq2seq.Translator.translate_detailed(None, "w1 w2")  # type: ignore[arg-type]
+    # A class refusing its arguments: one paragraph, and no half-made run directory left.
+    for override in ["+trainer.max_epoch=1", "data.train_size=abc"]:
+        with pytest.raises(ConfigError, match="the config could not be built") as refused:
+            seq2seq.train(*ONE_EPOCH, override, f"run_dir={tmp_path / 'half'}")
+        assert "\n" not in str(refused.value) and not (tmp_path / "half").exists()
+
+
+def test_runs_are_named_by_the_options_chosen_and_compare_takes_a_directory(
+    tmp_path: Path,
+) -> None:
+    """As on the command line: the summary names the chosen options (scaled_dot, not the class
+    DotProductAttention); metrics are numbers without pandas; compare reads a directory of runs;
+    tab completion offers the API."""
+    run = seq2seq.train(*ONE_EPOCH, "attention=scaled_dot", f"run_dir={tmp_path / 'runs' / 'a'}")
+    assert run.summary["name"] == "scaled_dot-gru-toy" and run.summary["attention"] == "scaled_dot"
+    assert {"train", "compare", "explore", "Translator"} <= set(dir(seq2seq))
+    compared = seq2seq.compare(tmp_path / "runs")._repr_markdown_()
+    assert "| scaled_dot |" in compared
 
 
 class NegativeDistance(Attention):
@@ -103,7 +135,8 @@ def test_a_class_from_main_trains_translates_exports_and_loads_with_trust(
     sentence = ["w3 w14 w7"]
     assert loaded.translate(sentence) == translator.translate(sentence)
     monkeypatch.delattr(main, "NegativeDistance")  # another process, without the class
-    with pytest.raises(Seq2SeqError, match=r"defines no NegativeDistance\. Run the cell") as gone:
+    only_python = r"defines no NegativeDistance in its __main__\. .*--trust-module FILE\.py"
+    with pytest.raises(Seq2SeqError, match=only_python) as gone:
         Translator.load(bundle, trust_modules=["__main__"])
     assert "\n" not in str(gone.value)
 

@@ -111,7 +111,7 @@ def test_missing_file_says_what_was_expected_and_how_to_get_it(tmp_path: Path) -
     message = str(error.value)
     assert str(tmp_path / "val.de") in message
     assert "the Multi30k validation source file val.de" in message
-    assert f"python scripts/download_data.py multi30k --root {tmp_path}" in message
+    assert f"seq2seq download multi30k --root {tmp_path}" in message
     assert "by hand" in message and "\n" not in message
 
 
@@ -299,7 +299,7 @@ def test_tatoeba_missing_file_says_how_to_download(tmp_path: Path) -> None:
     path = tmp_path / "fra.txt"
     with pytest.raises(DataError) as error:
         Tatoeba(path=str(path)).splits()
-    assert f"python scripts/download_data.py tatoeba --root {tmp_path}" in str(error.value)
+    assert f"seq2seq download tatoeba --root {tmp_path}" in str(error.value)
 
 
 # --- The real corpora (../shared/data), when present --------------------------------------------

@@ -305,7 +305,7 @@ def untestable(run_a: RunRecord, run_b: RunRecord) -> str | None:
                     f"{run.path} has no {name}: a paired test needs each run's translations of "
                     "the test set, which train.py keeps beside summary.json since this version "
                     "(runs trained before it, or with test_after_training=false, have none). "
-                    "Score the run again (python scripts/evaluate.py --hyp-out) or retrain it; "
+                    "Score the run again (seq2seq evaluate --hyp-out) or retrain it; "
                     "without paired tests, compare the intervals alone."
                 )
     if read_lines(run_a.path / TEST_REFERENCES) != read_lines(run_b.path / TEST_REFERENCES):

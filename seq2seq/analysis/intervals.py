@@ -54,7 +54,7 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     if len(values) < 2:
         raise IntervalError(
             f"an interval over seeds needs at least 2 runs, got {len(values)}: train the same "
-            "setting with more seeds (e.g. python train.py -m seed=1,2,3)."
+            "setting with more seeds (e.g. seq2seq train -m seed=1,2,3)."
         )
     if not 0 < confidence < 1:
         raise IntervalError(f"confidence must be between 0 and 1, got {confidence}.")

@@ -146,7 +146,9 @@ def main() -> int:
     if alignments is not None:
         check_word_tokens(data, args.src, chosen)
     write_page(data, args.out)
-    print(f"wrote {args.out} ({len(chosen)} sentences, {len(loaded)} models)")
+    counted = [f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in
+               [(len(chosen), "sentence"), (len(loaded), "model")]]  # fmt: skip
+    print(f"wrote {args.out} ({', '.join(counted)})")
     return 0
 
 

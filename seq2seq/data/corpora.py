@@ -391,7 +391,7 @@ class ParallelCorpus:
         if self.download_name is None:
             return "Check data.root and the file names in the config, or copy the files there."
         return (
-            f"Get it with: python scripts/download_data.py {self.download_name} --root {root} "
+            f"Get it with: seq2seq download {self.download_name} --root {root} "
             "(or copy the files there by hand)."
         )
 
@@ -487,7 +487,7 @@ class TsvCorpus:
         if self.download_name is None:
             return "Check data.path in the config, or copy the file there."
         return (
-            f"Get it with: python scripts/download_data.py {self.download_name} --root "
+            f"Get it with: seq2seq download {self.download_name} --root "
             f"{path.parent} (or copy the file there by hand)."
         )
 

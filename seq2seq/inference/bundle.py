@@ -156,7 +156,7 @@ def kernels_choice(model_config: dict[str, Any]) -> str:
         raise ConfigError(
             f"model.kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}: auto runs "
             "the C kernels on the CPU where they apply (the default), off runs the plain PyTorch "
-            "reference everywhere. E.g. python train.py model.kernels=off."
+            "reference everywhere. E.g. seq2seq train model.kernels=off."
         )
     return str(choice)
 
@@ -284,7 +284,7 @@ def load_bundle(
     if missing:
         raise ModelFileError(
             f"{directory} is not a complete seq2seq bundle: {', '.join(missing)} missing. "
-            "Export one with: python scripts/export.py --checkpoint RUN/checkpoints/best.ckpt "
+            "Export one with: seq2seq export --checkpoint RUN/checkpoints/best.ckpt "
             f"--out {directory}"
         )
     try:

@@ -30,8 +30,21 @@ from seq2seq.errors import ModelFileError
 
 # Where a user names the modules to trust, for the messages.
 HOW_TO_TRUST = (
-    "--trust-module MODULE on the command line (scripts/*.py), trust_modules=[...] in "
+    "--trust-module MODULE on the command line (seq2seq translate, evaluate, serve ...), "
+    "trust_modules=[...] in "
     "Translator.load or seq2seq.inference.bundle.load, trust_modules=[MODULE] when training"
+)
+
+
+# A class from a notebook's or script's own code: only that kind of process can build it again.
+MAIN_ONLY = (
+    "The class {target!r} was defined in the notebook or script that trained the model (its "
+    "__main__), so only Python can load it, in a notebook or script that defines {name} too: "
+    "Translator.load(path, trust_modules=['__main__']) (trusting other modules does not cover "
+    "it). The command line cannot, its __main__ being the command itself; to use the model "
+    "there, put the class in a .py file, train with it imported from that file "
+    "(seq2seq.train(..., attention={name})) and pass --trust-module FILE.py. Trust only code "
+    "you would run yourself."
 )
 
 
@@ -98,13 +111,7 @@ def resolve(target: str, trusted: frozenset[str], origin: str, normalizer: bool 
     one-paragraph refusal otherwise."""
     module_name, _, class_name = target.rpartition(".")
     if module_name == "__main__" and not is_trusted(module_name, trusted):
-        raise PluginError(
-            f"{origin}: the class {target!r} was defined in the notebook or script that trained "
-            "the model (its __main__). Building it runs that code, so it is refused unless you "
-            "trust it: define the class in this notebook or script too and load with "
-            "trust_modules=['__main__'] (Translator.load, seq2seq.inference.bundle.load). Trust "
-            "only code you would run yourself."
-        )
+        raise PluginError(f"{origin}: {MAIN_ONLY.format(target=target, name=class_name)}")
     if not module_name or not is_trusted(module_name, trusted):
         raise PluginError(
             f"{origin}: the class {target!r} is not built into seq2seq. Building it "
@@ -125,10 +132,8 @@ def resolve(target: str, trusted: frozenset[str], origin: str, normalizer: bool 
     found = getattr(module, class_name, None)
     if found is None and module_name == "__main__":
         raise PluginError(
-            f"{origin}: {target!r} was defined in the notebook or script that trained the model "
-            f"(its __main__), and this one defines no {class_name}. Run the cell that defines "
-            "it before loading (trusting __main__), or, to load it anywhere, move the "
-            "class into a .py file, train from there and trust that file."
+            f"{origin}: this process defines no {class_name} in its __main__. "
+            + MAIN_ONLY.format(target=target, name=class_name)
         )
     if normalizer:
         is_module = isinstance(found, type) and issubclass(found, nn.Module)

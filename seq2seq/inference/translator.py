@@ -154,6 +154,11 @@ class Translator:
         and β are 0). Sentences are sorted by length into batches (less padding) and put back
         in input order.
         """
+        if isinstance(sentences, str):
+            raise ValueError(
+                "translate takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
+                "string, which would be translated character by character."
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         check_coverage_penalty(coverage_penalty)
@@ -379,7 +384,7 @@ def ctranslate2_model(path: Path) -> Any:
     if not (directory / "model.bin").is_file():
         raise ModelFileError(
             f"{path} has no {CTRANSLATE2_DIR}/model.bin: the ctranslate2 backend needs a bundle "
-            "exported with --format ctranslate2 (python scripts/export.py --checkpoint CKPT --out "
+            "exported with --format ctranslate2 (seq2seq export --checkpoint CKPT --out "
             "DIR --format ctranslate2 --quantization int8)."
         )
     try:
@@ -407,7 +412,7 @@ def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
     if missing:
         raise ModelFileError(
             f"{path} has no {' or '.join(missing)}: the onnx backend needs a bundle exported "
-            "with --onnx (python scripts/export.py --checkpoint CKPT --out DIR --onnx)."
+            "with --onnx (seq2seq export --checkpoint CKPT --out DIR --onnx)."
         )
     try:
         if isinstance(trained.model, Transformer):

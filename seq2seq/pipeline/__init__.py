@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from seq2seq.pipeline.checks import (
     check_alignment_data,
     check_cpu_precision,
     check_model_sizes,
+    check_trainer_counts,
     missing_keys,
 )
 from seq2seq.pipeline.reporting import describe_run, log_effective_batch, write_summary
@@ -87,7 +89,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Train the model ``cfg`` describes; returns the best val BLEU, its checkpoint and metrics.
 
     Under DDP every rank runs this; only rank zero writes files.
@@ -96,8 +98,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if missing:
         raise ConfigError(
             f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
-            f"the command line, e.g. python train.py ... {missing[0]}=VALUE."
+            f"the command line, e.g. seq2seq train ... {missing[0]}=VALUE."
         )
+    check_trainer_counts(cfg)
     check_cpu_precision(cfg)
     check_alignment_data(cfg)
     run_dir = resolve_run_dir(cfg)
@@ -143,7 +146,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     last = last_checkpoint_every_epoch(run_dir / "checkpoints")  # after `checkpoint`: see there
     stop_flag = SignalFlag()
-    run = describe_run(cfg, run_dir)
+    run = describe_run(cfg, run_dir, choices)
     drop_lightning_tips()  # before the Trainer, which prints its tip when it is built
     # A resumed run is in its original directory, so the tracker finds its run id there.
     tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)

@@ -83,8 +83,25 @@ def check_model_sizes(cfg: DictConfig) -> None:
         raise ConfigError(
             f"the model cannot be built with {'; '.join(problems)}. Set "
             f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
-            "python train.py model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
+            "seq2seq train model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
         )
+
+
+# Trainer settings that are counts: Lightning asserts their type deep in its loop, with no
+# message, so a word given for one ("trainer.max_epochs=one") is refused here by name.
+TRAINER_COUNTS = (
+    "max_epochs", "max_steps", "min_epochs", "min_steps", "log_every_n_steps",
+    "check_val_every_n_epoch", "accumulate_grad_batches", "num_nodes", "num_sanity_val_steps",
+)  # fmt: skip
+
+
+def check_trainer_counts(cfg: DictConfig) -> None:
+    for key in TRAINER_COUNTS:
+        value = OmegaConf.select(cfg, f"trainer.{key}", default=None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(
+                f"trainer.{key}={value!r}: it must be a whole number, e.g. trainer.{key}=2."
+            )
 
 
 def check_cpu_precision(cfg: DictConfig) -> None:
@@ -144,7 +161,7 @@ def check_search(cfg: DictConfig) -> dict[str, Any]:
     if problems:
         raise ConfigError(
             f"validation and test cannot decode with {'; '.join(problems)}. Set "
-            f"{'them' if len(problems) > 1 else 'it'} on the command line, e.g. python train.py "
+            f"{'them' if len(problems) > 1 else 'it'} on the command line, e.g. seq2seq train "
             "decoding.beam_size=5 decoding.length_penalty=0.6 decoding.coverage_penalty=0.2."
         )
     return {"beam_size": beam, "length_penalty": float(alpha), "coverage_penalty": float(beta)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,20 @@ from seq2seq.training.loggers import RunInfo
 log = logging.getLogger("seq2seq.pipeline")
 
 
-def describe_run(cfg: DictConfig, run_dir: Path | None = None) -> RunInfo:
-    """Tracker name, group and tags from the chosen config options (``additive-gru-toy``); in a
-    Hydra multirun the group is the sweep directory, so one sweep is one W&B group."""
-    choices: dict[str, Any] = {}
+def describe_run(
+    cfg: DictConfig, run_dir: Path | None = None, chosen: Mapping[str, str] | None = None
+) -> RunInfo:
+    """Tracker name, group and tags from the chosen config options (``additive-gru-toy``): the
+    Hydra app's, or ``chosen`` (``seq2seq.train`` composes the config itself); in a Hydra
+    multirun the group is the sweep directory, so one sweep is one W&B group."""
+    choices: dict[str, Any] = dict(chosen or {})
     group = None
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
         choices = dict(hydra.runtime.choices)
         if hydra.mode == RunMode.MULTIRUN:
             group = str(hydra.sweep.dir)
-    # Outside a Hydra app (the compose API in tests and notebooks): the classes' names.
+    # Composed without the choices (the compose API in tests): the classes' names.
     attention = choices.get("attention") or cfg.attention._target_.rsplit(".", 1)[-1]
     model = choices.get("model") or model_kind(cfg)
     data = choices.get("data") or cfg.data.corpus._target_.rsplit(".", 1)[-1].lower()

@@ -40,7 +40,7 @@ def resume_command() -> str:
     if not HydraConfig.initialized():
         return "train(cfg) with ckpt_path={ckpt_path}"
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
-    return " ".join(["python train.py", *map(shlex.quote, overrides), "ckpt_path={ckpt_path}"])
+    return " ".join(["seq2seq train", *map(shlex.quote, overrides), "ckpt_path={ckpt_path}"])
 
 
 def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
