@@ -286,6 +286,12 @@ def test_an_api_key_is_required_when_set(bundles: dict[str, Path], tmp_path: Pat
         assert server.request("POST", "/explore", sentence)[0] == 401
         headers = {"Authorization": "Bearer s3cret"}
         assert server.request("POST", "/explore", sentence, headers)[0] == 200
+        # The schema says so, for a generated client: a bearer scheme on the guarded routes.
+        schema = server.request("GET", "/openapi.json")[1]
+        assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        for path in ("/translate", "/models", "/explore"):
+            assert all(op["security"] == [{"bearer": []}] for op in schema["paths"][path].values())
+        assert "security" not in schema["paths"]["/health"]["get"]
     finally:
         assert stop(server) == 0
 
@@ -745,3 +751,42 @@ def test_the_schema_describes_every_route_and_its_errors(server: Server) -> None
         assert translate["responses"][code]["content"]["application/json"]["schema"] == error
     assert "text/html" in paths["/"]["get"]["responses"]["200"]["content"]
     assert server.request("GET", "/docs")[0] == 404
+
+
+def test_broken_http_disconnects_and_odd_requests_answer_json(server: Server) -> None:
+    """Malformed HTTP (uvicorn's own 400) is JSON too; a client that leaves mid-body is a 499,
+    not a 500; a key given twice is refused; /translate/ is a 404, not a redirect; invented
+    methods are counted under one label, so that they cannot grow /metrics."""
+    import socket
+
+    for raw in [b"NOT HTTP AT ALL\r\n\r\n",
+                b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"]:  # fmt: skip
+        connection = socket.create_connection(("127.0.0.1", server.port))
+        connection.sendall(raw)
+        received, _ = read_all(connection, 10)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+        assert "not valid HTTP/1.1" in json.loads(body)["error"]
+
+    leaving = socket.create_connection(("127.0.0.1", server.port))
+    leaving.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nX-Request-ID: midbody-1\r\n"
+                    b'Content-Length: 100\r\n\r\n{"src":')  # fmt: skip
+    leaving.shutdown(socket.SHUT_WR)
+    leaving.close()
+    deadline = time.monotonic() + 10
+    while "request midbody-1" not in server.log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "request midbody-1: POST /translate -> 499" in server.log.read_text()
+    assert "ClientDisconnect" not in server.log.read_text()
+
+    status, answer = server.request("POST", "/translate", b'{"src": ["w1"], "src": ["w2"]}')
+    assert status == 422 and answer["error"].startswith("src: the key appears twice")
+    status, answer = server.request("POST", "/translate/", b'{"src": ["w1"]}')
+    assert status == 404 and "no route /translate/" in answer["error"]
+
+    for index in range(5):
+        assert raw_request(server, f"X{index:05d}", "/health")[0] == 405
+    methods = {labels[0][1] for (name, labels) in scrape(server)
+               if name == "seq2seq_requests_total" and labels}  # fmt: skip
+    assert "other" in methods and not any(method.startswith("X0") for method in methods)

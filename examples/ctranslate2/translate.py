@@ -39,8 +39,16 @@ def main() -> None:
     translator = ctranslate2.Translator(str(directory), device="cpu")
     src = Tokenizer.from_file(str(args.bundle / "src_tokenizer.json"))
     tgt = Tokenizer.from_file(str(args.bundle / "tgt_tokenizer.json"))
-    for line in sys.stdin:
-        tokens = src.encode(line.rstrip("\n")).tokens[: limits["max_src_len"]]
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            line = "\0"
+        if "\0" in line:  # as seq2seq translate: an empty line in its place, and a warning
+            print(f"line {number}: not UTF-8 text; written as an empty line", file=sys.stderr)
+            print("")
+            continue
+        tokens = src.encode(line).tokens[: limits["max_src_len"]]
         if not tokens:
             print("")
             continue

@@ -24,6 +24,7 @@ The conventions (docs/serving.md, "Decoding the ONNX graphs yourself"):
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -99,11 +100,22 @@ class OnnxTranslator:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: python translate.py BUNDLE < sentences.txt")
-    translator = OnnxTranslator(Path(sys.argv[1]))
-    for line in sys.stdin:
-        print(translator.translate(line.rstrip("\n")))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path, help="a bundle exported with --onnx")
+    args = parser.parse_args()
+    translator = OnnxTranslator(args.bundle)
+    # Line by line as bytes: a line that is not UTF-8, or holds a NUL, becomes an empty line
+    # with a warning, as seq2seq translate does, and the others keep their places.
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            line = None
+        if line is None or "\0" in line:
+            print(f"line {number}: not UTF-8 text; written as an empty line", file=sys.stderr)
+            print()
+            continue
+        print(translator.translate(line))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,19 @@ def header_timed_protocol(header_timeout: float) -> type[H11Protocol]:
             self.stop_waiting()
             super().connection_lost(exc)
 
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's answer to malformed HTTP (a bad request line, a duplicate or negative
+            Content-Length, headers over its limit), as JSON like every other error here."""
+            body = json.dumps({"error": f"{msg.rstrip('.')}: the request is not valid HTTP/1.1."})
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            for event in (
+                h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                h11.Data(data=body.encode()),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
         def headers_too_slow(self) -> None:
             self.header_deadline = None
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():

@@ -37,6 +37,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,6 +50,7 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.explorer import ExplorerModel, explorer_data
@@ -130,6 +132,7 @@ ROUTES = (
     "POST /explore",
 )
 PATHS = frozenset(route.split(" ", 1)[1] for route in ROUTES)
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # GET /health and /health/ready: 200 when ready, 503 (same shape) while loading or failed.
 HEALTH: dict[str, Any] = {
     "response_model": HealthAnswer,
@@ -273,8 +276,14 @@ def create_app(
         for batcher in state.batchers.values():
             await batcher.close()
 
+    # redirect_slashes=False: /translate/ is a JSON 404 naming the routes, not a redirect (which
+    # behind a proxy would point at the server's own address).
     app = FastAPI(
-        title="seq2seq translation server", lifespan=lifespan, docs_url=None, redoc_url=None
+        title="seq2seq translation server",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        redirect_slashes=False,
     )
     app.state.seq2seq = state
 
@@ -457,7 +466,31 @@ def create_app(
         ]
         return JSONResponse({"model": name, "results": results})
 
+    if api_key is not None:
+        app.openapi = partial(openapi_with_key, app)  # type: ignore[method-assign]
     return app
+
+
+# The routes an API key guards (authorize), for the schema's security requirements.
+GUARDED = ("/translate", "/models", "/explore")
+
+
+def openapi_with_key(app: FastAPI) -> dict[str, Any]:
+    """The schema of a server with an API key: a bearer scheme, required by the guarded routes,
+    so that a generated client sends the key."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+        schemes["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "the key serve.py was given (--api-key or SEQ2SEQ_API_KEY)",
+        }
+        for path in GUARDED:
+            for operation in schema["paths"][path].values():
+                operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def check_work(body: TranslateRequest, translator: Translator, limits: Limits) -> None:
@@ -510,8 +543,8 @@ async def answered(
                 raise ClientError(
                     504,
                     f"the request took longer than {state.limits.request_timeout:g} s "
-                    "(serve.py --request-timeout); its work was dropped. Send fewer sentences "
-                    "or try again when the server is less busy.",
+                    "(serve.py --request-timeout); its work was dropped unless the model had "
+                    "started it. Send fewer sentences or try again when the server is less busy.",
                 )
             done, _ = await asyncio.wait({work}, timeout=min(DISCONNECT_POLL, deadline - now))
             if done:
@@ -555,7 +588,8 @@ class RequestLog:
             path, method = scope["path"], scope["method"]
             # Known routes by name, anything else as one label: a scanner cannot grow them.
             route = path if path in PATHS else "other"
-            self.state.metrics.requests.labels(method, route, str(status)).inc()
+            known = method if method in METHODS else "other"  # nor by inventing methods
+            self.state.metrics.requests.labels(known, route, str(status)).inc()
             self.state.metrics.latency.labels(route).observe(seconds)
             milliseconds = 1000 * seconds
             log.info(
@@ -625,6 +659,8 @@ async def read_body(request: Request, limits: Limits) -> bytes:
 
     try:
         return await asyncio.wait_for(read(), limits.body_timeout)
+    except ClientDisconnect:
+        raise ClientError(499, "the client closed the connection before its body ended.") from None
     except TimeoutError:
         raise ClientError(
             408,
@@ -689,7 +725,7 @@ def load_json(text: str) -> Any:
     Python's parser recurses (about 1,000 levels), or an integer too long to convert (4,300
     digits): no request reaches a 500 by its shape alone."""
     try:
-        return json.loads(text, parse_constant=refuse_constant)
+        return json.loads(text, parse_constant=refuse_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as error:
         raise ClientError(
             400,
@@ -699,6 +735,16 @@ def load_json(text: str) -> Any:
         raise ClientError(400, "the body nests arrays or objects too deeply.") from None
     except ValueError as error:  # int() of a literal over sys.get_int_max_str_digits() digits
         raise ClientError(400, f"the body holds a number too long to read ({error}).") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused (422) when it names a key twice: which one was meant is a guess."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ClientError(422, f"{key}: the key appears twice in one object; send it once.")
+        seen[key] = value
+    return seen
 
 
 def refuse_constant(name: str) -> float:
