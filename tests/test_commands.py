@@ -60,3 +60,23 @@ def test_each_command_is_its_script(name: str, tmp_path: Path) -> None:
         return " ".join(text.replace(f"seq2seq {name}", program).split())
 
     assert normalized(installed.stdout) == normalized(script.stdout)
+
+
+OTHER_SCRIPTS = sorted(
+    path.name for path in (ROOT / "scripts").glob("*.py")
+    if path.name not in {Path(script).name for script in SCRIPTS.values()}
+)  # fmt: skip
+
+
+@pytest.mark.slow  # a Python start-up each
+@pytest.mark.parametrize("name", OTHER_SCRIPTS)
+def test_every_other_script_runs_from_the_checkout_without_pythonpath(name: str) -> None:
+    """The benchmarks' and experiments' scripts (load_test.py, compare_backends.py, ...), which
+    have no command: --help works from the checkout with no PYTHONPATH set."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, f"scripts/{name}", "--help"], cwd=ROOT, capture_output=True, text=True,
+        timeout=300, env=environment,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.startswith("usage:")
