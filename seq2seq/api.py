@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, InstantiationException
@@ -40,6 +41,7 @@ from seq2seq.analysis.groups import (
     groups_table,
     significance_table,
 )
+from seq2seq.atomic import write_atomic
 from seq2seq.attention import Attention
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.explorer import ExplorerModel, explorer_data
@@ -128,6 +130,27 @@ class Run:
         return bundle
 
 
+def record_overrides(
+    directory: Path, overrides: Sequence[str], attention: type[Attention] | None
+) -> None:
+    """``.hydra/overrides.yaml`` as the command line writes it, which ``seq2seq.compare`` names
+    groups by (``attention=scaled_dot``); without the run's own directory and ``quiet``, and
+    with a class of the user's own as ``attention=ClassName``."""
+    kept = [
+        override
+        for override in overrides
+        if override.split("=", 1)[0].lstrip("+~") not in ("run_dir", "quiet")
+        and not (attention is not None and override.startswith("attention="))
+    ]
+    if attention is not None:
+        kept.insert(0, f"attention={attention.__qualname__}")
+    (directory / ".hydra").mkdir(exist_ok=True)
+    write_atomic(
+        directory / ".hydra" / "overrides.yaml",
+        lambda path: path.write_text(yaml.safe_dump(kept), encoding="utf-8"),
+    )
+
+
 def written_by_training(directory: Path) -> bool:
     """Whether ``directory`` holds what a run writes once it trains (metrics, checkpoints),
     not only what it writes before (its config and vocabularies)."""
@@ -166,14 +189,8 @@ def compose_overrides(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, s
         # Hydra's search path tells a user nothing they can act on.
         message = " ".join(str(error).split("Config search path")[0].split())
         if "Could not find 'attention/" in message:
-            message = (
-                message.rstrip(".")
-                + "."
-                + (
-                    " A scoring function of your own is a class, passed as a keyword: "
-                    "seq2seq.train(..., attention=MyAttention)."
-                )
-            )
+            hint = "A scoring function of your own is a class, passed as a keyword: "
+            message = f"{message.rstrip('.')}. {hint}seq2seq.train(..., attention=MyAttention)."
         raise ConfigError(f"the overrides do not compose: {message}") from None
     finally:
         GlobalHydra.instance().clear()
@@ -251,10 +268,9 @@ def use_scoring_class(config: DictConfig, scoring: Any, overrides: Sequence[str]
 def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool = True) -> Run:
     """Train as ``seq2seq train OVERRIDES`` does, each override a string (``"attention=dot"``),
     into the directory the override ``"run_dir=DIR"`` names (else ``outputs/DATE/TIME``), and
-    return the run; ``quiet``: without Lightning's summaries and
-    logs, only a progress bar (in a notebook tqdm's, one line an epoch; none with
-    ``trainer.enable_progress_bar=false``): the run's files hold everything, and ``repr(run)``
-    says where it is and how it did.
+    return the run; ``quiet``: without Lightning's summaries and logs, only a progress bar (in a
+    notebook tqdm's, one line an epoch; none with ``trainer.enable_progress_bar=false``): the
+    run's files hold everything, and ``repr(run)`` says where it is and how it did.
 
     ``attention``: a scoring function's class of your own, e.g. one defined in a notebook cell,
     with the arguments its ``__init__`` takes from the attention group chosen by the overrides
@@ -295,6 +311,7 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
         # A run that stopped before it wrote anything but its config leaves no directory.
         if not existed and directory.is_dir() and not written_by_training(directory):
             shutil.rmtree(directory, ignore_errors=True)
+    record_overrides(directory, overrides, attention)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     resolved = OmegaConf.load(directory / "config.yaml")
     assert isinstance(resolved, DictConfig)

@@ -95,6 +95,8 @@ def test_runs_are_named_by_the_options_chosen_and_compare_takes_a_directory(
     assert {"train", "compare", "explore", "Translator"} <= set(dir(seq2seq))
     compared = seq2seq.compare(tmp_path / "runs")._repr_markdown_()
     assert "| scaled_dot |" in compared
+    overrides = (run.directory / ".hydra" / "overrides.yaml").read_text()
+    assert "attention=scaled_dot" in overrides and "run_dir" not in overrides
 
 
 class NegativeDistance(Attention):

@@ -65,6 +65,7 @@ def example(script: str, *arguments: str) -> list[str]:
     return completed.stdout.split("\n")[: len(SENTENCES)]
 
 
+@pytest.mark.slow  # trains two models (CI runs the slow set too)
 @pytest.mark.parametrize("name", ["luong", "transformer"])
 def test_the_onnx_runtime_example_translates_as_the_onnx_backend(
     bundles: dict[str, Path], name: str
@@ -74,6 +75,7 @@ def test_the_onnx_runtime_example_translates_as_the_onnx_backend(
     assert example("onnx_runtime/translate.py", str(bundles[name])) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_the_ctranslate2_example_translates_as_the_ctranslate2_backend(
     bundles: dict[str, Path], beam_size: int
