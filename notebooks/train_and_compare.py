@@ -33,8 +33,9 @@ SMALL = ["data.train_size=6000", "data.val_size=100", "data.test_size=100", "tra
          "logger=csv", "trainer.enable_progress_bar=false"]
 
 # %%
-SETTINGS = {"additive": ["attention=additive"],
-            "scaled_dot": ["attention=scaled_dot"],
+# Every group names the same keys, so that the comparison names the groups by them.
+SETTINGS = {"additive": ["attention=additive", "attention.normalizer=softmax"],
+            "scaled_dot": ["attention=scaled_dot", "attention.normalizer=softmax"],
             "additive-sparsemax": ["attention=additive", "attention.normalizer=sparsemax"]}
 shutil.rmtree("runs/compare", ignore_errors=True)  # this notebook's own runs, afresh each time it runs
 runs = {}
