@@ -421,23 +421,12 @@ def test_liveness_readiness_and_request_ids(server: Server) -> None:
 def test_metrics_count_requests_batches_and_sentences(server: Server) -> None:
     """GET /metrics in Prometheus's format (read back with prometheus-client's own parser):
     requests by route and status, each model's batches and sentences, requests waiting."""
-    parser = pytest.importorskip("prometheus_client.parser")
-
-    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        status, headers, body = raw_request(server, "GET", "/metrics")
-        assert status == 200 and headers["content-type"].startswith("text/plain")
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in parser.text_string_to_metric_families(body.decode())
-            for sample in family.samples
-        }
-
-    before = scrape()
+    before = scrape(server)
     body = json.dumps({"model": "luong", "src": ["w1 w2", "w3"]}).encode()
     for _ in range(3):
         assert raw_request(server, "POST", "/translate", body)[0] == 200
     assert raw_request(server, "GET", "/no/such/route")[0] == 404
-    after = scrape()
+    after = scrape(server)
 
     def grew(name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
@@ -480,10 +469,11 @@ def test_a_full_queue_is_a_503_with_retry_after(bundles: dict[str, Path], tmp_pa
 
 
 def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """GET /metrics, parsed: (sample name, sorted labels) -> value."""
+    """GET /metrics, parsed by prometheus-client's own parser: (sample name, sorted labels) ->
+    value."""
     parser = pytest.importorskip("prometheus_client.parser")
-    status, _, body = raw_request(server, "GET", "/metrics")
-    assert status == 200
+    status, headers, body = raw_request(server, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in parser.text_string_to_metric_families(body.decode())
