@@ -90,20 +90,26 @@ class ServerProcess:
 
 def client(
     port: int,
-    sentences: list[str],
+    bodies: list[bytes],
     first: int,
     count: int,
-    beam_size: int,
     latencies: list[float],
     failures: list[str],
     stop_at: float | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Send ``count`` requests (or until ``stop_at``) of one sentence each, from ``first`` on."""
+    """Send ``count`` requests (or until ``stop_at``, or until ``stop`` is set), cycling through
+    ``bodies`` from ``first`` on, on one keep-alive connection."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     sent = 0
-    while (sent < count) if stop_at is None else (time.monotonic() < stop_at):
-        sentence = sentences[(first + sent) % len(sentences)]
-        body = json.dumps({"src": [sentence], "beam_size": beam_size}).encode()
+
+    def more() -> bool:
+        if stop is not None:
+            return not stop.is_set()
+        return (sent < count) if stop_at is None else (time.monotonic() < stop_at)
+
+    while more():
+        body = bodies[(first + sent) % len(bodies)]
         start = time.perf_counter()
         try:
             connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
@@ -120,6 +126,10 @@ def client(
     connection.close()
 
 
+def one_sentence_bodies(sentences: list[str], beam_size: int) -> list[bytes]:
+    return [json.dumps({"src": [s], "beam_size": beam_size}).encode() for s in sentences]
+
+
 def load(
     server: ServerProcess,
     sentences: list[str],
@@ -133,8 +143,13 @@ def load(
     threads = [
         threading.Thread(
             target=client,
-            args=(server.port, sentences, i * requests_per_client, requests_per_client),
-            kwargs={"beam_size": beam_size, "latencies": latencies, "failures": failures},
+            args=(server.port, one_sentence_bodies(sentences, beam_size)),
+            kwargs={
+                "first": i * requests_per_client,
+                "count": requests_per_client,
+                "latencies": latencies,
+                "failures": failures,
+            },
         )
         for i in range(clients)
     ]
@@ -144,7 +159,7 @@ def load(
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - start
-    ordered = sorted(latencies)
+    p50, p99 = percentiles(latencies)
     return LoadResult(
         batching=batching,
         clients=clients,
@@ -152,8 +167,8 @@ def load(
         failures=len(failures),
         seconds=seconds,
         sentences_per_s=len(latencies) / seconds,
-        p50_ms=1000 * statistics.median(ordered),
-        p99_ms=1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        p50_ms=p50,
+        p99_ms=p99,
     )
 
 
@@ -167,7 +182,8 @@ def soak(
     threads = [
         threading.Thread(
             target=client,
-            args=(server.port, sentences, i * 997, 0, 1, latencies, failures, stop_at),
+            args=(server.port, one_sentence_bodies(sentences, 1), i * 997, 0),
+            kwargs={"latencies": latencies, "failures": failures, "stop_at": stop_at},
         )
         for i in range(clients)
     ]
@@ -189,6 +205,75 @@ def soak(
     }
 
 
+def mixed(
+    server: ServerProcess,
+    sentences: list[str],
+    heavy_sentences: int,
+    heavy_join: int,
+    light_clients: int,
+    light_requests: int,
+) -> dict[str, Any]:
+    """One-sentence requests' latency alone, then while one more client sends large requests
+    in a loop (``heavy_sentences`` sentences of ``heavy_join`` lines each): how much one heavy
+    request within the limits delays everybody else's."""
+    lines = [" ".join(sentences[i : i + heavy_join]) for i in range(heavy_sentences)]
+    heavy = [json.dumps({"src": lines}).encode()]
+    light = one_sentence_bodies(sentences, 1)
+
+    def light_load() -> tuple[list[float], list[str]]:
+        latencies: list[float] = []
+        failures: list[str] = []
+        threads = [
+            threading.Thread(
+                target=client,
+                args=(server.port, light, i * 131, light_requests, latencies, failures),
+            )
+            for i in range(light_clients)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return latencies, failures
+
+    alone, alone_failures = light_load()
+    heavy_latencies: list[float] = []
+    heavy_failures: list[str] = []
+    stop = threading.Event()
+    sender = threading.Thread(
+        target=client,
+        args=(server.port, heavy, 0, 0, heavy_latencies, heavy_failures),
+        kwargs={"stop": stop},
+    )
+    sender.start()
+    while not heavy_latencies and sender.is_alive():  # one heavy request answered: it works
+        time.sleep(0.05)
+    during, during_failures = light_load()
+    stop.set()
+    sender.join()
+    if heavy_failures:
+        raise RuntimeError(f"the large request was not answered: {heavy_failures[0]}")
+    return {
+        "light_clients": light_clients,
+        "light_requests": light_clients * light_requests,
+        "heavy_sentences": heavy_sentences,
+        "heavy_join": heavy_join,
+        "heavy_chars": max(len(line) for line in lines),
+        "heavy_requests": len(heavy_latencies),
+        "heavy_p50_s": statistics.median(heavy_latencies),
+        "alone_ms": percentiles(alone),
+        "mixed_ms": percentiles(during),
+        "failures": len(alone_failures) + len(during_failures),
+    }
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    """p50 and p99 in milliseconds."""
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return 1000 * statistics.median(ordered), 1000 * p99
+
+
 def run_load_test(
     model: Path,
     sentences: list[str],
@@ -200,10 +285,12 @@ def run_load_test(
     threads: int = 2,
     max_wait_ms: float = 5.0,
     soak_seconds: float = 0.0,
+    heavy: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     results: list[LoadResult] = []
     soaked: dict[str, Any] | None = None
+    mixed_load: dict[str, Any] | None = None
     for batching in [True, False]:
         server = ServerProcess(model, out / f"{name}_server.log", batching, threads, max_wait_ms)
         try:
@@ -213,6 +300,8 @@ def run_load_test(
                 print(format_row(result), flush=True)
             if batching and soak_seconds > 0:
                 soaked = soak(server, sentences, max(concurrency), soak_seconds, 10.0)
+            if batching and heavy is not None:
+                mixed_load = mixed(server, sentences, *heavy, 4, requests_per_client)
         finally:
             server.stop()
     report = {
@@ -225,6 +314,7 @@ def run_load_test(
         "machine": platform.processor() or platform.machine(),
         "results": [asdict(result) for result in results],
         "soak": soaked,
+        "mixed": mixed_load,
     }
     (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / f"{name}.md").write_text(markdown(report))
@@ -267,5 +357,20 @@ def markdown(report: dict[str, Any]) -> str:
             f"{soaked['requests']} requests, {soaked['failures']} failed; server RSS "
             f"{rss[0]:.0f} MB at the start, {rss[len(rss) // 2]:.0f} MB halfway, {rss[-1]:.0f} MB "
             f"at the end (max {max(rss):.0f} MB).",
+        ]
+    if report.get("mixed"):
+        m = report["mixed"]
+        lines += [
+            "",
+            f"Mixed: {m['light_clients']} clients sending one sentence a request "
+            f"({m['light_requests']} requests), alone and while one more client sends requests of "
+            f"{m['heavy_sentences']} sentences of {m['heavy_join']} lines (up to "
+            f"{m['heavy_chars']} characters) in a loop ({m['heavy_requests']} answered, median "
+            f"{m['heavy_p50_s']:.2f} s); {m['failures']} failed.",
+            "",
+            "| one-sentence requests | p50 ms | p99 ms |",
+            "|---|---|---|",
+            "| alone | {:.1f} | {:.1f} |".format(*m["alone_ms"]),
+            "| beside the large requests | {:.1f} | {:.1f} |".format(*m["mixed_ms"]),
         ]
     return "\n".join(lines) + "\n"

@@ -42,6 +42,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--soak-seconds", type=float, default=0.0, help="then this long at the top concurrency"
     )
+    parser.add_argument(
+        "--heavy",
+        metavar="N,J",
+        help="then one-sentence latency alone and beside a client that sends requests of N "
+        "sentences of J lines each in a loop (e.g. 64,8); none by default",
+    )
     return parser.parse_args()
 
 
@@ -53,6 +59,15 @@ def main() -> int:
         raise UsageError(
             f"--concurrency wants integers like 1,8,32, got {args.concurrency!r}."
         ) from None
+    heavy = None
+    if args.heavy is not None:
+        try:
+            count, join = (int(part) for part in args.heavy.split(","))
+        except ValueError:
+            raise UsageError(f"--heavy wants two integers like 64,8, got {args.heavy!r}.") from None
+        if count < 1 or join < 1:
+            raise UsageError(f"--heavy wants two positive integers, got {args.heavy!r}.")
+        heavy = (count, join)
     if not args.model.exists():
         raise UsageError(f"--model {args.model} does not exist.")
     try:
@@ -64,7 +79,7 @@ def main() -> int:
         raise UsageError(f"--sentences {args.sentences} has no sentences.")
     run_load_test(
         args.model, sentences, args.out, args.name, concurrency, args.requests_per_client,
-        args.beam_size, args.threads, args.max_wait_ms, args.soak_seconds,
+        args.beam_size, args.threads, args.max_wait_ms, args.soak_seconds, heavy,
     )  # fmt: skip
     return 0
 

@@ -662,7 +662,8 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
     bundles: dict[str, Path], tmp_path: Path
 ) -> None:
     """--header-timeout: a client still sending its headers is disconnected; --body-timeout: one
-    still sending its body gets a 408; --limit-concurrency: past it, a JSON 503."""
+    still sending its body gets a 408; --limit-concurrency: past it, a JSON 503, but for the
+    liveness probe."""
     import socket
 
     server = start_server(
@@ -689,13 +690,17 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
         assert "--body-timeout" in json.loads(body)["error"]
 
         idle = [socket.create_connection(address) for _ in range(3)]
-        status, headers, raw = raw_request(server, "GET", "/health/live")
+        status, headers, raw = raw_request(server, "GET", "/health/ready")
         assert status == 503 and headers["retry-after"] == "1"
         assert "--limit-concurrency" in json.loads(raw)["error"]
+        # A busy server is alive: its liveness probe passes, so it is not restarted for it.
+        status, _, raw = raw_request(server, "GET", "/health/live")
+        assert (status, json.loads(raw)) == (200, {"status": "alive"})
+        assert raw_request(server, "HEAD", "/health/live")[::2] == (200, b"")
         for connection in [slow_headers, slow_body, *idle]:
             connection.close()
         deadline = time.monotonic() + 10
-        while raw_request(server, "GET", "/health/live")[0] != 200:
+        while raw_request(server, "GET", "/health/ready")[0] != 200:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert server.translate({"src": ["w5 w6"]})[0] == 200
@@ -780,3 +785,140 @@ def test_broken_http_disconnects_and_odd_requests_answer_json(server: Server) ->
     methods = {labels[0][1] for (name, labels) in scrape(server)
                if name == "seq2seq_requests_total" and labels}  # fmt: skip
     assert "other" in methods and not any(method.startswith("X0") for method in methods)
+
+
+def test_a_body_that_is_not_json_by_its_content_type_is_a_415(server: Server) -> None:
+    """A browser page of another origin may POST text/plain or a form without a CORS preflight:
+    such bodies are refused, naming the header; JSON types (with parameters, or ``+json``) and
+    no Content-Type at all are read as JSON, as FastAPI reads them."""
+    payload = json.dumps({"model": "luong", "src": ["w1 w2"]}).encode()
+    for refused in ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded"]:
+        for path in ["/translate", "/explore"]:
+            body = payload if path == "/translate" else b'{"src": "w1 w2"}'
+            status, answer = server.request("POST", path, body, {"Content-Type": refused})
+            assert status == 415 and f"Content-Type {refused!r}" in answer["error"]
+            assert "application/json" in answer["error"]
+    for accepted in ["application/json; charset=utf-8", "Application/JSON", "application/x+json"]:
+        assert server.request("POST", "/translate", payload, {"Content-Type": accepted})[0] == 200
+    assert server.request("POST", "/translate", payload)[0] == 200  # none
+
+
+def test_a_large_request_takes_turns_with_a_small_one(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """--max-batch-tokens: a request of eight long sentences goes through the model two at a
+    time, and a one-sentence request sent after it started is answered before it ends, each
+    with its own translations (those of the translator)."""
+    long = [" ".join(f"w{(i + k) % 40 + 1}" for k in range(20)) for i in range(8)]
+    translator = Translator.load(bundles["luong"])
+    limit = translator.bounds(long[:1])[0][1]
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--max-batch-tokens", str(2 * limit)],
+        tmp_path / "log",
+    )
+    finished: dict[str, tuple[float, Any]] = {}
+
+    def send(name: str, sentences: list[str]) -> None:
+        answer = server.translate({"src": sentences})
+        finished[name] = (time.monotonic(), answer)
+
+    try:
+        large = threading.Thread(target=send, args=("large", long))
+        large.start()
+        wait_for_pending(server, 1)
+        send("small", ["w5 w6"])
+        large.join(timeout=60)
+        assert finished["small"][0] < finished["large"][0]
+        for name, sentences in [("large", long), ("small", ["w5 w6"])]:
+            status, answer = finished[name][1]
+            assert status == 200
+            assert [r["tgt"] for r in answer["results"]] == translator.translate(sentences)
+        batches = scrape(server)[("seq2seq_batch_sentences_count", (("model", "luong"),))]
+        assert batches >= 5  # 8 sentences, 2 a batch, and the small request
+    finally:
+        assert stop(server) == 0
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut_off(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """--write-timeout 1: a client that asks for megabytes of attention and reads none of them
+    (its receive window kept small) has its connection aborted, the answer's unsent bytes freed,
+    and the server serves on."""
+    import socket
+
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--write-timeout", "1",
+         "--max-request-tokens", "1000000", "--max-attention-cells", "100000000"],
+        tmp_path / "log",
+    )  # fmt: skip
+    try:
+        # 64 sentences of 256 tokens (the model's max_src_len): megabytes of weights, more than
+        # the kernel's socket buffers take.
+        sentences = [" ".join(f"w{(i + k) % 40 + 1}" for k in range(256)) for i in range(64)]
+        body = json.dumps({"src": sentences, "return_attention": True}).encode()
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", server.port))
+        client.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        deadline = time.monotonic() + 60
+        while "read nothing of its answer for 1 s" not in server.log.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.1)
+        # What the kernel's buffers held reaches the client, then the connection ends, short of
+        # the length the answer announced.
+        received, seconds = read_all(client, 10)
+        client.close()
+        head, _, answer = received.partition(b"\r\n\r\n")
+        length = re.search(rb"content-length: (\d+)", head.lower())
+        assert head.startswith(b"HTTP/1.1 200") and length and seconds < 5
+        assert len(answer) < int(length.group(1))
+        assert server.translate({"src": ["w5 w6"]})[0] == 200
+    finally:
+        assert stop(server) == 0
+
+
+def test_explore_past_its_deadline_is_a_504_and_its_work_is_dropped(
+    bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/explore has /translate's deadline: a sentence whose explorer data takes longer is a 504,
+    and one queued behind it in the model's thread is dropped there, never run."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serving import server as serving
+    from seq2seq.serving.server import Limits, ModelSource, create_app
+
+    calls: list[str] = []
+    real = serving.explorer_data
+
+    def slow(models: Any, sentences: list[str]) -> Any:
+        calls.append(sentences[0])
+        time.sleep(1.5)
+        return real(models, sentences)
+
+    monkeypatch.setattr(serving, "explorer_data", slow)
+    app = create_app([ModelSource("luong", bundles["luong"])], Limits(request_timeout=0.5))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        answers: list[Any] = []
+        first = threading.Thread(
+            target=lambda: answers.append(client.post("/explore", json={"src": "w1 w2"}))
+        )
+        first.start()
+        while not calls:  # the first sentence is in the model's thread, for 1.5 s
+            time.sleep(0.01)
+        began = time.monotonic()
+        second = client.post("/explore", json={"src": "w3 w4"})
+        assert second.status_code == 504 and "--request-timeout" in second.json()["error"]
+        assert time.monotonic() - began < 1.2
+        first.join(timeout=30)
+        assert answers[0].status_code == 504
+        time.sleep(2)  # the first is done: the second would have run by now
+        assert calls == ["w1 w2"]

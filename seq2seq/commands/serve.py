@@ -62,7 +62,17 @@ def parse_args() -> argparse.Namespace:
         "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others (5)"
     )
     parser.add_argument(
-        "--no-batching", action="store_true", help="translate one request at a time"
+        "--max-batch-tokens",
+        type=int_at_least(1),
+        default=4096,
+        help="what one search may run: its sentences × the longest one's length limit (a·S + b) "
+        "× beam_size; a larger request is translated a batch at a time, taking turns with the "
+        "others (4096)",
+    )
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="no two requests share a search (the load test's baseline)",
     )
     parser.add_argument(
         "--max-sentences", type=int_at_least(1), default=64, help="sentences a request (64)"
@@ -121,6 +131,13 @@ def parse_args() -> argparse.Namespace:
         type=seconds_from(0.1, 600),
         default=10.0,
         help="seconds a request's body may take to arrive; then a 408 (10)",
+    )
+    parser.add_argument(
+        "--write-timeout",
+        type=seconds_from(0.1, 3600),
+        default=30.0,
+        help="seconds a client may leave a backed-up answer unread; then its connection is "
+        "aborted and the unsent bytes freed (30)",
     )
     parser.add_argument(
         "--keep-alive-timeout",
@@ -192,7 +209,7 @@ def main() -> int:
         import uvicorn
 
         from seq2seq.serving.batching import BatchingOptions
-        from seq2seq.serving.connections import header_timed_protocol
+        from seq2seq.serving.connections import timed_protocol
         from seq2seq.serving.server import Limits, create_app
     except ImportError as error:
         raise UsageError(
@@ -234,7 +251,12 @@ def main() -> int:
             args.request_timeout,
             args.body_timeout,
         ),
-        BatchingOptions(args.max_batch_size, args.max_wait_ms / 1000, not args.no_batching),
+        BatchingOptions(
+            args.max_batch_size,
+            args.max_wait_ms / 1000,
+            not args.no_batching,
+            args.max_batch_tokens,
+        ),
         api_key,
         on_load_error=stop,
         cors_origins=tuple(cors_origins(args.cors_origins)),
@@ -248,7 +270,7 @@ def main() -> int:
         log_level="info",
         timeout_graceful_shutdown=args.drain_timeout + 5,
         access_log=False,
-        http=header_timed_protocol(args.header_timeout),
+        http=timed_protocol(args.header_timeout, args.write_timeout),
         timeout_keep_alive=args.keep_alive_timeout,
         limit_concurrency=args.limit_concurrency,
     )

@@ -112,11 +112,13 @@ WHY = {
     405: "the method is not allowed on this route",
     408: "the body did not arrive within --body-timeout",
     413: "the body, or the work or attention it asks for, is over a limit",
+    415: "the Content-Type is not JSON (application/json; none is read as JSON too)",
     422: "a field is missing, of the wrong type or out of its range; the error names it",
     500: "the model failed on this request; the server goes on",
     503: "the models are not loaded yet, the queue or the connections are full (Retry-After), "
     "or the server is shutting down",
-    504: "the request was not answered within --request-timeout; its work was dropped",
+    504: "the request was not answered within --request-timeout; what the model had not "
+    "started of it was dropped",
 }
 
 

@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -378,11 +378,13 @@ def create_app(
     @app.post(
         "/explore",
         response_model=ExploreAnswer,
-        responses=errors(400, 401, 408, 413, 422, 500, 503),
+        responses=errors(400, 401, 408, 413, 415, 422, 500, 503, 504),
         openapi_extra=json_body(explore_request_schema(state.limits.max_chars)),
     )
     async def explore(request: Request) -> JSONResponse:
-        """One sentence under every model: the explorer's data for it (``seq2seq.explorer``)."""
+        """One sentence under every model: the explorer's data for it (``seq2seq.explorer``),
+        within the request's deadline, dropped if its client goes away."""
+        start = time.monotonic()
         authorize(request, state)
         raw = await read_body(request, state.limits)
         ready(state)
@@ -391,11 +393,15 @@ def create_app(
         described, views = [], {}
         for name in (s.name for s in state.sources):
             # In the model's own worker thread, between its batches: a model (and the C kernels'
-            # buffers behind it) is only ever run by one thread.
+            # buffers behind it) is only ever run by one thread. Cancelled before it starts (a
+            # client gone, a deadline passed), it never runs.
             model = ExplorerModel(name, state.translators[name])
             work = partial(explorer_data, [model], [source])
+            future = loop.run_in_executor(state.batchers[name].executor, work)
             try:
-                data = await loop.run_in_executor(state.batchers[name].executor, work)
+                data = await answered(request, future, state, start)
+            except ClientError:
+                raise
             except Exception as error:
                 log.exception("the explorer failed with model %s", name)
                 message = f"the explorer failed with model {name!r}: {error}"
@@ -411,7 +417,7 @@ def create_app(
     @app.post(
         "/translate",
         response_model=TranslateAnswer,
-        responses=errors(400, 401, 404, 408, 413, 422, 500, 503, 504),
+        responses=errors(400, 401, 404, 408, 413, 415, 422, 500, 503, 504),
         openapi_extra=json_body(
             translate_request_schema(
                 served,
@@ -451,8 +457,13 @@ def create_app(
             body.return_scores,
             body.coverage_penalty,
         )
-        check_work(body, state.translators[name], state.limits)
-        work = asyncio.ensure_future(state.batchers[name].submit(body.src, options))
+        # Tokenizing a large request takes milliseconds: off the event loop, which serves the
+        # other requests meanwhile.
+        bounds = await asyncio.get_running_loop().run_in_executor(
+            None, state.translators[name].bounds, body.src
+        )
+        limits = check_work(body, bounds, state.limits)
+        work = asyncio.ensure_future(state.batchers[name].submit(body.src, options, limits))
         try:
             translations = await answered(request, work, state, start)
         except ClientError:
@@ -493,10 +504,11 @@ def openapi_with_key(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def check_work(body: TranslateRequest, translator: Translator, limits: Limits) -> None:
+def check_work(body: TranslateRequest, bounds: list[tuple[int, int]], limits: Limits) -> list[int]:
     """Refuse (413) a request whose search may produce more tokens, or whose attention may hold
-    more weights, than one request may: each sentence's bound is the model's own length limit."""
-    bounds = translator.bounds(body.src)  # (source tokens, most target tokens) per sentence
+    more weights, than one request may. ``bounds``: per sentence, its source tokens and the
+    most target tokens the model's length limit lets it write (``Translator.bounds``); the
+    latter, returned, size the batcher's batches."""
     tokens = sum(target for _, target in bounds) * body.beam_size
     if tokens > limits.max_request_tokens:
         raise ClientError(
@@ -515,18 +527,20 @@ def check_work(body: TranslateRequest, translator: Translator, limits: Limits) -
                 f"up to {cells} weights; the limit is {limits.max_attention_cells} a request "
                 "(serve.py --max-attention-cells): ask for it with fewer or shorter sentences.",
             )
+    return [target for _, target in bounds]
 
 
+Answer = TypeVar("Answer")
 # How often a request waiting for its translations checks that its client is still there.
 DISCONNECT_POLL = 0.05
 
 
 async def answered(
-    request: Request, work: asyncio.Future[list[Translation]], state: ServerState, start: float
-) -> list[Translation]:
-    """``work``'s translations, unless the client goes away (499), the request's deadline passes
-    (504) or the server's drain time runs out (503) first: then ``work`` is cancelled, which
-    drops it from the batcher's queue if the model has not started on it."""
+    request: Request, work: asyncio.Future[Answer], state: ServerState, start: float
+) -> Answer:
+    """``work``'s result, unless the client goes away (499), the request's deadline passes (504)
+    or the server's drain time runs out (503) first: then ``work`` is cancelled, which drops
+    what the model has not started of it (from the batcher's line, or the model's thread)."""
     deadline = start + state.limits.request_timeout  # time.monotonic()'s, as the drain's
     try:
         while True:
@@ -543,8 +557,8 @@ async def answered(
                 raise ClientError(
                     504,
                     f"the request took longer than {state.limits.request_timeout:g} s "
-                    "(serve.py --request-timeout); its work was dropped unless the model had "
-                    "started it. Send fewer sentences or try again when the server is less busy.",
+                    "(serve.py --request-timeout); the sentences the model had not started were "
+                    "dropped. Send fewer sentences or try again when the server is less busy.",
                 )
             done, _ = await asyncio.wait({work}, timeout=min(DISCONNECT_POLL, deadline - now))
             if done:
@@ -643,6 +657,13 @@ def ready(state: ServerState) -> None:
 async def read_body(request: Request, limits: Limits) -> bytes:
     """The whole body, at most ``max_body_bytes``, within ``body_timeout`` seconds: a client that
     sends it slower gets a 408 and holds the server no longer."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not is_json(content_type):
+        raise ClientError(
+            415,
+            f"Content-Type {content_type!r}: the body must be JSON; send 'Content-Type: "
+            "application/json' (curl: -H 'Content-Type: application/json').",
+        )
     max_bytes = limits.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
@@ -668,6 +689,15 @@ async def read_body(request: Request, limits: Limits) -> bytes:
             "--body-timeout); send it at once.",
             {"Connection": "close"},
         ) from None
+
+
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/<something>+json``, any parameters (FastAPI's rule;
+    a body without Content-Type is read as JSON too). Anything else is refused: a browser page
+    of another origin can POST text/plain or a form without asking the server first (CORS)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
