@@ -311,7 +311,7 @@ def test_a_short_request_is_not_made_to_wait_for_long_sentences_in_its_batch() -
         short = asyncio.create_task(batcher.submit(["s", "t"], GREEDY, [10, 30]))
         await asyncio.sleep(0.01)
         model.go.release()
-        await model.started(2)  # s t (30 <= 2 × 16), not l3
+        await model.started(2)  # s t, not l3 (201 > 2 × 64)
         later = asyncio.create_task(batcher.submit(["u"], GREEDY, [20]))
         await asyncio.sleep(0.01)
         model.go.release(10)
@@ -320,4 +320,4 @@ def test_a_short_request_is_not_made_to_wait_for_long_sentences_in_its_batch() -
         return model.batches
 
     assert asyncio.run(scenario()) == [["l0", "l1", "l2"], ["s", "t"], ["l3", "u"]]
-    assert SPREAD == 2 and SHORT == 16  # the numbers above
+    assert SPREAD == 2 and SHORT == 64  # the numbers above

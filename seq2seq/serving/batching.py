@@ -66,12 +66,13 @@ class BatchingOptions:
             )
 
 
-# A batch runs about as many steps as its longest sentence, whatever its other rows, so a
-# sentence joins a batch only if its length limit is at most SPREAD times that of the batch's
-# first (sentences of up to SPREAD × SHORT tokens all go together): a short request that leads
-# a batch is not made to wait for the long sentences of a large one, which lead their own.
+# A batch runs about as many steps as its longest sentence, and on a CPU a step costs nearly as
+# much for a few rows as for many: sentences of ordinary lengths (limits up to SPREAD × SHORT
+# tokens) all go together, for throughput, but a longer sentence joins a batch only if its
+# limit is at most SPREAD times that of the batch's first, so that a short request leading a
+# batch does not run the steps of a large request's long sentences, which lead their own.
 SPREAD = 2
-SHORT = 16
+SHORT = 64
 
 # The batched translation a batcher calls: sentences and their options -> one result each.
 Translate = Callable[[list[str], SearchOptions, int], list[Translation]]
