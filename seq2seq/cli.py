@@ -55,16 +55,18 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:split], argv[split + 1 :]
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``minimum`` (so ``--beam-size 0`` is refused early)."""
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum`` (so ``--beam-size 0`` is refused early),
+    and <= ``maximum`` if one is given."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
         return value
 
     return parse

@@ -321,3 +321,35 @@ def test_a_short_request_is_not_made_to_wait_for_long_sentences_in_its_batch() -
 
     assert asyncio.run(scenario()) == [["l0", "l1", "l2"], ["s", "t"], ["l3", "u"]]
     assert SPREAD == 2 and SHORT == 64  # the numbers above
+
+
+def test_other_work_takes_its_turn_alone_and_is_dropped_if_cancelled() -> None:
+    """``run``: work of its own (the explorer's) waits in line like a request, runs in the
+    model's thread alone, never in a batch with translations, and never runs if cancelled."""
+
+    async def scenario() -> tuple[list[list[str]], list[str], str, list[int]]:
+        model, ran, dropped = Stepper(), [], []
+        batcher = MicroBatcher(model, BatchingOptions(max_wait=0), None, dropped.append)
+        batcher.start()
+        first = asyncio.create_task(batcher.submit(["a"], GREEDY, [1]))
+        await model.started(1)
+
+        def work(name: str) -> str:
+            ran.append(name)
+            return name.upper()
+
+        kept = asyncio.create_task(batcher.run(lambda: work("kept"), "k", 1))
+        gone = asyncio.create_task(batcher.run(lambda: work("gone"), "g", 1))
+        after = asyncio.create_task(batcher.submit(["b"], GREEDY, [1]))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        model.go.release(10)
+        await first
+        answer = await kept
+        await after
+        await batcher.close()
+        return model.batches, ran, answer, dropped
+
+    batches, ran, answer, dropped = asyncio.run(scenario())
+    assert batches == [["a"], ["b"]] and ran == ["kept"] and answer == "KEPT"
+    assert dropped == [1]

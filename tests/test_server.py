@@ -203,7 +203,10 @@ BAD_REQUESTS = [
     (b'{"model": "luong", "src": ["w1"], "beam_size": 7}', 422, "from 1 to 6"),
     (b'{"model": "luong", "src": ["w1"], "beam_size": "5"}', 422, "beam_size: Input should be"),
     (b'{"model": "luong", "src": ["w1"], "beam_size": 3, "n_best": 4}', 422, "n_best: 4"),
-    (b'{"model": "luong", "src": ["w1"], "length_penalty": NaN}', 422, "NaN is not a number"),
+    (b'{"model": "luong", "src": ["w1"], "length_penalty": NaN}', 422, "length_penalty: nan"),
+    (b'{"model": "luong", "src": ["w1"], "coverage_penalty": -Infinity}', 422,
+     "coverage_penalty: -inf"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": Infinity}', 422, "beam_size: Input should"),
     (b'{"model": "luong", "src": ["w1"], "length_penalty": -1}', 422, "length_penalty: -1"),
     (b'{"model": "luong", "src": ["w1"], "coverage_penalty": -1}', 422, "coverage_penalty: -1"),
     (b'{"model": "luong", "src": ["w1"], "coverage_penalty": 11}', 422, "from 0 to 10"),
@@ -212,7 +215,7 @@ BAD_REQUESTS = [
     # A 2 KB body nested 1,000 deep, and a 5,000-digit integer, once answered a 500 (#61).
     (b'{"src": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "nests arrays or objects too deeply"),
     (b'{"model": "luong", "src": ["w1"], "beam_size": ' + b"9" * 5000 + b"}", 400,
-     "a number too long to read"),
+     "an integer of more than 4300 digits, which no field takes"),
 ]  # fmt: skip
 
 
@@ -327,6 +330,7 @@ def test_bad_command_lines_and_models_that_do_not_load_stop_with_a_message(
         (["--model", f"a={tmp_path / 'missing'}"], "does not exist"),
         (["--model", f"a={bundles['luong']}", "--model", f"a={bundles['luong']}"], "is taken"),
         (["--model", f"a={not_a_model}"], "could not be loaded"),
+        (["--model", f"a={bundles['luong']}", "--port", "99999"], "must be from 0 to 65535"),
     ]:
         completed = subprocess.run(
             [sys.executable, "scripts/serve.py", "--port", "0", *arguments],
@@ -458,7 +462,7 @@ def test_a_full_queue_is_a_503_with_retry_after(bundles: dict[str, Path], tmp_pa
         status, headers, raw = raw_request(server, "POST", "/translate", body)
         assert status == 503 and headers["retry-after"] == "1"
         assert (
-            "as many requests waiting as the server takes (serve.py --max-queue 1)"
+            "as many requests waiting as the server takes (seq2seq serve --max-queue 1)"
             in (json.loads(raw)["error"])
         )
         client.join(timeout=60)
@@ -512,7 +516,7 @@ def test_a_request_beyond_its_work_limits_is_a_413_naming_them(
         status, answer = server.translate({"src": sentences, "beam_size": 3})
         assert status == 413 and f"up to {3 * tokens} tokens at beam_size 3" in answer["error"]
         assert (
-            f"the limit is {2 * tokens} a request (serve.py --max-request-tokens)"
+            f"the limit is {2 * tokens} a request (seq2seq serve --max-request-tokens)"
             in (answer["error"])
         )
         assert server.translate({"src": sentences, "return_attention": True})[0] == 200
@@ -689,10 +693,18 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
         assert head.startswith(b"HTTP/1.1 408") and seconds < 5
         assert "--body-timeout" in json.loads(body)["error"]
 
-        idle = [socket.create_connection(address) for _ in range(3)]
+        idle = [socket.create_connection(address) for _ in range(2)]
+        assert raw_request(server, "GET", "/health/ready")[0] == 200  # 3 connections: served
+        idle.append(socket.create_connection(address))
         status, headers, raw = raw_request(server, "GET", "/health/ready")
-        assert status == 503 and headers["retry-after"] == "1"
+        assert status == 503 and headers["retry-after"] == "1" and "x-request-id" in headers
+        assert json.loads(raw)["status"] == "busy"
         assert "--limit-concurrency" in json.loads(raw)["error"]
+        status, _, raw = raw_request(server, "POST", "/translate", b'{"src": ["w1"]}')
+        assert status == 503 and "--limit-concurrency" in json.loads(raw)["error"]
+        metrics = scrape(server)  # answered past the limit, and counting the refusals
+        assert metrics[("seq2seq_requests_total", (("method", "POST"), ("route", "/translate"),
+                                                   ("status", "503")))] == 1  # fmt: skip
         # A busy server is alive: its liveness probe passes, so it is not restarted for it.
         status, _, raw = raw_request(server, "GET", "/health/live")
         assert (status, json.loads(raw)) == (200, {"status": "alive"})
@@ -792,7 +804,9 @@ def test_a_body_that_is_not_json_by_its_content_type_is_a_415(server: Server) ->
     such bodies are refused, naming the header; JSON types (with parameters, or ``+json``) and
     no Content-Type at all are read as JSON, as FastAPI reads them."""
     payload = json.dumps({"model": "luong", "src": ["w1 w2"]}).encode()
-    for refused in ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded"]:
+    refusals = ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                "application/json; charset=latin-1"]  # fmt: skip
+    for refused in refusals:
         for path in ["/translate", "/explore"]:
             body = payload if path == "/translate" else b'{"src": "w1 w2"}'
             status, answer = server.request("POST", path, body, {"Content-Type": refused})
@@ -922,3 +936,97 @@ def test_explore_past_its_deadline_is_a_504_and_its_work_is_dropped(
         assert answers[0].status_code == 504
         time.sleep(2)  # the first is done: the second would have run by now
         assert calls == ["w1 w2"]
+
+
+def test_explore_has_the_limits_and_the_line_of_translate(
+    bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/explore within --max-request-tokens (the sentence decoded and teacher-forced) and
+    --max-attention-cells (every map it returns, seq2seq.explorer.data.view_cells), a 413
+    past either; it waits in the model's line (a 503 when the line is full) and is counted in
+    the model's metrics like a translation."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.explorer.data import view_cells
+    from seq2seq.serving import server as serving
+    from seq2seq.serving.server import Limits, ModelSource, create_app
+
+    translator = Translator.load(bundles["transformer"])
+    [(source, target)] = translator.bounds(["w1 w2 w3"])
+    cells = view_cells(translator, source, target)
+    assert cells > 4 * source * target  # every head and both self-attentions count
+    transformer = [ModelSource("transformer", bundles["transformer"])]
+
+    def client_for(limits: Limits) -> TestClient:
+        return TestClient(create_app(transformer, limits))
+
+    def when_ready(client: TestClient) -> None:
+        deadline = time.monotonic() + 60
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    for limits, status, message in [
+        (Limits(max_request_tokens=2 * target, max_attention_cells=cells), 200, None),
+        (Limits(max_request_tokens=2 * target - 1), 413, "--max-request-tokens"),
+        (Limits(max_attention_cells=cells - 1), 413, "--max-attention-cells"),
+    ]:
+        with client_for(limits) as client:
+            when_ready(client)
+            answer = client.post("/explore", json={"src": "w1 w2 w3"})
+            assert answer.status_code == status, answer.text[:300]
+            if message is not None:
+                assert message in answer.json()["error"]
+            else:
+                metrics = client.get("/metrics").text
+                assert 'seq2seq_sentences_total{model="transformer"} 1.0' in metrics
+
+    started = threading.Event()
+    real = serving.explorer_data
+
+    def slow(models: Any, sentences: list[str]) -> Any:
+        started.set()
+        time.sleep(1)
+        return real(models, sentences)
+
+    monkeypatch.setattr(serving, "explorer_data", slow)
+    with client_for(Limits(max_queue=1)) as client:
+        when_ready(client)
+        answers: list[Any] = []
+        first = threading.Thread(
+            target=lambda: answers.append(client.post("/explore", json={"src": "w1"}))
+        )
+        first.start()
+        assert started.wait(30)
+        busy = client.post("/explore", json={"src": "w2"})
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert "--max-queue 1" in busy.json()["error"]
+        first.join(timeout=30)
+        assert answers[0].status_code == 200
+
+
+def test_sigterm_while_a_body_arrives_answers_503_and_exits_1(
+    bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    """A client still sending its body when the drain time runs out gets the drain's JSON 503,
+    not a 500, and the exit status says the drain was cut short."""
+    import socket
+
+    server = start_server(
+        [f"--model=luong={bundles['luong']}", "--drain-timeout", "0.5", "--body-timeout", "30"],
+        tmp_path / "log",
+    )  # fmt: skip
+    client = socket.create_connection(("127.0.0.1", server.port))
+    client.sendall(
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"src": ['
+    )
+    time.sleep(0.3)  # the request is in the app, reading its body
+    assert stop(server) == 1
+    received, _ = read_all(client, 10)
+    client.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower()
+    assert "--drain-timeout" in json.loads(body)["error"]
+    log = server.log.read_text()
+    assert "the drain was cut short" in log and "Traceback" not in log

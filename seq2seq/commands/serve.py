@@ -50,7 +50,9 @@ def parse_args() -> argparse.Namespace:
         "PATH alone: named after the file or directory)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    parser.add_argument("--port", type=int_at_least(0), default=8000, help="port (8000)")
+    parser.add_argument(
+        "--port", type=int_at_least(0, 65535), default=8000, help="port (8000; 0: any free one)"
+    )
     parser.add_argument(
         "--api-key",
         help=f"require 'Authorization: Bearer KEY' (or set {API_KEY_VARIABLE}); none by default",
@@ -210,7 +212,7 @@ def main() -> int:
 
         from seq2seq.serving.batching import BatchingOptions
         from seq2seq.serving.connections import timed_protocol
-        from seq2seq.serving.server import Limits, create_app
+        from seq2seq.serving.server import Limits, at_concurrency_limit, create_app
     except ImportError as error:
         raise UsageError(
             f"the server needs the serve extra ({error}): pip install -e '.[serve]'."
@@ -270,9 +272,10 @@ def main() -> int:
         log_level="info",
         timeout_graceful_shutdown=args.drain_timeout + 5,
         access_log=False,
-        http=timed_protocol(args.header_timeout, args.write_timeout),
+        http=timed_protocol(args.header_timeout, args.write_timeout, at_concurrency_limit(app)),
         timeout_keep_alive=args.keep_alive_timeout,
-        limit_concurrency=args.limit_concurrency,
+        # uvicorn counts the connection asking too: N + 1 lets N connections be served at once.
+        limit_concurrency=args.limit_concurrency + 1,
     )
     state = app.state.seq2seq
 

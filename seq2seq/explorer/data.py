@@ -259,6 +259,25 @@ def model_view(
     return view
 
 
+def view_cells(translator: Translator, source_tokens: int, target_tokens: int) -> int:
+    """At most how many attention weights ``model_view`` holds for a sentence of
+    ``source_tokens`` S whose translations have at most ``target_tokens`` T: the hypothesis's and
+    the teacher-forced maps with their coverage (4 · T · S) and, for a Transformer, every head
+    and layer mean of the cross-attention (L · (h + 1) · T · S) and every head of the encoder's
+    and decoder's self-attention (L_enc · h · S², L · h · T²). The server bounds a live request
+    by it before running anything."""
+    source, target = source_tokens, target_tokens
+    cells = 4 * target * source
+    model = translator.model
+    if isinstance(model, Transformer):
+        layers = model.decoder.decoder_layers()
+        heads = layers[0].cross_attention.num_heads
+        encoder = sum(isinstance(m, TransformerEncoderLayer) for m in model.encoder.modules())
+        cells += len(layers) * (heads + 1) * target * source
+        cells += heads * (encoder * source * source + len(layers) * target * target)
+    return cells
+
+
 def window_modules(translator: Translator) -> list[LocalWindow]:
     return [m for m in translator.model.modules() if isinstance(m, LocalWindow)]
 

@@ -225,8 +225,12 @@ def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
     # A file that is not a checkpoint at all (a text file) trips the unpickler anywhere: an
     # IndexError ("pop from empty list") as often as a clean UnpicklingError.
     except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError, TypeError) as error:
+        # The reader's own words where they say something (a zip archive's damage); not the
+        # unpickler's internals ("pop from empty list").
+        first = str(error).splitlines()[0] if str(error) else ""
+        said = f" ({first})" if isinstance(error, RuntimeError | OSError) and first else ""
         raise ModelFileError(
-            f"{path} is not a readable checkpoint ({str(error).splitlines()[0]}). It may be "
+            f"{path} is not a readable checkpoint{said}. It may be "
             "truncated (an interrupted copy or a full disk) or not a checkpoint at all; use "
             "RUN/checkpoints/last.ckpt or best.ckpt, or copy the file again."
         ) from None

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from seq2seq.inference.translator import Translation
 
@@ -74,6 +75,8 @@ class BatchingOptions:
 SPREAD = 2
 SHORT = 64
 
+Result = TypeVar("Result")
+
 # The batched translation a batcher calls: sentences and their options -> one result each.
 Translate = Callable[[list[str], SearchOptions, int], list[Translation]]
 
@@ -86,9 +89,11 @@ class Job:
     sentences: list[str]
     limits: list[int]  # per sentence, the most target tokens its search may write (a·S + b)
     options: SearchOptions
-    result: asyncio.Future[list[Translation]]
+    result: asyncio.Future[Any]  # the translations, or what ``call`` returns
     translations: list[Translation] = field(default_factory=list)  # of sentences[:taken]
     taken: int = 0  # sentences given to the model so far
+    # Other work with the model (the explorer's, on one sentence), in a batch of its own.
+    call: Callable[[], Any] | None = None
 
     @property
     def left(self) -> int:
@@ -167,6 +172,18 @@ class MicroBatcher:
             answers[index] = translations[position]
         return answers
 
+    async def run(self, call: Callable[[], Result], sentence: str, limit: int) -> Result:
+        """``call()``'s result, run in the model's thread when its turn comes, alone: other work
+        with the model on ``sentence`` (whose target-token limit is ``limit``), which takes its
+        place in line, counts as waiting, and is dropped if cancelled before it starts."""
+        result = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait(Job([sentence], [limit], SearchOptions(), result, call=call))
+        self.pending += 1
+        try:
+            return cast(Result, await result)
+        finally:
+            self.pending -= 1
+
     def _arrivals(self) -> None:
         """Arrivals join the end of the line."""
         while not self.queue.empty():
@@ -190,14 +207,18 @@ class MicroBatcher:
                 continue
             sentences = [s for part in batch for s in part.job.sentences[part.start : part.end]]
             started = loop.time()
+            call = batch[0].job.call
             try:
-                translations = await loop.run_in_executor(
-                    self.executor,
-                    self.translate,
-                    sentences,
-                    batch[0].job.options,
-                    self.options.max_batch_size,
-                )
+                if call is not None:
+                    answer = await loop.run_in_executor(self.executor, call)
+                else:
+                    translations = await loop.run_in_executor(
+                        self.executor,
+                        self.translate,
+                        sentences,
+                        batch[0].job.options,
+                        self.options.max_batch_size,
+                    )
             except Exception as error:  # the model's failure is each request's answer
                 for part in batch:
                     if not part.job.result.done():
@@ -206,6 +227,10 @@ class MicroBatcher:
             self.batches += 1
             if self.on_batch is not None:
                 self.on_batch(len(sentences), loop.time() - started)
+            if call is not None:
+                if not batch[0].job.result.done():  # a client that went away cancelled it
+                    batch[0].job.result.set_result(answer)
+                continue
             start = 0
             for part in batch:
                 end = start + part.end - part.start
@@ -238,7 +263,10 @@ class MicroBatcher:
         rows = longest = leader = 0
         deadline = loop.time() + self.options.max_wait
         index = 0
-        while rows < self.options.max_batch_size:
+        alone = first.call is not None  # work of its own
+        if alone:
+            chosen.append((first, 1))
+        while not alone and rows < self.options.max_batch_size:
             if index == len(self.line):
                 room = (rows + 1) * longest * first.options.beam_size
                 timeout = deadline - loop.time()
@@ -254,6 +282,8 @@ class MicroBatcher:
             job = self.line[index]
             index += 1
             if job.options != first.options or (chosen and not enabled) or job.result.done():
+                continue
+            if job.call is not None:  # alone, when its turn comes
                 continue
             count = self._fit(job, rows, longest, leader)
             if count:

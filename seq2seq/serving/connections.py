@@ -6,9 +6,9 @@ uvicorn bounds idle keep-alive connections (``timeout_keep_alive``) and, with
 line every few seconds is held as long as it likes, and so is one that never reads its answer
 (whose unsent bytes stay in the server's memory: a large answer with attention is megabytes).
 Here a connection whose request line and headers are not complete ``header_timeout`` seconds
-after it opened (or after its previous answer, on a kept-alive connection) is closed, and one
-whose client has read nothing of a backed-up answer for ``write_timeout`` seconds is aborted,
-its unsent bytes freed. The body has its own deadline in the app
+after it opened (or after the first byte of its next request, on a kept-alive connection) is
+closed, and one whose client has read nothing of a backed-up answer for ``write_timeout``
+seconds is aborted, its unsent bytes freed. The body has its own deadline in the app
 (``seq2seq.serving.server.read_body``), where a 408 can name it.
 """
 
@@ -20,43 +20,27 @@ import logging
 from typing import Any
 
 import h11
+from starlette.types import ASGIApp
 from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
 
-
-BUSY = json.dumps(
-    {
-        "error": "the server has as many connections as it takes (serve.py --limit-concurrency); "
-        "retry after a second."
-    }
-).encode()
+# Where the server's request log leaves a request's X-Request-ID in its ASGI scope, for the lines
+# a connection logs of it.
+REQUEST_ID_KEY = "seq2seq.request_id"
 
 
-ALIVE = json.dumps({"status": "alive"}).encode()
-
-
-async def busy(scope: Any, receive: Any, send: Any) -> None:
-    """uvicorn's answer past ``limit_concurrency``, in this server's shape: a JSON 503; but a
-    liveness probe (``GET /health/live``) is answered 200, since the process does answer, so
-    that an orchestrator does not restart a server for being busy."""
-    live = scope["path"] == "/health/live" and scope["method"] in ("GET", "HEAD")
-    body = ALIVE if live else BUSY
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if not live:
-        headers += [(b"retry-after", b"1"), (b"connection", b"close")]
-    await send({"type": "http.response.start", "status": 200 if live else 503, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
-
-
-def timed_protocol(header_timeout: float, write_timeout: float) -> type[H11Protocol]:
+def timed_protocol(
+    header_timeout: float, write_timeout: float, at_limit: ASGIApp
+) -> type[H11Protocol]:
     """uvicorn's h11 protocol (``uvicorn.Config(http=...)``) whose connections close when a
     request's headers take longer than ``header_timeout`` seconds, or abort when the client reads
-    nothing of its answer for ``write_timeout`` seconds while the server's buffer for it is full;
-    its refusal past the concurrency limit answers JSON, as every other error here does."""
-    # uvicorn's h11 protocol calls this module-level app for that refusal (plain text there).
-    h11_impl.service_unavailable = busy  # type: ignore[attr-defined]
+    nothing of its answer for ``write_timeout`` seconds while the server's buffer for it is full.
+    Past uvicorn's ``limit_concurrency``, requests go to ``at_limit`` (the server's
+    ``seq2seq.serving.server.at_concurrency_limit``) instead of uvicorn's plain-text 503."""
+    # uvicorn's h11 protocol calls this module-level app for that refusal.
+    h11_impl.service_unavailable = at_limit  # type: ignore[attr-defined,assignment]
 
     class TimedProtocol(H11Protocol):
         header_deadline: asyncio.TimerHandle | None = None
@@ -80,10 +64,12 @@ def timed_protocol(header_timeout: float, write_timeout: float) -> type[H11Proto
             if self.conn.their_state is not h11.IDLE:  # the request line and headers are in
                 self.stop_waiting()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self.wait_for_headers()  # the next request on this connection
+        def data_received(self, data: bytes) -> None:
+            # The next request on a kept-alive connection has header_timeout from its first
+            # byte; until then the idle connection is uvicorn's keep-alive timeout's.
+            if self.header_deadline is None and self.conn.their_state is h11.IDLE:
+                self.wait_for_headers()
+            super().data_received(data)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self.stop_waiting()
@@ -110,9 +96,11 @@ def timed_protocol(header_timeout: float, write_timeout: float) -> type[H11Proto
         def reads_too_slow(self) -> None:
             self.write_deadline = None
             unsent = self.transport.get_write_buffer_size()
+            scope = self.cycle.scope if self.cycle is not None else {}
             log.warning(
-                "aborted the connection of %s: it read nothing of its answer for %g s "
-                "(serve.py --write-timeout); %d bytes were left unsent",
+                "request %s: aborted the connection of %s: it read nothing of its answer for %g s "
+                "(seq2seq serve --write-timeout); %d bytes were left unsent",
+                scope.get(REQUEST_ID_KEY, "-"),
                 self.client_name(),
                 write_timeout,
                 unsent,
@@ -140,7 +128,7 @@ def timed_protocol(header_timeout: float, write_timeout: float) -> type[H11Proto
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 log.warning(
                     "closed the connection of %s: its request headers took longer than %g s "
-                    "(serve.py --header-timeout)",
+                    "(seq2seq serve --header-timeout)",
                     self.client_name(),
                     header_timeout,
                 )

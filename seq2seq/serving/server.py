@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import re
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
@@ -54,10 +56,12 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.explorer import ExplorerModel, explorer_data
+from seq2seq.explorer.data import view_cells
 from seq2seq.explorer.page import page
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.serving.batching import BatchingOptions, MicroBatcher, SearchOptions, Translate
+from seq2seq.serving.connections import REQUEST_ID_KEY
 from seq2seq.serving.schema import (
     ExploreAnswer,
     HealthAnswer,
@@ -381,23 +385,24 @@ def create_app(
         responses=errors(400, 401, 408, 413, 415, 422, 500, 503, 504),
         openapi_extra=json_body(explore_request_schema(state.limits.max_chars)),
     )
-    async def explore(request: Request) -> JSONResponse:
+    async def explore(request: Request) -> Response:
         """One sentence under every model: the explorer's data for it (``seq2seq.explorer``),
         within the request's deadline, dropped if its client goes away."""
         start = time.monotonic()
         authorize(request, state)
-        raw = await read_body(request, state.limits)
+        raw = await read_body(request, state)
         ready(state)
         source = parse_sentence(raw, state.limits)
-        loop = asyncio.get_running_loop()
+        limits = check_explore(source, state)
         described, views = [], {}
         for name in (s.name for s in state.sources):
-            # In the model's own worker thread, between its batches: a model (and the C kernels'
-            # buffers behind it) is only ever run by one thread. Cancelled before it starts (a
-            # client gone, a deadline passed), it never runs.
+            # In the model's own thread, when its turn comes in the model's line, as a batch of
+            # its own: a model (and the C kernels' buffers behind it) is only ever run by one
+            # thread. Cancelled before it starts (a client gone, a deadline passed), it never runs.
             model = ExplorerModel(name, state.translators[name])
             work = partial(explorer_data, [model], [source])
-            future = loop.run_in_executor(state.batchers[name].executor, work)
+            batcher = state.batchers[name]
+            future = asyncio.ensure_future(batcher.run(work, source, limits[name]))
             try:
                 data = await answered(request, future, state, start)
             except ClientError:
@@ -409,7 +414,7 @@ def create_app(
             described += data["models"]
             views.update(data["sentences"][0]["models"])
         sentence = {**data["sentences"][0], "models": views}
-        return JSONResponse({"models": described, "sentence": sentence})
+        return large_json({"models": described, "sentence": sentence})
 
     served = [source.name for source in sources]
     limits_ = state.limits
@@ -428,20 +433,13 @@ def create_app(
             )
         ),
     )
-    async def translate(request: Request) -> JSONResponse:
+    async def translate(request: Request) -> Response:
         start = time.monotonic()
         authorize(request, state)
-        body = parse(await read_body(request, state.limits), state.limits, state)
+        body = parse(await read_body(request, state), state.limits, state)
         ready(state)
         name = body.model or state.sources[0].name
-        waiting = state.batchers[name].pending
-        if waiting >= state.limits.max_queue:
-            raise ClientError(
-                503,
-                f"model {name!r} has as many requests waiting as the server takes (serve.py "
-                f"--max-queue {state.limits.max_queue}); retry after a second.",
-                {"Retry-After": "1"},
-            )
+        check_queue(name, state)
         backend = next(source.backend for source in state.sources if source.name == name)
         if body.coverage_penalty > 0 and backend == "ctranslate2":
             raise ClientError(
@@ -473,7 +471,7 @@ def create_app(
         results = [
             result(source, t, options) for source, t in zip(body.src, translations, strict=True)
         ]
-        return JSONResponse({"model": name, "results": results})
+        return large_json({"model": name, "results": results})
 
     if api_key is not None:
         app.openapi = partial(openapi_with_key, app)  # type: ignore[method-assign]
@@ -493,7 +491,7 @@ def openapi_with_key(app: FastAPI) -> dict[str, Any]:
         schemes["bearer"] = {
             "type": "http",
             "scheme": "bearer",
-            "description": "the key serve.py was given (--api-key or SEQ2SEQ_API_KEY)",
+            "description": "the key the server was given (--api-key or SEQ2SEQ_API_KEY)",
         }
         for path in GUARDED:
             for operation in schema["paths"][path].values():
@@ -513,7 +511,7 @@ def check_work(body: TranslateRequest, bounds: list[tuple[int, int]], limits: Li
             413,
             f"src: these {len(body.src)} sentences may make the search produce up to {tokens} "
             f"tokens at beam_size {body.beam_size}; the limit is {limits.max_request_tokens} a "
-            "request (serve.py --max-request-tokens): send fewer or shorter sentences, or a "
+            "request (seq2seq serve --max-request-tokens): send fewer or shorter sentences, or a "
             "smaller beam_size.",
         )
     if body.return_attention:
@@ -523,9 +521,58 @@ def check_work(body: TranslateRequest, bounds: list[tuple[int, int]], limits: Li
                 413,
                 f"return_attention: the attention of these {len(body.src)} sentences may hold "
                 f"up to {cells} weights; the limit is {limits.max_attention_cells} a request "
-                "(serve.py --max-attention-cells): ask for it with fewer or shorter sentences.",
+                "(seq2seq serve --max-attention-cells): ask for it with fewer or shorter "
+                "sentences.",
             )
     return [target for _, target in bounds]
+
+
+def large_json(content: dict[str, Any]) -> Response:
+    """An answer that may hold megabytes of weights, encoded by orjson: the standard library's
+    encoder holds the event loop (and the GIL) some ten times as long, while every other
+    request waits."""
+    return Response(orjson.dumps(content), media_type="application/json")
+
+
+def check_queue(name: str, state: ServerState) -> None:
+    """Refuse (503, Retry-After) a request for model ``name`` when its line is full."""
+    if state.batchers[name].pending >= state.limits.max_queue:
+        raise ClientError(
+            503,
+            f"model {name!r} has as many requests waiting as the server takes (seq2seq serve "
+            f"--max-queue {state.limits.max_queue}); retry after a second.",
+            {"Retry-After": "1"},
+        )
+
+
+def check_explore(source: str, state: ServerState) -> dict[str, int]:
+    """Refuse a live explorer request past the limits /translate has: every model's line has
+    room (503), and what the models may decode and the weights they may answer, summed over the
+    models, are within --max-request-tokens and --max-attention-cells (413). Each model's
+    target-token limit for the sentence, by name."""
+    tokens = cells = 0
+    limits = {}
+    for name, translator in state.translators.items():
+        check_queue(name, state)
+        [(source_tokens, target_tokens)] = translator.bounds([source])
+        limits[name] = target_tokens
+        tokens += 2 * target_tokens  # decoded, then teacher-forced
+        cells += view_cells(translator, source_tokens, target_tokens)
+    if tokens > state.limits.max_request_tokens:
+        raise ClientError(
+            413,
+            f"src: under the {len(limits)} models this sentence may make them decode up to "
+            f"{tokens} tokens; the limit is {state.limits.max_request_tokens} a request "
+            "(seq2seq serve --max-request-tokens): send a shorter sentence.",
+        )
+    if cells > state.limits.max_attention_cells:
+        raise ClientError(
+            413,
+            f"src: the explorer's maps of this sentence under the {len(limits)} models may hold "
+            f"up to {cells} weights; the limit is {state.limits.max_attention_cells} a request "
+            "(seq2seq serve --max-attention-cells): send a shorter sentence.",
+        )
+    return limits
 
 
 Answer = TypeVar("Answer")
@@ -539,29 +586,36 @@ async def answered(
     """``work``'s result, unless the client goes away (499), the request's deadline passes (504)
     or the server's drain time runs out (503) first: then ``work`` is cancelled, which drops
     what the model has not started of it (from the batcher's line, or the model's thread)."""
-    deadline = start + state.limits.request_timeout  # time.monotonic()'s, as the drain's
+    late = ClientError(
+        504,
+        f"the request took longer than {state.limits.request_timeout:g} s (seq2seq serve "
+        "--request-timeout); the sentences the model had not started were dropped. Send fewer "
+        "sentences or try again when the server is less busy.",
+    )
+    return await within(work, state, start + state.limits.request_timeout, late, request)
+
+
+async def within(
+    work: asyncio.Future[Answer],
+    state: ServerState,
+    deadline: float,
+    late: ClientError,
+    request: Request | None = None,
+) -> Answer:
+    """``work``'s result, unless the server's drain time runs out (503), ``deadline``
+    (``time.monotonic()``'s) passes (``late``) or, if ``request`` is given, its client goes away
+    (499) first; then ``work`` is cancelled. (Not given while ``work`` reads the request's body:
+    asking whether the client is still there would read it too.)"""
     try:
         while True:
+            check_drain(state)
             now = time.monotonic()
-            if state.drain_deadline is not None and now >= state.drain_deadline:
-                state.drain_cut_short = True
-                raise ClientError(
-                    503,
-                    "the server is shutting down and could not answer this request in its "
-                    "drain time (serve.py --drain-timeout); send it again to another server.",
-                    {"Retry-After": "1"},
-                )
             if now >= deadline:
-                raise ClientError(
-                    504,
-                    f"the request took longer than {state.limits.request_timeout:g} s "
-                    "(serve.py --request-timeout); the sentences the model had not started were "
-                    "dropped. Send fewer sentences or try again when the server is less busy.",
-                )
+                raise late
             done, _ = await asyncio.wait({work}, timeout=min(DISCONNECT_POLL, deadline - now))
             if done:
                 return work.result()
-            if await request.is_disconnected():
+            if request is not None and await request.is_disconnected():
                 raise ClientError(499, "the client closed the connection before its answer.")
     finally:
         if not work.done():
@@ -583,6 +637,7 @@ class RequestLog:
             return
         given = Headers(scope=scope).get("x-request-id", "")
         identifier = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        scope[REQUEST_ID_KEY] = identifier  # for the connection's own log lines (timed_protocol)
         start = time.perf_counter()
         status = 500  # unless the app starts an answer
 
@@ -607,6 +662,38 @@ class RequestLog:
             log.info(
                 "request %s: %s %s -> %d in %.1f ms", identifier, method, path, status, milliseconds
             )
+
+
+# Answered by the app even past the concurrency limit: cheap, and wanted most when the server
+# is busiest (a liveness probe that failed then would restart a busy server; a scrape, lose
+# the numbers of the overload).
+PAST_THE_LIMIT = frozenset({"/health/live", "/metrics"})
+BUSY = (
+    "the server has as many connections as it takes (seq2seq serve --limit-concurrency); retry "
+    "after a second."
+)
+
+
+def at_concurrency_limit(app: FastAPI) -> ASGIApp:
+    """What answers a request past uvicorn's ``limit_concurrency`` (``timed_protocol``): the app
+    itself for GET/HEAD of ``PAST_THE_LIMIT``, a JSON 503 with Retry-After for anything else
+    (``{"status": "busy", "error"}`` on the health routes, as their schema says), each logged
+    and counted with its X-Request-ID like every other request."""
+    state: ServerState = app.state.seq2seq
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        health = scope["path"] in ("/health", "/health/ready")
+        body = {"status": "busy", "error": BUSY} if health else {"error": BUSY}
+        headers = {"Retry-After": "1", "Connection": "close"}
+        await JSONResponse(body, status_code=503, headers=headers)(scope, receive, send)
+
+    refused = RequestLog(refuse, state)
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        allowed = scope["path"] in PAST_THE_LIMIT and scope["method"] in ("GET", "HEAD")
+        await (app if allowed else refused)(scope, receive, send)
+
+    return answer
 
 
 async def load_models(state: ServerState, on_load_error: Callable[[str], None] | None) -> None:
@@ -652,14 +739,16 @@ def ready(state: ServerState) -> None:
         raise ClientError(503, "the models are still loading: retry when GET /health says ready.")
 
 
-async def read_body(request: Request, limits: Limits) -> bytes:
+async def read_body(request: Request, state: ServerState) -> bytes:
     """The whole body, at most ``max_body_bytes``, within ``body_timeout`` seconds: a client that
-    sends it slower gets a 408 and holds the server no longer."""
+    sends it slower gets a 408 and holds the server no longer; one still sending it when the
+    drain time runs out gets the drain's 503."""
+    limits = state.limits
     content_type = request.headers.get("content-type")
     if content_type is not None and not is_json(content_type):
         raise ClientError(
             415,
-            f"Content-Type {content_type!r}: the body must be JSON; send 'Content-Type: "
+            f"Content-Type {content_type!r}: the body must be JSON in UTF-8; send 'Content-Type: "
             "application/json' (curl: -H 'Content-Type: application/json').",
         )
     max_bytes = limits.max_body_bytes
@@ -676,26 +765,40 @@ async def read_body(request: Request, limits: Limits) -> bytes:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    late = ClientError(
+        408,
+        f"the body did not arrive within {limits.body_timeout:g} s (seq2seq serve "
+        "--body-timeout); send it at once.",
+        {"Connection": "close"},
+    )
+    reading = asyncio.ensure_future(read())
     try:
-        return await asyncio.wait_for(read(), limits.body_timeout)
+        return await within(reading, state, time.monotonic() + limits.body_timeout, late)
     except ClientDisconnect:
         raise ClientError(499, "the client closed the connection before its body ended.") from None
-    except TimeoutError:
+
+
+def check_drain(state: ServerState) -> None:
+    """Past the drain time (SIGTERM + --drain-timeout), a request still in progress is a 503."""
+    if state.drain_deadline is not None and time.monotonic() >= state.drain_deadline:
+        state.drain_cut_short = True
         raise ClientError(
-            408,
-            f"the body did not arrive within {limits.body_timeout:g} s (serve.py "
-            "--body-timeout); send it at once.",
-            {"Connection": "close"},
-        ) from None
+            503,
+            "the server is shutting down and could not answer this request in its drain time "
+            "(seq2seq serve --drain-timeout); send it again to another server.",
+            {"Retry-After": "1"},
+        )
 
 
 def is_json(content_type: str) -> bool:
-    """``application/json`` or ``application/<something>+json``, any parameters (FastAPI's rule;
-    a body without Content-Type is read as JSON too). Anything else is refused: a browser page
-    of another origin can POST text/plain or a form without asking the server first (CORS)."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    kind, _, subtype = media.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+    """``application/json`` or ``application/<something>+json``, in UTF-8 if a charset is named
+    (FastAPI's rule; a body without Content-Type is read as JSON too). Anything else is refused:
+    a browser page of another origin can POST text/plain or a form without asking first (CORS)."""
+    media, _, parameters = content_type.lower().partition(";")
+    kind, _, subtype = media.strip().partition("/")
+    charset = re.search(r"charset\s*=\s*\"?([^\";\s]+)", parameters)
+    utf8 = charset is None or charset.group(1) in ("utf-8", "utf8")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json")) and utf8
 
 
 def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
@@ -753,7 +856,9 @@ def load_json(text: str) -> Any:
     Python's parser recurses (about 1,000 levels), or an integer too long to convert (4,300
     digits): no request reaches a 500 by its shape alone."""
     try:
-        return json.loads(text, parse_constant=refuse_constant, object_pairs_hook=unique_keys)
+        # NaN and ±Infinity (not JSON, but Python writes them) read as floats, so that the
+        # field that holds one is named by the checks that refuse it.
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as error:
         raise ClientError(
             400,
@@ -761,8 +866,11 @@ def load_json(text: str) -> Any:
         ) from None
     except RecursionError:
         raise ClientError(400, "the body nests arrays or objects too deeply.") from None
-    except ValueError as error:  # int() of a literal over sys.get_int_max_str_digits() digits
-        raise ClientError(400, f"the body holds a number too long to read ({error}).") from None
+    except ValueError:  # int() of a literal over sys.get_int_max_str_digits() digits
+        digits = sys.get_int_max_str_digits()
+        raise ClientError(
+            400, f"the body holds an integer of more than {digits} digits, which no field takes."
+        ) from None
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -773,10 +881,6 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ClientError(422, f"{key}: the key appears twice in one object; send it once.")
         seen[key] = value
     return seen
-
-
-def refuse_constant(name: str) -> float:
-    raise ClientError(422, f"{name} is not a number a request may hold.")
 
 
 def check(body: TranslateRequest, limits: Limits, state: ServerState) -> None:
