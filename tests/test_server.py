@@ -331,6 +331,7 @@ def test_bad_command_lines_and_models_that_do_not_load_stop_with_a_message(
         (["--model", f"a={bundles['luong']}", "--model", f"a={bundles['luong']}"], "is taken"),
         (["--model", f"a={not_a_model}"], "could not be loaded"),
         (["--model", f"a={bundles['luong']}", "--port", "99999"], "must be from 0 to 65535"),
+        (["--model", f"a={bundles['luong']}", "--host", "999.1.1.1"], "--host 999.1.1.1: not an"),
     ]:
         completed = subprocess.run(
             [sys.executable, "scripts/serve.py", "--port", "0", *arguments],
@@ -682,6 +683,18 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
         received, seconds = read_all(slow_headers, 10)
         assert received == b"" and 0.5 < seconds < 5  # closed, not answered
         assert "its request headers took longer than 1 s" in server.log.read_text()
+
+        # A kept-alive connection idle for longer than --header-timeout is the keep-alive
+        # timeout's (5 s), not cut off as a slow sender: its next request is answered.
+        kept = http.client.HTTPConnection(*address, timeout=10)
+        kept.request("GET", "/health/live")
+        assert kept.getresponse().read() == b'{"status":"alive"}'
+        warnings = server.log.read_text().count("took longer than 1 s")
+        time.sleep(1.5)
+        kept.request("GET", "/health/live")
+        assert kept.getresponse().status == 200
+        kept.close()
+        assert server.log.read_text().count("took longer than 1 s") == warnings
 
         slow_body = socket.create_connection(address)
         slow_body.sendall(

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -225,6 +226,13 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     sources = model_sources(args.models, args.trust_modules, args.backend)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    try:
+        socket.getaddrinfo(args.host, args.port)
+    except (OSError, UnicodeError) as error:
+        raise UsageError(
+            f"--host {args.host}: not an address this machine can listen on ({error}); give an "
+            "IP address of this machine, 0.0.0.0 for all, or leave it out for 127.0.0.1."
+        ) from None
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         log.warning(
             "listening on %s without an API key: anyone who can reach it can use the models "
