@@ -214,8 +214,12 @@ BAD_REQUESTS = [
     (b'{"model": "luong", "src": ["w1"], "beams": 5}', 422, "beams: Extra inputs"),
     # A 2 KB body nested 1,000 deep, and a 5,000-digit integer, once answered a 500 (#61).
     (b'{"src": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, "nests arrays or objects too deeply"),
-    (b'{"model": "luong", "src": ["w1"], "beam_size": ' + b"9" * 5000 + b"}", 400,
-     "an integer of more than 4300 digits, which no field takes"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": ' + b"9" * 5000 + b"}", 422,
+     "beam_size: Input should be a valid integer"),
+    (b'{"model": "luong", "src": ["w1"], "length_penalty": -' + b"9" * 5000 + b"}", 422,
+     "length_penalty: -inf"),
+    (b'{"model": "luong", "src": ["w1"], "beam_size": ' + b"9" * 4000 + b"}", 422,
+     "beam_size: 99999999… (4000 digits); it must be from 1 to 6"),
 ]  # fmt: skip
 
 
@@ -463,7 +467,7 @@ def test_a_full_queue_is_a_503_with_retry_after(bundles: dict[str, Path], tmp_pa
         status, headers, raw = raw_request(server, "POST", "/translate", body)
         assert status == 503 and headers["retry-after"] == "1"
         assert (
-            "as many requests waiting as the server takes (seq2seq serve --max-queue 1)"
+            "waiting or in progress as the server takes (seq2seq serve --max-queue 1)"
             in (json.loads(raw)["error"])
         )
         client.join(timeout=60)
@@ -715,6 +719,12 @@ def test_slow_clients_and_too_many_connections_are_cut_off(
         assert "--limit-concurrency" in json.loads(raw)["error"]
         status, _, raw = raw_request(server, "POST", "/translate", b'{"src": ["w1"]}')
         assert status == 503 and "--limit-concurrency" in json.loads(raw)["error"]
+        # Each refusal logged once, by the app (just after its answer), with its id.
+        deadline = time.monotonic() + 10
+        while not re.search(r"request \w+: POST /translate -> 503 in", server.log.read_text()):
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.05)
+        assert "Exceeded concurrency limit" not in server.log.read_text()
         metrics = scrape(server)  # answered past the limit, and counting the refusals
         assert metrics[("seq2seq_requests_total", (("method", "POST"), ("route", "/translate"),
                                                    ("status", "503")))] == 1  # fmt: skip

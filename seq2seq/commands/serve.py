@@ -93,7 +93,8 @@ def parse_args() -> argparse.Namespace:
         "--max-queue",
         type=int_at_least(1),
         default=256,
-        help="requests waiting for one model; more get 503 with Retry-After (256)",
+        help="requests waiting for or in progress on one model; more get 503 with Retry-After "
+        "(256)",
     )
     parser.add_argument(
         "--max-request-tokens",
@@ -240,6 +241,11 @@ def main() -> int:
             args.host,
             API_KEY_VARIABLE,
         )
+    # Past --limit-concurrency the app logs each request it answers (a refusal, or a probe let
+    # through); uvicorn's own warning for each would say so again, wrongly for the probes.
+    logging.getLogger("uvicorn.error").addFilter(
+        lambda record: record.getMessage() != "Exceeded concurrency limit."
+    )
     failed: list[str] = []
     server: uvicorn.Server | None = None
 

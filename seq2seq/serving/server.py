@@ -539,7 +539,8 @@ def check_queue(name: str, state: ServerState) -> None:
     if state.batchers[name].pending >= state.limits.max_queue:
         raise ClientError(
             503,
-            f"model {name!r} has as many requests waiting as the server takes (seq2seq serve "
+            f"model {name!r} has as many requests waiting or in progress as the server takes "
+            "(seq2seq serve "
             f"--max-queue {state.limits.max_queue}); retry after a second.",
             {"Retry-After": "1"},
         )
@@ -852,13 +853,13 @@ def parse_sentence(raw: bytes, limits: Limits) -> str:
 
 
 def load_json(text: str) -> Any:
-    """The body's JSON, or a 400 naming what is wrong with it: invalid JSON, nesting deeper than
-    Python's parser recurses (about 1,000 levels), or an integer too long to convert (4,300
-    digits): no request reaches a 500 by its shape alone."""
+    """The body's JSON, or a 400 naming what is wrong with it: invalid JSON, or nesting deeper
+    than Python's parser recurses (about 1,000 levels): no request reaches a 500 by its shape
+    alone. An integer too long to convert (4,300 digits) reads as infinity (``bounded_int``)."""
     try:
         # NaN and ±Infinity (not JSON, but Python writes them) read as floats, so that the
         # field that holds one is named by the checks that refuse it.
-        return json.loads(text, object_pairs_hook=unique_keys)
+        return json.loads(text, object_pairs_hook=unique_keys, parse_int=bounded_int)
     except json.JSONDecodeError as error:
         raise ClientError(
             400,
@@ -866,11 +867,20 @@ def load_json(text: str) -> Any:
         ) from None
     except RecursionError:
         raise ClientError(400, "the body nests arrays or objects too deeply.") from None
-    except ValueError:  # int() of a literal over sys.get_int_max_str_digits() digits
-        digits = sys.get_int_max_str_digits()
-        raise ClientError(
-            400, f"the body holds an integer of more than {digits} digits, which no field takes."
-        ) from None
+
+
+def bounded_int(digits: str) -> int | float:
+    """A JSON integer; one longer than Python converts (4,300 digits) reads as ±infinity, so
+    that the field holding it is named by the checks that refuse it."""
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
+        return -math.inf if digits.startswith("-") else math.inf
+    return int(digits)
+
+
+def brief(number: int | None) -> str:
+    """``number`` as a message shows it: a long one by its first digits and its length."""
+    text = str(number)
+    return text if len(text) <= 20 else f"{text[:8]}… ({len(text)} digits)"
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -908,11 +918,11 @@ def check(body: TranslateRequest, limits: Limits, state: ServerState) -> None:
             ) from None
     if not 1 <= body.beam_size <= limits.max_beam_size:
         raise ClientError(
-            422, f"beam_size: {body.beam_size}; it must be from 1 to {limits.max_beam_size}."
+            422, f"beam_size: {brief(body.beam_size)}; it must be from 1 to {limits.max_beam_size}."
         )
     if body.n_best is not None and not 1 <= body.n_best <= body.beam_size:
         raise ClientError(
-            422, f"n_best: {body.n_best}; it must be from 1 to beam_size ({body.beam_size})."
+            422, f"n_best: {brief(body.n_best)}; it must be from 1 to beam_size ({body.beam_size})."
         )
     if not (math.isfinite(body.length_penalty) and 0 <= body.length_penalty <= 10):
         raise ClientError(422, f"length_penalty: {body.length_penalty}; it must be from 0 to 10.")
