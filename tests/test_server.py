@@ -285,7 +285,10 @@ def test_an_api_key_is_required_when_set(bundles: dict[str, Path], tmp_path: Pat
         assert server.translate(payload)[0] == 401
         status, headers, _ = raw_request(server, "POST", "/translate", json.dumps(payload).encode())
         assert status == 401 and headers["www-authenticate"] == "Bearer"
-        assert server.translate(payload, {"Authorization": "Bearer wrong"})[0] == 401
+        status, answer = server.translate(payload, {"Authorization": "Bearer wrong"})
+        assert status == 401 and "not the server's API key" in answer["error"]
+        status, answer = server.translate(payload, {"Authorization": "Basic a2V5"})
+        assert status == 401 and "the scheme must be Bearer, not 'Basic'" in answer["error"]
         assert server.request("GET", "/models")[0] == 401
         status, answer = server.translate(payload, {"Authorization": "Bearer s3cret"})
         assert status == 200 and answer["model"] == "bundle"  # named after the directory

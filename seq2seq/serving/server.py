@@ -727,12 +727,16 @@ async def load_models(state: ServerState, on_load_error: Callable[[str], None] |
 def authorize(request: Request, state: ServerState) -> None:
     if state.api_key is None:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        token.encode(), state.api_key.encode()
-    ):
+    header = request.headers.get("authorization")
+    if header is None:
         raise ClientError(401, "this server needs an API key: send 'Authorization: Bearer KEY'.")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        raise ClientError(
+            401, f"Authorization: the scheme must be Bearer, not {scheme[:20]!r}: 'Bearer KEY'."
+        )
+    if not hmac.compare_digest(token.encode(), state.api_key.encode()):
+        raise ClientError(401, "Authorization: this is not the server's API key.")
 
 
 def ready(state: ServerState) -> None:
