@@ -153,7 +153,8 @@ def parse_args() -> argparse.Namespace:
         "--limit-concurrency",
         type=int_at_least(1),
         default=512,
-        help="connections and requests at once; past it a request is a 503 with Retry-After (512)",
+        help="connections (idle ones too) or requests at once; past it a request is a 503 with "
+        "Retry-After, but /health/live and /metrics answer (512)",
     )
     parser.add_argument(
         "--cors-origin",
