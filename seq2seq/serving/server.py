@@ -540,8 +540,7 @@ def check_queue(name: str, state: ServerState) -> None:
         raise ClientError(
             503,
             f"model {name!r} has as many requests waiting or in progress as the server takes "
-            "(seq2seq serve "
-            f"--max-queue {state.limits.max_queue}); retry after a second.",
+            f"(seq2seq serve --max-queue {state.limits.max_queue}); retry after a second.",
             {"Retry-After": "1"},
         )
 
