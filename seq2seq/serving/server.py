@@ -816,6 +816,11 @@ def parse(raw: bytes, limits: Limits, state: ServerState) -> TranslateRequest:
     data = load_json(text)
     if not isinstance(data, dict):
         raise ClientError(422, "the body must be a JSON object with at least a 'src' list.")
+    for key, value in data.items():
+        if isinstance(value, LongInteger):
+            raise ClientError(
+                422, f"{key}: an integer of {value.digits} digits; no field takes one so long."
+            )
     for key in ("beam_size", "n_best"):  # JSON has one number type: 5.0 is the integer 5
         value = data.get(key)
         if isinstance(value, float) and value.is_integer():
@@ -858,7 +863,7 @@ def parse_sentence(raw: bytes, limits: Limits) -> str:
 def load_json(text: str) -> Any:
     """The body's JSON, or a 400 naming what is wrong with it: invalid JSON, or nesting deeper
     than Python's parser recurses (about 1,000 levels): no request reaches a 500 by its shape
-    alone. An integer too long to convert (4,300 digits) reads as infinity (``bounded_int``)."""
+    alone. An integer too long to convert (4,300 digits) reads as a ``LongInteger``."""
     try:
         # NaN and ±Infinity (not JSON, but Python writes them) read as floats, so that the
         # field that holds one is named by the checks that refuse it.
@@ -872,12 +877,17 @@ def load_json(text: str) -> Any:
         raise ClientError(400, "the body nests arrays or objects too deeply.") from None
 
 
-def bounded_int(digits: str) -> int | float:
-    """A JSON integer; one longer than Python converts (4,300 digits) reads as ±infinity, so
-    that the field holding it is named by the checks that refuse it."""
-    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
-        return -math.inf if digits.startswith("-") else math.inf
-    return int(digits)
+@dataclass(frozen=True)
+class LongInteger:
+    """A JSON integer longer than Python converts (4,300 digits): kept as its length, so that
+    the field holding it can be named (``parse``) without converting it."""
+
+    digits: int
+
+
+def bounded_int(text: str) -> int | LongInteger:
+    digits = len(text.lstrip("-"))
+    return LongInteger(digits) if digits > sys.get_int_max_str_digits() else int(text)
 
 
 def brief(number: int | None) -> str:
