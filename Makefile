@@ -5,7 +5,7 @@ TORCH ?= torch==2.13.0
 PIP_INSTALL = $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev train test test-slow notebooks screenshot lint imports format typecheck check toy-data clean
+.PHONY: help install install-dev train test test-slow notebooks screenshot lint imports deps format typecheck check toy-data clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -19,8 +19,9 @@ install-dev:  ## install torch (CPU), the package and the dev tools
 train: install  ## train the default model (additive attention, toy task)
 	$(PYTHON) train.py $(ARGS)
 
-test: install-dev  ## check the layers' imports, then run the default test suite (what CI runs)
+test: install-dev  ## check the layers' imports and declared dependencies, then run the default test suite (what CI runs)
 	lint-imports
+	deptry seq2seq
 	$(PYTHON) -m pytest -q
 
 test-slow: install-dev  ## run the slow end-to-end tests only (CI runs them after make test)
@@ -39,6 +40,9 @@ lint:  ## ruff lint and format check
 imports:  ## import-linter: the layers of docs/architecture.md, no cycles, a reference without ctypes
 	lint-imports
 
+deps:  ## deptry: every third-party import of seq2seq/ is declared in pyproject.toml
+	deptry seq2seq
+
 format:  ## apply ruff's formatting and safe fixes
 	ruff check --fix seq2seq tests scripts benchmarks train.py
 	ruff format seq2seq tests scripts benchmarks train.py
@@ -46,7 +50,7 @@ format:  ## apply ruff's formatting and safe fixes
 typecheck:  ## mypy over the package
 	mypy seq2seq
 
-check: lint typecheck imports test  ## everything CI and review expect
+check: lint typecheck imports deps test  ## everything CI and review expect
 
 toy-data:  ## write the toy task's splits to data/toy
 	$(PYTHON) scripts/make_toy_data.py --out data/toy

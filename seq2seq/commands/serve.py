@@ -31,6 +31,7 @@ from seq2seq.cli import (
     named_paths,
     run,
 )
+from seq2seq.errors import SERVER, require_extra
 
 if TYPE_CHECKING:
     from seq2seq.serving.server import ModelSource
@@ -210,16 +211,13 @@ def model_sources(specs: list[str], trust_modules: list[str], backend: str) -> l
 
 def main() -> int:
     args = parse_args()
-    try:
-        import uvicorn
+    require_extra("serve", SERVER)
+    import uvicorn
 
-        from seq2seq.serving.batching import BatchingOptions
-        from seq2seq.serving.connections import timed_protocol
-        from seq2seq.serving.server import Limits, at_concurrency_limit, create_app
-    except ImportError as error:
-        raise UsageError(
-            f"the server needs the serve extra ({error}): pip install -e '.[serve]'."
-        ) from None
+    from seq2seq.serving.batching import BatchingOptions
+    from seq2seq.serving.connections import timed_protocol
+    from seq2seq.serving.server import Limits, at_concurrency_limit, create_app
+
     if not 0 <= args.max_wait_ms <= 10_000:
         raise UsageError(f"--max-wait-ms must be from 0 to 10000, got {args.max_wait_ms}.")
     if args.threads is not None:

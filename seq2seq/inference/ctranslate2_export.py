@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import DotProductAttention, GeneralAttention, MultiHeadAttention, scores_as
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, UNK_ID
-from seq2seq.errors import ConfigError
+from seq2seq.errors import CTRANSLATE2, ConfigError, missing_extra, require_extra
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.models.transformer import (
     PositionWiseFFN,
@@ -108,6 +108,7 @@ def bias(linear: nn.Linear) -> Tensor:
 
 def model_spec(trained: TrainedModel) -> Any:
     """The CTranslate2 ``TransformerSpec`` holding ``trained``'s weights."""
+    require_extra("ctranslate2", CTRANSLATE2)
     from ctranslate2.specs import common_spec, transformer_spec
 
     model = trained.model
@@ -221,12 +222,12 @@ def export_ctranslate2(trained: TrainedModel, bundle: Path, quantization: str = 
         raise ConfigError(
             f"--quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}."
         )
+    require_extra("ctranslate2", CTRANSLATE2)
     try:
         from ctranslate2.converters.converter import Converter
-    except ImportError as error:
-        raise ConfigError(
-            f"CTranslate2 export needs the ctranslate2 package ({error}): "
-            "pip install -e '.[ctranslate2]'."
+    except ImportError as error:  # installed, but it cannot load
+        raise missing_extra(
+            "ctranslate2", CTRANSLATE2, f"a working ctranslate2 ({error})"
         ) from None
 
     class SpecConverter(Converter):

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ONNX, ConfigError, require_extra
 from seq2seq.inference.onnx_transformer import export_transformer_onnx
 from seq2seq.kernels import reference
 from seq2seq.models.decoder import EncodedSource
@@ -83,6 +83,7 @@ def state_names(model: EncoderDecoder) -> list[str]:
 def export_onnx(model: EncoderDecoder, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``encoder.onnx`` and ``decoder_step.onnx`` to ``out_dir``; returns their paths.
     A Transformer's are ``onnx_transformer``'s (static key/value cache, torch.export)."""
+    require_extra("onnx", ONNX)  # torch.onnx.export needs onnx and onnxscript
     if isinstance(model, Transformer):
         return export_transformer_onnx(model, out_dir)
     if not isinstance(model, Seq2Seq):

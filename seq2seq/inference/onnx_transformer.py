@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from seq2seq.errors import ConfigError
+from seq2seq.errors import ONNX, ConfigError, require_extra
 from seq2seq.kernels import reference
 from seq2seq.models.decoder import EncodedSource
 from seq2seq.models.transformer import (
@@ -242,6 +242,7 @@ class OnnxTransformer:
     that search reorders and drops like the PyTorch model's."""
 
     def __init__(self, directory: str | Path, max_len_a: float, max_len_b: int) -> None:
+        require_extra("onnx", ONNX)
         import onnxruntime
 
         directory = Path(directory)
@@ -298,6 +299,7 @@ class OnnxSeq2Seq:
     same ``encode``/``decode_step`` interface, so that greedy and beam search run them too."""
 
     def __init__(self, directory: str | Path) -> None:
+        require_extra("onnx", ONNX)
         import onnxruntime
 
         directory = Path(directory)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode_batch
-from seq2seq.errors import ModelFileError
+from seq2seq.errors import CTRANSLATE2, ONNX, ModelFileError, missing_extra, require_extra
 from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.models import Transformer
 from seq2seq.search import (
@@ -378,6 +378,7 @@ class Translator:
 
 def ctranslate2_model(path: Path) -> Any:
     """The bundle's CTranslate2 model; a clear error without it or without the package."""
+    require_extra("ctranslate2", CTRANSLATE2)
     from seq2seq.inference.ctranslate2_export import CTRANSLATE2_DIR
 
     directory = path / CTRANSLATE2_DIR
@@ -389,10 +390,9 @@ def ctranslate2_model(path: Path) -> Any:
         )
     try:
         import ctranslate2
-    except ImportError as error:
-        raise ModelFileError(
-            f"the ctranslate2 backend needs the ctranslate2 package ({error}): "
-            "pip install -e '.[ctranslate2]'."
+    except ImportError as error:  # installed, but it cannot load
+        raise missing_extra(
+            "ctranslate2", CTRANSLATE2, f"a working ctranslate2 ({error})"
         ) from None
     return ctranslate2.Translator(
         str(directory), device="cpu", intra_threads=torch.get_num_threads()
@@ -401,6 +401,7 @@ def ctranslate2_model(path: Path) -> Any:
 
 def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
     """The bundle's ONNX graphs as a model search can step through; a clear error without them."""
+    require_extra("onnx", ONNX)
     from seq2seq.inference.onnx_transformer import (
         DECODER_STEP,
         ENCODER,
@@ -420,10 +421,8 @@ def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
                 path, float(trained.decoding["max_len_a"]), int(trained.decoding["max_len_b"])
             )
         return OnnxSeq2Seq(path)
-    except ImportError as error:
-        raise ModelFileError(
-            f"the onnx backend needs onnxruntime ({error}): pip install -e '.[onnx]'."
-        ) from None
+    except ImportError as error:  # installed, but it cannot load
+        raise missing_extra("onnx", ONNX, f"a working onnxruntime ({error})") from None
 
 
 def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
