@@ -22,9 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention import AdditiveAttention, masked_softmax
+from seq2seq.attention import (
+    AdditiveAttention,
+    AttentionParts,
+    DotProductAttention,
+    GeneralAttention,
+    masked_softmax,
+)
 from seq2seq.kernels import accelerate, library
 from seq2seq.kernels import reference as to_reference
+from seq2seq.kernels.attention_parts import StepAttention
 from seq2seq.kernels.bahdanau import Recurrence, attend
 from seq2seq.kernels.modules import FastBahdanauDecoder
 from seq2seq.models.decoder import BahdanauDecoder
@@ -35,6 +42,12 @@ from tests.test_model import BOS, EOS, PAD, make_batch
 pytestmark = pytest.mark.skipif(
     library.library() is None, reason=f"no fused kernels here: {library.unavailable_reason()}"
 )
+ADDITIVE = StepAttention("additive", 1.0)
+
+
+def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``Recurrence`` with plain additive attention and softmax, as ``reference`` computes."""
+    return Recurrence.apply(*inputs, ADDITIVE)
 
 
 def reference(
@@ -120,7 +133,7 @@ def test_recurrence_matches_the_formulas_and_their_gradients(
     inputs = random_inputs(
         6, keys=5, steps=4, size=7, memory_size=6, attention_size=9, biases=biases
     )
-    got = outputs_and_grads(Recurrence.apply, inputs, use_contexts)
+    got = outputs_and_grads(fused_additive, inputs, use_contexts)
     want = outputs_and_grads(reference, as_float64(inputs), use_contexts)
     for fused, expected in zip(got, want, strict=True):
         torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
@@ -139,7 +152,7 @@ def test_rows_split_over_threads_compute_the_same() -> None:
     inputs = random_inputs(
         64, keys=16, steps=3, size=8, memory_size=8, attention_size=32, biases=True
     )
-    got = outputs_and_grads(Recurrence.apply, inputs)
+    got = outputs_and_grads(fused_additive, inputs)
     want = outputs_and_grads(reference, as_float64(inputs))
     for fused, expected in zip(got, want, strict=True):
         torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-5)
@@ -207,7 +220,7 @@ def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
         ({}, True),
         ({"layer_norm": True}, False),
         ({"temperature": "learnable"}, False),
-        ({"temperature": 2.0}, False),
+        ({"temperature": 2.0}, True),
         ({"dropout": 0.2}, False),  # in training; evaluation has no dropout to apply
     ],
 )
@@ -221,7 +234,7 @@ def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bo
     assert not model.decoder.fused_recurrence_applies(source, state[0], True)
     model.eval()
     assert model.decoder.fused_recurrence_applies(source, state[0], False) is (
-        "temperature" not in change and "layer_norm" not in change
+        change.get("temperature") != "learnable" and "layer_norm" not in change
     )
     double = make_bahdanau(**change).double()
     assert isinstance(double.decoder, FastBahdanauDecoder)
@@ -239,7 +252,7 @@ def test_decoding_attention_matches_the_formulas(group: int, bias: bool) -> None
     assert query_weight is not None and score_weight is not None
     queries = torch.randn(6 * group, 7)
     contexts, weights = attend(
-        queries, keys, memory, src_lens, query_weight, query_bias, score_weight
+        ADDITIVE, queries, keys, memory, src_lens, query_weight, query_bias, score_weight
     )
     rows = torch.arange(6 * group) // group  # each query's sentence
     scores = torch.tanh(F.linear(queries, query_weight, query_bias)[:, None] + keys[rows])
@@ -276,3 +289,64 @@ def assert_searches_agree(model: Seq2Seq, uses_kernels: Callable[[Any, Tensor], 
     for got, want in ((greedy, greedy_aten), (beam, beam_aten)):
         assert torch.equal(got.tokens, want.tokens) and torch.equal(got.lengths, want.lengths)
         torch.testing.assert_close(got.attention, want.attention, rtol=1e-5, atol=1e-6)
+
+
+SCORING = {
+    "additive": partial(AdditiveAttention, num_hiddens=12, bias=True),
+    "dot": partial(DotProductAttention, scaled=False),
+    "scaled_dot": DotProductAttention,
+    "general": GeneralAttention,
+    "additive_T2": partial(AdditiveAttention, num_hiddens=12, temperature=2.0),
+    "scaled_dot_T0.5": partial(DotProductAttention, temperature=0.5),
+}
+
+
+def make_composed(scoring: str, normalizer: str) -> Seq2Seq:
+    """An accelerated Bahdanau model (hidden and memory size 16, so that dot products need no
+    key projection) with ``scoring`` and ``normalizer``, in training mode, its parts composed."""
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        src_vocab_size=13, tgt_vocab_size=11, attention=SCORING[scoring], embedding_size=8,
+        hidden_size=16, encoder_hidden_size=8, dropout=0.0, decoder=BahdanauDecoder,
+        attention_parts=AttentionParts(normalizer=normalizer),
+    ).train()  # fmt: skip
+    accelerate(model)
+    assert isinstance(model.decoder, FastBahdanauDecoder) and model.decoder.step_parts()
+    return model
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax", "entmax15"])
+@pytest.mark.parametrize("scoring", list(SCORING))
+def test_every_scoring_and_normalizer_trains_and_decodes_as_the_reference(
+    scoring: str, normalizer: str
+) -> None:
+    """Kernels auto against off from the same weights: the teacher-forced loss (over the real
+    tokens, as training computes it) and every parameter's gradient in float32 against the
+    reference in float64; validation's weights, exactly 0 where the reference's are; greedy
+    and beam search's tokens."""
+    src, src_lens, tgt_in = make_batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), EOS)], dim=1)
+    tgt_out[1, 3:] = PAD  # sentences of mixed lengths
+    model = make_composed(scoring, normalizer)
+    reference_model = to_reference(copy.deepcopy(model).double())
+    results = []
+    for candidate in (model, reference_model):
+        source, state = candidate.encode(src, src_lens)
+        if candidate is model:
+            assert model.decoder.fused_recurrence_applies(source, state[0], need_weights=False)
+        logits, targets = candidate.decoder.teacher_forced_logits(tgt_in, tgt_out, state, source)
+        loss = F.cross_entropy(logits, targets, ignore_index=PAD, reduction="sum")
+        grads = torch.autograd.grad(loss, list(candidate.parameters()))
+        results.append([loss.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+    model.eval()
+    with torch.no_grad():
+        _, weights = model(src, src_lens, tgt_in)
+        _, want_weights = reference_model.eval()(src, src_lens, tgt_in)
+    torch.testing.assert_close(weights, want_weights.float(), rtol=1e-4, atol=1e-5)
+    assert torch.equal(weights == 0, want_weights == 0) or normalizer == "softmax"
+    assert (weights[1, :, 2:] == 0).all()  # sentence 1's padding
+    decoder = model.decoder
+    assert isinstance(decoder, FastBahdanauDecoder)
+    assert_searches_agree(model, lambda source, state: decoder.fused_attention_applies(source, 3))

@@ -9,7 +9,10 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 
 - ``csrc/gru.c``, and ``library``: its build (on first use, with ``$CC``), checks and loading;
 - ``gru``: the GRU recurrence (encoder layers, the Luong decoder's cell, decoding steps);
-- ``bahdanau``: the Bahdanau decoder's loop with additive attention, as one autograd node;
+- ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of its
+  Python function by name (``additive_score``, ``product_score``, ``softmax``, ``sparsemax``,
+  ``entmax15``, ``entmax_backward``, the context), and ``StepAttention``, which composes them;
+- ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node;
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one call;
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
@@ -26,8 +29,10 @@ import logging
 from torch import nn
 
 from seq2seq.attention import Attention, MultiHeadAttention, own_formula
+from seq2seq.kernels.attention_parts import step_attention
 from seq2seq.kernels.library import unavailable_reason, usable
 from seq2seq.kernels.modules import ACCELERATED
+from seq2seq.models.decoder import BahdanauDecoder
 
 KERNEL_CHOICES = ("auto", "off")
 
@@ -51,14 +56,18 @@ def accelerate(model: nn.Module) -> nn.Module:
     state dicts, checkpoints and bundles do not change. Only the exact reference classes are
     swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and a scoring
     function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
-    is said once. An RNN decoder whose attention has other parts than global softmax (a
-    normalizer, a window, a key bias) keeps the reference decoder whole: its C loops compute
-    softmax over every key; so does an input-fed decoder, whose cell waits for each step's
-    attention.
+    is said once. The Bahdanau decoder's C loop composes its attention from the parts' C twins
+    (``attention_parts``: each scoring function at a fixed temperature; softmax, sparsemax or
+    entmax15); an RNN decoder whose attention has a part without a twin yet (a window, a key
+    bias, coverage, α-entmax), and every Luong decoder with other parts than global softmax,
+    keeps the reference decoder whole; so does an input-fed decoder, whose cell waits for each
+    step's attention. (A learned temperature or additive layer norm, whose twins are still to
+    come, runs the reference attention inside the accelerated decoder's step loop.)
     """
     reference_only: set[int] = set()
+    composed = {id(m.attention) for m in model.modules() if composes_parts(m)}
     for module in model.modules():
-        if isinstance(module, Attention | MultiHeadAttention):
+        if isinstance(module, Attention | MultiHeadAttention) and id(module) not in composed:
             reason = own_formula(module)
             if reason is not None:
                 say_once(
@@ -67,7 +76,10 @@ def accelerate(model: nn.Module) -> nn.Module:
                     "training, validation and decoding."
                 )
         attention = getattr(module, "attention", None)
-        if isinstance(attention, Attention | MultiHeadAttention) and attention.normalization:
+        has_parts = (
+            isinstance(attention, Attention | MultiHeadAttention) and attention.normalization
+        )
+        if has_parts and not composes_parts(module):
             reference_only.update(id(part) for part in module.modules())
         if getattr(module, "input_feeding", False):
             say_once(
@@ -82,6 +94,15 @@ def accelerate(model: nn.Module) -> nn.Module:
         if accelerated is not None and id(module) not in reference_only:
             module.__class__ = accelerated
     return model
+
+
+def composes_parts(decoder: nn.Module) -> bool:
+    """Whether ``decoder``'s C loop composes its attention's parts from their C twins: the
+    Bahdanau decoder, where ``attention_parts.step_attention`` covers them. The Luong decoder's C
+    paths compute global softmax attention only."""
+    if not isinstance(decoder, BahdanauDecoder):
+        return False
+    return step_attention(decoder.attention, decoder.cell.hidden_size) is not None
 
 
 @functools.cache

@@ -1,10 +1,12 @@
 """The C kernels' library: compiled on first use, checked, and loaded once per process.
 
-``csrc/gru.c`` holds every kernel of this package: the GRU cell's forward and backward passes
-and the loops over a layer's steps (``seq2seq.kernels.gru``), the additive attention steps of
-the Bahdanau decoder (``seq2seq.kernels.bahdanau``), dot-product and general attention
-(``seq2seq.kernels.product_attention``), the Luong decoder's greedy loop
-(``seq2seq.kernels.greedy``) and the dropout keep mask (``seq2seq.kernels.dropout``).
+``csrc/gru.c`` holds the GRU cell's forward and backward passes and the loops over a layer's
+steps (``seq2seq.kernels.gru``), dot-product and general attention over the Luong decoder's
+packed rows (``seq2seq.kernels.product_attention``), the Luong decoder's greedy loop
+(``seq2seq.kernels.greedy``) and the dropout keep mask (``seq2seq.kernels.dropout``);
+``csrc/attention.c`` the parts of one attention, each the twin of its Python function by name
+(scores, normalizers, the context: ``seq2seq.kernels.attention_parts``), which the Bahdanau
+decoder's loop composes (``seq2seq.kernels.bahdanau``). Both are compiled into one library.
 
 It is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a fraction of
 a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by a hash of the
@@ -40,7 +42,10 @@ from torch import Tensor
 from seq2seq.atomic import write_atomic
 from seq2seq.kernels.splitmix import shift_right, splitmix64
 
-SOURCE = Path(__file__).with_name("csrc") / "gru.c"
+CSRC = Path(__file__).with_name("csrc")
+# Compiled together into one library; the header is what they share (the vectorising exp).
+SOURCES = (CSRC / "gru.c", CSRC / "attention.c")
+HEADERS = (CSRC / "vector_math.h",)
 FLOAT_BYTES = 4
 COMPILE_TIMEOUT_S = 120  # it takes well under a second; a hung compiler must not hang training
 ISA_VARIABLE = "SEQ2SEQ_KERNELS_ISA"  # lowers the instruction set the library is built for
@@ -110,10 +115,11 @@ def torch_uses_libgomp() -> bool:
 
 
 def build(directory: Path | None = None) -> Path:
-    """Compile ``csrc/gru.c`` into ``directory`` (default ``cache_dir()``) unless a build of the
-    same source and flags is there; return the library's path. Raises ``RuntimeError`` with the
-    compiler's message when it fails. Where the build with OpenMP fails (a compiler without its
-    runtime's files), it is built without, single-threaded."""
+    """Compile ``csrc/gru.c`` and ``csrc/attention.c`` into ``directory`` (default
+    ``cache_dir()``) unless a build of the same sources and flags is there; return the
+    library's path. Raises ``RuntimeError`` with the compiler's message when it fails. Where the
+    build with OpenMP fails (a compiler without its runtime's files), it is built without,
+    single-threaded."""
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C compiler: {compiler!r} is not on PATH (set CC to one)")
@@ -128,14 +134,15 @@ def build(directory: Path | None = None) -> Path:
 
 
 def _build(compiler: str, flags: list[str], directory: Path) -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()
+    text = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
+    key = hashlib.sha256(text + " ".join([compiler, *flags]).encode()).hexdigest()
     target = directory / f"gru-{key[:16]}.so"
     if target.exists():
         return target
     directory.mkdir(parents=True, exist_ok=True)
 
     def compile_into(temporary: Path) -> None:
-        command = [compiler, *flags, str(SOURCE), "-o", str(temporary)]
+        command = [compiler, *flags, *map(str, SOURCES), "-o", str(temporary)]
         try:
             result = subprocess.run(
                 command, capture_output=True, text=True, check=False, timeout=COMPILE_TIMEOUT_S
@@ -178,14 +185,7 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_gru_backward.restype = None
     library.seq2seq_tanh.argtypes = [i64, pointer]
     library.seq2seq_tanh.restype = None
-    # seq2seq.kernels.bahdanau's attention step: rows, (group,) S, A, M, then the arrays and row
-    # strides.
-    library.seq2seq_additive_forward.argtypes = [i64] * 5 + [pointer] * 6
-    library.seq2seq_additive_forward.argtypes += [pointer, i64, pointer, i64]
-    library.seq2seq_additive_forward.restype = None
-    library.seq2seq_additive_backward.argtypes = [i64] * 4 + [pointer] * 5 + [i64, pointer, i64]
-    library.seq2seq_additive_backward.argtypes += [pointer] * 4
-    library.seq2seq_additive_backward.restype = None
+    declare_attention_parts(library)
     # seq2seq.kernels.product_attention's product attention: rows, group, the rows' sentences
     # (or NULL), S, D, V, scale, then the arrays; and its backward pass over packed rows: rows,
     # B, S, D, V, scale, then the arrays.
@@ -227,6 +227,35 @@ def open_library(path: Path) -> ctypes.CDLL:
     return library
 
 
+def declare_attention_parts(library: ctypes.CDLL) -> None:
+    """The signatures of ``csrc/attention.c``'s parts (its comments say what each argument is)."""
+    i64, pointer, real = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+    context = [i64, i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
+    context_backward = [i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
+    signatures: dict[str, list[Any]] = {
+        # rows, group, S, A, scale, q, keys, w_v, lens, saved, logits
+        "seq2seq_additive_score": [i64, i64, i64, i64, real, *[pointer] * 6],
+        # rows, S, A, scale, saved, w_v, lens, d_logits, d_q, d_keys, d_w_v
+        "seq2seq_additive_score_backward": [i64, i64, i64, real, *[pointer] * 7],
+        # rows, group, S, D, scale, q, keys, lens, logits
+        "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
+        # rows, S, D, scale, q, keys, lens, d_logits, d_q, d_keys
+        "seq2seq_product_score_backward": [i64, i64, i64, real, *[pointer] * 6],
+        # rows, S, alpha, lens, weights, weights' stride, d_weights, d_logits
+        "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
+        # rows, group, S, V, weights, weights' stride, lens, values, context, its stride
+        "seq2seq_attention_context": context,
+        # rows, S, V, weights, stride, lens, values, d_context, stride, d_weights, d_values
+        "seq2seq_attention_context_backward": [*context_backward, pointer, pointer],
+    }
+    for normalizer in ("softmax", "sparsemax", "entmax15"):
+        # rows, group, S, lens, logits, weights, weights' stride
+        signatures[f"seq2seq_{normalizer}"] = [i64, i64, i64, pointer, pointer, pointer, i64]
+    for name, argtypes in signatures.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, None
+
+
 def _check(library: ctypes.CDLL) -> None:
     """One step on random rows against torch's own GRU cell: a library that computes something
     else (a miscompile, a compiler that treats the flags differently) must not train a model."""
@@ -255,8 +284,9 @@ def _check(library: ctypes.CDLL) -> None:
 
 def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     """The attention kernels against their formulas on random rows: weights = softmax over the
-    valid keys of w_v . tanh(q + k) (seq2seq.kernels.bahdanau) or of 0.5 q . k
-    (seq2seq.kernels.product_attention), context = weights @ memory."""
+    valid keys of w_v . tanh(q + k) (csrc/attention.c's parts, as seq2seq.kernels.bahdanau
+    composes them) or of 0.5 q . k (seq2seq.kernels.product_attention), context = weights @
+    memory."""
     rows, keys, size = 2, 3, 19
     # Every draw from the check's own generator: the global one drives training's dropout, and
     # the library loads at the first forward pass, after the run has seeded it.
@@ -268,10 +298,17 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     scores[1, 2:] = -torch.inf  # row 1's last key is padding
     expected = torch.softmax(scores, dim=-1)
     weights, context = torch.empty(rows, keys), torch.empty(rows, size)
-    library.seq2seq_additive_forward(
-        rows, 1, keys, size, size, query.data_ptr(), projected_keys.data_ptr(),
-        score_weight.data_ptr(), lens.data_ptr(), memory.data_ptr(), None, weights.data_ptr(),
-        keys, context.data_ptr(), size,
+    logits = torch.empty(rows, keys)
+    library.seq2seq_additive_score(
+        rows, 1, keys, size, 1.0, query.data_ptr(), projected_keys.data_ptr(),
+        score_weight.data_ptr(), lens.data_ptr(), None, logits.data_ptr(),
+    )  # fmt: skip
+    library.seq2seq_softmax(
+        rows, 1, keys, lens.data_ptr(), logits.data_ptr(), weights.data_ptr(), keys
+    )
+    library.seq2seq_attention_context(
+        rows, 1, keys, size, weights.data_ptr(), keys, lens.data_ptr(), memory.data_ptr(),
+        context.data_ptr(), size,
     )  # fmt: skip
     # (rows, 1, keys) @ (rows, keys, size) -> (rows, size)
     expected_context = torch.bmm(expected[:, None], memory)[:, 0]

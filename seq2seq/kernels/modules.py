@@ -11,9 +11,11 @@ choice (``model.kernels``).
 What runs where, on the CPU in float32 (each path is tested against the reference):
 
 - ``FastRNNEncoder``: a GRU over the packed real tokens through the C recurrence (``gru``).
-- ``FastBahdanauDecoder``: with plain additive scoring, teacher forcing as one C loop over the
-  steps (``bahdanau.Recurrence``; training over the packed real tokens only), and each decoding
-  step's attention and cell in C; otherwise the steps split the cell's input projection,
+- ``FastBahdanauDecoder``: where its attention's parts have C twins (``attention_parts``: every
+  built-in score at a fixed temperature; softmax, sparsemax, entmax15), teacher forcing as one C
+  loop over the steps composing them (``bahdanau.Recurrence``; training over the packed real
+  tokens only), and each decoding step's attention and cell in C; otherwise the steps split the
+  cell's input projection,
   ``W_ih [e; c] = W_ie e + W_ic c``, so the embedding part of all T steps is one GEMM before
   the loop.
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
@@ -48,6 +50,7 @@ from seq2seq.attention import (
     masked_softmax,
     scores_as,
 )
+from seq2seq.kernels.attention_parts import StepAttention, step_attention
 from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
 from seq2seq.kernels.bahdanau import attend as fused_attend
 from seq2seq.kernels.dropout import Dropout
@@ -89,18 +92,6 @@ def product_scale(attention: Attention | MultiHeadAttention, query_size: int) ->
         scale = 1 / query_size**0.5 if attention.scaled else 1.0
         return scale / attention.fixed_temperature
     return 1.0 / attention.fixed_temperature
-
-
-def plain_additive(attention: Attention | MultiHeadAttention) -> bool:
-    """Whether this is Bahdanau's plain form, the one ``seq2seq.kernels.bahdanau`` computes:
-    additive (``score`` not overridden: ``scores_as``), no layer norm, temperature 1."""
-    return (
-        scores_as(attention, AdditiveAttention)
-        and isinstance(attention, AdditiveAttention)
-        and attention.layer_norm is None
-        and attention.log_temperature is None
-        and attention.fixed_temperature == 1.0
-    )
 
 
 def weights_dropout_active(attention: Attention | MultiHeadAttention) -> bool:
@@ -317,8 +308,8 @@ class FastDecoder(AttentionDecoder):
 
 
 class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
-    """The Bahdanau decoder's loops in C where the scoring is plain additive attention, and on
-    the CPU otherwise with the cell's input projection split (module docstring)."""
+    """The Bahdanau decoder's loops in C where its attention's parts have C twins, and on the
+    CPU otherwise with the cell's input projection split (module docstring)."""
 
     def split_input_weight(self) -> tuple[Tensor, Tensor]:
         """The cell's input weight (G, E + M) as its embedding part (G, E) and context part (G, M).
@@ -327,19 +318,28 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """
         return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
 
+    def step_parts(self) -> StepAttention | None:
+        """The C parts that compute this decoder's attention, or None (``step_attention``)."""
+        return step_attention(self.attention, self.cell.hidden_size)
+
+    def attention_parameters(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """W_q, b_q and w_v of additive scoring, else None each (a product's q is the state)."""
+        attention = self.attention
+        if not isinstance(attention, AdditiveAttention):
+            return None, None, None
+        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
+
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
-        attention = self.attention
-        if not plain_additive(attention):
+        if self.step_parts() is None or not self.fused_attention_source(source, rows):
             return False
-        assert isinstance(attention, AdditiveAttention)
-        return self.fused_attention_source(source, rows) and usable(attention.W_q.weight)
+        return usable(*(p for p in self.attention_parameters() if p is not None))
 
     def fused_recurrence_applies(
         self, source: EncodedSource, hidden: Tensor, need_weights: bool
     ) -> bool:
         """Whether teacher forcing runs as ``bahdanau.Recurrence``'s one autograd node: a GRU,
-        plain additive attention, one length per sentence, the weights not needing a gradient
+        an attention whose parts have C twins, one length per sentence, the weights not needing a gradient
         (they are an output without one there), and tensors the C kernels take."""
         if self.is_lstm or (need_weights and torch.is_grad_enabled()):
             return False
@@ -358,14 +358,13 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """``step`` from the previous token's ``embedding_gates`` (B, G) -> new state, context
         (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
         fused_step = self.fused_step_applies(state[0])
-        attention = self.attention
         weights: Tensor | None
-        if fused_step and self.fused_attention_applies(source, state[0].shape[0]):
-            assert isinstance(attention, AdditiveAttention)  # fused_attention_applies checked
-            # Decoding: the attention in one C pass too. (B, M), (B, S)
+        parts = self.step_parts()
+        if fused_step and parts is not None and self.fused_attention_applies(source, len(state[0])):
+            # Decoding: the attention's C parts too. (B, M), (B, S)
             context, weights = fused_attend(
-                state[0], source.projected_keys, source.memory, source.src_lens,
-                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
+                parts, state[0], source.projected_keys, source.memory, source.src_lens,
+                *self.attention_parameters(),
             )  # fmt: skip
         else:
             query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
@@ -389,14 +388,13 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         embedding_weight, context_weight = self.split_input_weight()
         # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
         input_gates = self.embedding_gates(embedded, embedding_weight)
-        if self.fused_recurrence_applies(source, state[0], need_weights):
-            attention = self.attention
-            assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
+        parts = self.step_parts()
+        if parts is not None and self.fused_recurrence_applies(source, state[0], need_weights):
             # (B, T, H), (B, T, M), (B, T, S)
             states, step_contexts, attention_weights = FusedRecurrence.apply(
                 input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
-                attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, context_weight,
-                self.cell.weight_hh, self.cell.bias_hh,
+                *self.attention_parameters(), context_weight, self.cell.weight_hh,
+                self.cell.bias_hh, parts,
             )  # fmt: skip
             logits = self.output(states, step_contexts, embedded)  # (B, T, V)
             return logits, attention_weights if need_weights else None
@@ -421,10 +419,9 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """Over the N real target tokens where the recurrence runs in C: the batch is sorted
         longest target first, so that each step of the loop runs only the sentences that have
         not ended; the embedding's GEMM and the output layer skip the padding too."""
-        if not self.fused_recurrence_applies(source, state[0], need_weights=False):
+        parts = self.step_parts()
+        if parts is None or not self.fused_recurrence_applies(source, state[0], need_weights=False):
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
-        attention = self.attention
-        assert isinstance(attention, AdditiveAttention)  # fused_recurrence_applies checked
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         order = packed.sorted_indices  # (B,) longest target first
         source = source.index_select(order)
@@ -434,9 +431,8 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         # (N, H), (N, M)
         states, contexts, _ = FusedRecurrence.apply(
             input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
-            source.src_lens, attention.W_q.weight, attention.W_q.bias, attention.w_v.weight,
-            context_weight, self.cell.weight_hh, self.cell.bias_hh,
-            Steps.packed(packed.batch_sizes),
+            source.src_lens, *self.attention_parameters(), context_weight, self.cell.weight_hh,
+            self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
         return self.output(states, contexts, embedded), targets  # (N, V), (N,)
 

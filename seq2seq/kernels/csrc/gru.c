@@ -9,11 +9,11 @@
      r = sigmoid(gi_r + gh_r)    z = sigmoid(gi_z + gh_z)    n = tanh(gi_n + r * gh_n)
      h' = (1 - z) * n + z * h     where gi = W_ih x + b_ih and gh = W_hh h + b_hh, each (3H,).
 
-   The attention kernels follow: additive attention for a Bahdanau step (scores, masked
-   softmax, context, and their backward pass; seq2seq/fused_bahdanau.py), product-scored
-   attention for a decoding step (seq2seq/fused_attention.py), and the Luong decoder's whole
-   greedy loop built from these passes and torch's sgemm_ (seq2seq/fused_greedy.py). Dropout's
-   keep mask (seq2seq/dropout.py) ends the file.
+   The Luong decoder's attention follows: product-scored attention over its packed rows and
+   decoding steps (seq2seq/kernels/product_attention.py), and its whole greedy loop built from
+   these passes and torch's sgemm_ (seq2seq/kernels/greedy.py). Dropout's keep mask
+   (seq2seq/kernels/dropout.py) ends the file. The parts of one attention that the Bahdanau
+   decoder composes, each the twin of its Python function, are in attention.c.
 
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
@@ -23,44 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Rows are split over torch's OpenMP threads when library.py builds with -fopenmp (only where
-   torch itself runs on libgomp, so both share one thread pool); below this many elements a
-   step is too short to repay waking the other threads. Without -fopenmp the pragma is ignored
-   and every step runs on the calling thread. */
-#define PARALLEL_MIN 4096
-
-/* exp and tanh written to vectorise: every step is a few multiply-adds the compiler turns into
-   AVX2/FMA or NEON code, with no library call and no -ffast-math (which would also switch the
-   whole process's floating-point mode to flush-to-zero when the library loads). */
-
-/* e^x, Cephes' expf: x = k ln2 + r with |r| <= ln2 / 2, e^r as 1 + r + r^2 p(r) with p of
-   degree 5, times 2^k.
-   Relative error about 2e-7 on the clamped range, which keeps the result finite and normal. */
-static inline float exp_vec(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  /* Round x / ln2 to the nearest integer: adding and subtracting 1.5 * 2^23 does it in
-     floating point (the compiler may not reassociate without -ffast-math). */
-  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - k * 0.693359375f) + k * 2.12194440e-4f; /* ln2 in two parts */
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = ((int32_t)k + 127) << 23; /* 2^k as a float's bit pattern */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-static inline float sigmoid_vec(float x) { return 1.0f / (1.0f + exp_vec(-x)); }
-
-/* tanh x = 2 sigmoid(2x) - 1: one exp and one division, like the sigmoid. Its absolute error is
-   about 1e-7 everywhere (near 0 that is a larger relative error than a libm tanhf's, and still
-   below float32's resolution of the values it is added to: h' = n + z (h - n)). */
-static inline float tanh_vec(float x) { return 2.0f / (1.0f + exp_vec(-2.0f * x)) - 1.0f; }
+#include "vector_math.h"
 
 /* h (rows, H) is read as the previous state and overwritten with the new one, which is also
    written to out. saved may be NULL (no gradient wanted). No two arrays may overlap (restrict:
@@ -343,20 +306,6 @@ void seq2seq_tanh(int64_t n, float *restrict x) {
   }
 }
 
-/* Additive attention for one Bahdanau decoding step, each of `rows` sentences one query
-   (seq2seq/fused_bahdanau.py). Bahdanau's score w_v . tanh(x) with x = W_q q + W_k k is computed
-   as 2 w_v . sigmoid(2x), which differs from it by sum(w_v), the same for every key: the softmax
-   does not see it, and the sigmoid is cheaper than the tanh (AdditiveAttention.shifted_score).
-   Keys s >= lens[b] are padding: weight exactly 0; a sentence with no valid key gets all-zero
-   weights and context, as masked_softmax gives.
-
-   q (rows, A) is W_q q (+ b); keys (rows / group, S, A) is W_k k, memory (rows / group, S, M)
-   the values and lens (rows / group) their lengths: `group` consecutive rows share a sentence
-   (beam search's hypotheses; 1 in training). weights (rows, S) and context (rows, M) are
-   written at row strides given in floats. saved (rows, S, A) receives sigmoid(2x) for the
-   backward pass (only with group 1), or is NULL. */
-static int64_t valid_keys(int64_t len, int64_t S) { return len < 0 ? 0 : (len > S ? S : len); }
-
 /* w (S,) holds the scores of the len valid keys on entry and their softmax weights on exit (0
    from len on); c (V,) = sum_s w_s values[s], values (len, V) contiguous. */
 static void softmax_average(int64_t len, int64_t S, int64_t V, float largest,
@@ -374,91 +323,6 @@ static void softmax_average(int64_t len, int64_t S, int64_t V, float largest,
     const float *restrict v_s = values + s * V;
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) c[j] += weight * v_s[j];
-  }
-}
-
-void seq2seq_additive_forward(int64_t rows, int64_t group, int64_t S, int64_t A, int64_t M,
-                              const float *restrict q, const float *restrict keys,
-                              const float *restrict w_v, const int64_t *restrict lens,
-                              const float *restrict memory, float *restrict saved,
-                              float *restrict weights, int64_t weights_stride,
-                              float *restrict context, int64_t context_stride) {
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t sentence = b / group;
-    const int64_t len = valid_keys(lens[sentence], S);
-    const float *restrict q_b = q + b * A;
-    float *restrict w_b = weights + b * weights_stride;
-    float *restrict c_b = context + b * context_stride;
-    float largest = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      const float *restrict k_s = keys + (sentence * S + s) * A;
-      float score = 0.0f;
-      if (saved != NULL) {
-        float *restrict u = saved + (b * S + s) * A;
-#pragma omp simd reduction(+ : score)
-        for (int64_t j = 0; j < A; ++j) {
-          u[j] = sigmoid_vec(2.0f * (q_b[j] + k_s[j]));
-          score += w_v[j] * u[j];
-        }
-      } else {
-#pragma omp simd reduction(+ : score)
-        for (int64_t j = 0; j < A; ++j) score += w_v[j] * sigmoid_vec(2.0f * (q_b[j] + k_s[j]));
-      }
-      w_b[s] = 2.0f * score;
-      largest = (s == 0 || w_b[s] > largest) ? w_b[s] : largest;
-    }
-    softmax_average(len, S, M, largest, w_b, memory + sentence * S * M, c_b);
-  }
-}
-
-/* The backward pass of seq2seq_additive_forward from d_context (rows, M, at a row stride): writes
-   d_q (rows, A) and adds into d_keys (rows, S, A), d_memory (rows, S, M) and d_w_v (rows, A),
-   each sentence's part of w_v's gradient (the caller sums the rows once, after all steps). With
-   e_s = 2 w_v . u_s, u = sigmoid(2x): de_s/dx = 4 w_v u (1 - u) and de_s/dw_v = 2 u. */
-void seq2seq_additive_backward(int64_t rows, int64_t S, int64_t A, int64_t M,
-                               const float *restrict saved, const float *restrict w_v,
-                               const int64_t *restrict lens, const float *restrict memory,
-                               const float *restrict weights, int64_t weights_stride,
-                               const float *restrict d_context, int64_t d_context_stride,
-                               float *restrict d_q, float *restrict d_keys,
-                               float *restrict d_memory, float *restrict d_w_v) {
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t len = valid_keys(lens[b], S);
-    const float *restrict w_b = weights + b * weights_stride;
-    const float *restrict dc_b = d_context + b * d_context_stride;
-    float *restrict dq_b = d_q + b * A;
-    float *restrict dwv_b = d_w_v + b * A;
-    for (int64_t j = 0; j < A; ++j) dq_b[j] = 0.0f;
-    /* dL/d weight_s = dc . m_s, and m_s's gradient gains weight_s dc. */
-    float d_weights[len > 0 ? len : 1];
-    float expected = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      const float *restrict m_s = memory + (b * S + s) * M;
-      float *restrict dm_s = d_memory + (b * S + s) * M;
-      const float weight = w_b[s];
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j < M; ++j) {
-        dot += dc_b[j] * m_s[j];
-        dm_s[j] += weight * dc_b[j];
-      }
-      d_weights[s] = dot;
-      expected += weight * dot;
-    }
-    for (int64_t s = 0; s < len; ++s) {
-      const float d_score = w_b[s] * (d_weights[s] - expected); /* through the softmax */
-      const float *restrict u = saved + (b * S + s) * A;
-      float *restrict dk_s = d_keys + (b * S + s) * A;
-#pragma omp simd
-      for (int64_t j = 0; j < A; ++j) {
-        const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
-        dq_b[j] += dx;
-        dk_s[j] += dx;
-        dwv_b[j] += 2.0f * d_score * u[j];
-      }
-    }
   }
 }
 
@@ -480,12 +344,12 @@ static void product_row(int64_t S, int64_t D, int64_t V, float scale, const floa
   softmax_average(len, S, V, largest, w, values, c);
 }
 
-/* Product-scored attention (seq2seq/fused_attention.py): score_s = scale * q . k_s (dot, scaled
+/* Product-scored attention (seq2seq/kernels/product_attention.py): score_s = scale * q . k_s (dot, scaled
    dot and general, whose keys are W k), masked softmax over the valid keys of the row's sentence,
    and context = sum_s weight_s values_s. Row r's sentence is sentence_of[r] (training's packed
    rows, PackedProductAttention: only the real target positions attend, no (B, T, S) grid of
    padded queries), or r / group where sentence_of is NULL (a decoding step: group hypotheses
-   per sentence). Layouts as in seq2seq_additive_forward: q (rows, D), keys (sentences, S, D),
+   per sentence). Layouts as in attention.c: q (rows, D), keys (sentences, S, D),
    values (sentences, S, V), weights (rows, S), zero at the padding, and context (rows, V) at
    row strides given in floats. */
 void seq2seq_product_forward(int64_t rows, int64_t group, const int64_t *restrict sentence_of,
@@ -587,7 +451,7 @@ void seq2seq_affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, con
                     bias != NULL ? &one : &zero, y, &out);
 }
 
-/* Greedy decoding with the Luong decoder (seq2seq/fused_greedy.py): a GRU cell, attention scored
+/* Greedy decoding with the Luong decoder (seq2seq/kernels/greedy.py): a GRU cell, attention scored
    scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
    tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
    LuongDecoder.decode_step and greedy_search's loop, the same GEMMs (torch's sgemm_) and C passes

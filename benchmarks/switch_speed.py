@@ -1,0 +1,158 @@
+"""Every attention switch's training step and decoding against its decoder's default, in-process,
+alternating (issue 68): the ratio a comparison of two switches pays in speed.
+
+For each setting (``train.py`` overrides), the config's model is built once (``model.kernels``
+as the config says: ``auto`` uses the C kernels where they apply), and one training step
+(forward, backward, Adam; dropout off) on a fixed random batch of the toy task's shape (B 64,
+S 18, T 19) is timed, then greedy and beam-5 search of that batch. Rounds alternate the
+settings, so that the machine's drift is shared; each figure is the median over rounds of a
+round's mean. Ratios are the default's time over the setting's (above 1: faster).
+
+    python -m benchmarks.switch_speed --out docs/benchmark/switch_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.benchmark import machine
+from benchmarks.step_benchmark import Step, build_dropout_free, compose, random_batch
+from seq2seq.cli import int_at_least
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.search import beam_search, greedy_search
+from seq2seq.training.loss import DecoderLoss
+
+BAHDANAU: tuple[str, ...] = ()
+LUONG = ("model.decoder=luong", "attention=dot")
+# (decoder's default, its settings): each setting's overrides, added to the default's.
+SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
+    BAHDANAU: [
+        (),
+        ("model.kernels=off",),
+        ("attention=dot",),
+        ("attention=scaled_dot",),
+        ("attention=general",),
+        ("attention.temperature=2.0",),
+        ("attention.normalizer=sparsemax",),
+        ("attention.normalizer=entmax15",),
+        ("attention=scaled_dot", "attention.normalizer=sparsemax"),
+        ("attention.normalizer=entmax", "attention.alpha=1.3"),
+        ("attention.window=local_m", "attention.window_size=3"),
+        ("attention.window=local_p", "attention.window_size=3"),
+        ("attention.key_bias=true",),
+        ("attention.coverage=true",),
+    ],
+    LUONG: [
+        (),
+        ("model.kernels=off",),
+        ("attention.normalizer=sparsemax",),
+        ("model.input_feeding=true",),
+    ],
+}
+VOCABULARY = 54  # the reverse task's
+BATCH, LENGTH = 64, 18
+
+
+class Setting:
+    """One setting's model, its training step and its searches on the shared batch."""
+
+    def __init__(self, overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> None:
+        self.overrides = list(overrides)
+        config = compose([*self.overrides, "trainer=cpu"])
+        self.model = build_dropout_free(config, VOCABULARY, "cpu")
+        self.step = Step(self.model, DecoderLoss(self.model.decoder), batch, lr=1e-4, grad_clip=1.0)
+        self.batch = batch
+
+    def train(self) -> None:
+        self.model.train()
+        self.step()
+
+    def greedy(self) -> None:
+        self.model.eval()
+        with torch.no_grad():
+            greedy_search(
+                self.model, self.batch["src"], self.batch["src_lens"], BOS_ID, EOS_ID, PAD_ID,
+                max_len_a=1.0, max_len_b=1,
+            )  # fmt: skip
+
+    def beam5(self) -> None:
+        self.model.eval()
+        with torch.no_grad():
+            beam_search(
+                self.model, self.batch["src"], self.batch["src_lens"], BOS_ID, EOS_ID, PAD_ID,
+                beam_size=5, max_len_a=1.0, max_len_b=1,
+            )  # fmt: skip
+
+
+def mean_seconds(action: Callable[[], None], repeats: int) -> float:
+    started = time.perf_counter()
+    for _ in range(repeats):
+        action()
+    return (time.perf_counter() - started) / repeats
+
+
+def measure(rounds: int, steps: int, searches: int) -> list[dict[str, Any]]:
+    batch = random_batch(BATCH, LENGTH, VOCABULARY, "cpu")
+    rows = []
+    for default, settings in SETTINGS.items():
+        built = [Setting([*default, *extra], batch) for extra in settings]
+        for setting in built:  # warm-up: the library's build, allocator, first-call costs
+            setting.train(), setting.greedy(), setting.beam5()
+        times: dict[str, list[list[float]]] = {"train": [], "greedy": [], "beam5": []}
+        for _ in range(rounds):
+            for kind, count in (("train", steps), ("greedy", searches), ("beam5", searches)):
+                times[kind].append(
+                    [mean_seconds(getattr(setting, kind), count) for setting in built]
+                )
+        for index, extra in enumerate(settings):
+            row: dict[str, Any] = {"decoder": "luong" if default else "bahdanau",
+                                   "setting": " ".join(extra) or "(default)"}  # fmt: skip
+            for kind, per_round in times.items():
+                median = statistics.median(round_[index] for round_ in per_round)
+                base = statistics.median(round_[0] for round_ in per_round)
+                row[f"{kind}_ms"] = round(1000 * median, 2)
+                row[f"{kind}_ratio"] = round(base / median, 3)
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| decoder | setting | train step ms | ratio | greedy ms | ratio | beam 5 ms | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['decoder']} | `{row['setting']}` | {row['train_ms']} | {row['train_ratio']} "
+            f"| {row['greedy_ms']} | {row['greedy_ratio']} | {row['beam5_ms']} "
+            f"| {row['beam5_ratio']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int_at_least(1), default=5, help="alternations (5)")
+    parser.add_argument("--steps", type=int_at_least(1), default=5, help="per round (5)")
+    parser.add_argument("--searches", type=int_at_least(1), default=3, help="per round (3)")
+    parser.add_argument("--out", type=Path, help="write the report (JSON) here")
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    rows = measure(args.rounds, args.steps, args.searches)
+    report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
+    print(markdown(rows))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+/* The parts of one attention, each the twin of the Python function of the same name:
+
+     scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
+                 seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
+     normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
+                 seq2seq_sparsemax         sparsemax
+                 seq2seq_entmax15          entmax15
+                 seq2seq_entmax_backward   entmax_backward with jacobian_weights (every α)
+     context     seq2seq_attention_context Attention.forward's weights @ values
+
+   and each score and the context have a _backward. A decoder's loop (seq2seq/kernels/
+   attention_parts.py, seq2seq/kernels/bahdanau.py) composes them per step: score -> logits,
+   a normalizer -> weights, the context; the backward pass runs them in reverse. So a new part is
+   one function here and one line there, not a new loop per combination.
+
+   Layouts. A call covers `rows` queries; `group` consecutive rows share a sentence (beam search's
+   hypotheses; 1 in training), row r reading sentence r / group: its keys (S, D) or (S, A), its
+   values (S, V) and its length lens[r / group]. Keys s >= that length are padding. logits and
+   d_logits are (rows, S) scratch, meaningful at the valid keys only; weights are (rows, S) at a
+   row stride given in floats, exactly 0 at the padding and everywhere in a row with no valid key
+   (the masking contract of masked_softmax), which then also gets a zero context and gradient.
+   The backward passes run in training only (group 1: row r is sentence r), and add into the
+   gradients of keys and values: a row's sentence is its own, so threads never add into one
+   place. */
+#include <stdint.h>
+
+#include "vector_math.h"
+
+/* ---- Scores ------------------------------------------------------------------------------ */
+
+/* AdditiveAttention.score: e_s = scale * w_v . tanh(q + k_s), q = W_q s (+ b) and k_s = W_k h_s
+   projected by the caller, scale = 1 / T. Computed as scale * 2 w_v . sigmoid(2x), which differs
+   by scale * sum(w_v), the same for every key of a row: no normalizer sees it (each is invariant
+   to a shift of its row), and the sigmoid is cheaper than tanh (AdditiveAttention.shifted_score).
+   saved (rows, S, A) receives sigmoid(2x) for the backward pass, or is NULL. */
+void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
+                            const float *restrict q, const float *restrict keys,
+                            const float *restrict w_v, const int64_t *restrict lens,
+                            float *restrict saved, float *restrict logits) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const float *restrict q_r = q + r * A;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict k_s = keys + (b * S + s) * A;
+      float score = 0.0f;
+      if (saved != NULL) {
+        float *restrict u = saved + (r * S + s) * A;
+#pragma omp simd reduction(+ : score)
+        for (int64_t j = 0; j < A; ++j) {
+          u[j] = sigmoid_vec(2.0f * (q_r[j] + k_s[j]));
+          score += w_v[j] * u[j];
+        }
+      } else {
+#pragma omp simd reduction(+ : score)
+        for (int64_t j = 0; j < A; ++j) score += w_v[j] * sigmoid_vec(2.0f * (q_r[j] + k_s[j]));
+      }
+      logits[r * S + s] = 2.0f * scale * score;
+    }
+  }
+}
+
+/* With e_s = 2 scale w_v . u_s, u = sigmoid(2x): de_s/dx = 4 scale w_v u (1 - u) and
+   de_s/dw_v = 2 scale u. The last differs from the true score's scale tanh(x) by scale, the
+   constant's share, which adds scale * sum_s d_logits_s: 0, since every normalizer's backward
+   pass gives each row logit gradients that sum to 0 (the weights sum to 1 whatever the shift). Writes d_q (rows, A); adds into d_keys (rows, S, A) and d_w_v (rows, A),
+   each row's part of w_v's gradient (the caller sums the rows once, after all steps). */
+void seq2seq_additive_score_backward(int64_t rows, int64_t S, int64_t A, float scale,
+                                     const float *restrict saved, const float *restrict w_v,
+                                     const int64_t *restrict lens,
+                                     const float *restrict d_logits, float *restrict d_q,
+                                     float *restrict d_keys, float *restrict d_w_v) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r], S);
+    float *restrict dq_r = d_q + r * A;
+    float *restrict dwv_r = d_w_v + r * A;
+    for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float d_score = scale * d_logits[r * S + s];
+      const float *restrict u = saved + (r * S + s) * A;
+      float *restrict dk_s = d_keys + (r * S + s) * A;
+#pragma omp simd
+      for (int64_t j = 0; j < A; ++j) {
+        const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
+        dq_r[j] += dx;
+        dk_s[j] += dx;
+        dwv_r[j] += 2.0f * d_score * u[j];
+      }
+    }
+  }
+}
+
+/* DotProductAttention.score (scale 1, or 1 / sqrt(D) scaled) and GeneralAttention.score (whose
+   keys the caller projected, W_a h_s), each divided by the temperature:
+   e_s = scale * q . k_s. */
+void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
+                           const float *restrict q, const float *restrict keys,
+                           const int64_t *restrict lens, float *restrict logits) {
+#pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const float *restrict q_r = q + r * D;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict k_s = keys + (b * S + s) * D;
+      float score = 0.0f;
+#pragma omp simd reduction(+ : score)
+      for (int64_t j = 0; j < D; ++j) score += q_r[j] * k_s[j];
+      logits[r * S + s] = scale * score;
+    }
+  }
+}
+
+/* dq = scale sum_s de_s k_s (written), dk_s += scale de_s q (added). */
+void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float scale,
+                                    const float *restrict q, const float *restrict keys,
+                                    const int64_t *restrict lens, const float *restrict d_logits,
+                                    float *restrict d_q, float *restrict d_keys) {
+#pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r], S);
+    const float *restrict q_r = q + r * D;
+    float *restrict dq_r = d_q + r * D;
+    for (int64_t j = 0; j < D; ++j) dq_r[j] = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float a = scale * d_logits[r * S + s];
+      const float *restrict k_s = keys + (r * S + s) * D;
+      float *restrict dk_s = d_keys + (r * S + s) * D;
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) {
+        dq_r[j] += a * k_s[j];
+        dk_s[j] += a * q_r[j];
+      }
+    }
+  }
+}
+
+/* ---- Normalizers ------------------------------------------------------------------------- */
+
+/* softmax: p_s = exp(z_s - max) / sum over the valid keys. */
+void seq2seq_softmax(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+                     const float *restrict logits, float *restrict weights, int64_t w_stride) {
+#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r / group], S);
+    const float *restrict z = logits + r * S;
+    float *restrict p = weights + r * w_stride;
+    float largest = len > 0 ? z[0] : 0.0f, total = 0.0f;
+    for (int64_t s = 1; s < len; ++s) largest = z[s] > largest ? z[s] : largest;
+    for (int64_t s = 0; s < len; ++s) {
+      p[s] = exp_vec(z[s] - largest);
+      total += p[s];
+    }
+    for (int64_t s = 0; s < len; ++s) p[s] /= total;
+    for (int64_t s = len; s < S; ++s) p[s] = 0.0f;
+  }
+}
+
+/* A row's valid logits, shifted so that the largest is 0 (the thresholds are shift-invariant;
+   this keeps squares small), into x, and sorted descending into sorted (sorted_valid_logits).
+   Insertion sort: rows are a sentence's keys, tens of them, where it beats a library sort's
+   calls through a comparison function. */
+static void sorted_valid_logits(int64_t len, const float *restrict z, float *restrict x,
+                                float *restrict sorted) {
+  float largest = z[0];
+  for (int64_t s = 1; s < len; ++s) largest = z[s] > largest ? z[s] : largest;
+  for (int64_t s = 0; s < len; ++s) {
+    const float value = z[s] - largest;
+    int64_t i = s;
+    for (; i > 0 && sorted[i - 1] < value; --i) sorted[i] = sorted[i - 1];
+    sorted[i] = value;
+    x[s] = value;
+  }
+}
+
+/* sparsemax's threshold (Martins and Astudillo, 2016, Algorithm 1): with z sorted descending,
+   the support is the k largest for the largest k with 1 + k z_(k) > sum_{j<=k} z_(j), and
+   tau = (sum_{j<=k} z_(j) - 1) / k; then p_s = [z_s - tau]_+. */
+static float sparsemax_threshold(int64_t len, const float *restrict sorted) {
+  float cumulative = 0.0f, tau = 0.0f;
+  for (int64_t k = 1; k <= len; ++k) {
+    cumulative += sorted[k - 1];
+    if (1.0f + k * sorted[k - 1] > cumulative) tau = (cumulative - 1.0f) / k;
+  }
+  return tau;
+}
+
+/* entmax15's threshold (Peters, Niculae and Martins, 2019, Algorithm 2) on x = z / 2 sorted
+   descending: tau_k = mean_k - sqrt((1 - k (meansq_k - mean_k^2)) / k) would make the k largest
+   sum to 1, and the support is the largest k with tau_k <= x_(k); then p_s = [z_s / 2 - tau]_+^2. */
+static float entmax15_threshold(int64_t len, const float *restrict sorted) {
+  float sum = 0.0f, sum_squares = 0.0f, tau = 0.0f;
+  for (int64_t k = 1; k <= len; ++k) {
+    const float value = 0.5f * sorted[k - 1];
+    sum += value;
+    sum_squares += value * value;
+    const float mean = sum / k, mean_square = sum_squares / k;
+    const float gap = (1.0f - k * (mean_square - mean * mean)) / k;
+    const float tau_k = mean - (gap > 0.0f ? __builtin_sqrtf(gap) : 0.0f);
+    if (k == 1 || tau_k <= value) tau = tau_k;
+  }
+  return tau;
+}
+
+/* The sparse normalizers' rows: sort each row's valid logits, find the threshold, map each
+   logit above it (alpha 2: z - tau; alpha 1.5: (z / 2 - tau)^2), zeros elsewhere. */
+static void thresholded(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+                        const float *restrict logits, float *restrict weights, int64_t w_stride,
+                        int entmax15) {
+#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r / group], S);
+    float *restrict p = weights + r * w_stride;
+    if (len > 0) {
+      float x[len], sorted[len];
+      sorted_valid_logits(len, logits + r * S, x, sorted);
+      if (entmax15) {
+        const float tau = entmax15_threshold(len, sorted);
+        for (int64_t s = 0; s < len; ++s) {
+          const float above = 0.5f * x[s] - tau;
+          p[s] = above > 0.0f ? above * above : 0.0f;
+        }
+      } else {
+        const float tau = sparsemax_threshold(len, sorted);
+        for (int64_t s = 0; s < len; ++s) p[s] = x[s] > tau ? x[s] - tau : 0.0f;
+      }
+    }
+    for (int64_t s = len; s < S; ++s) p[s] = 0.0f;
+  }
+}
+
+/* sparsemax: p = [z - tau]_+, the Euclidean projection of the logits onto the simplex. */
+void seq2seq_sparsemax(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+                       const float *restrict logits, float *restrict weights, int64_t w_stride) {
+  thresholded(rows, group, S, lens, logits, weights, w_stride, 0);
+}
+
+/* entmax15: p = [z / 2 - tau]_+^2, alpha-entmax at alpha 1.5. */
+void seq2seq_entmax15(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+                      const float *restrict logits, float *restrict weights, int64_t w_stride) {
+  thresholded(rows, group, S, lens, logits, weights, w_stride, 1);
+}
+
+/* entmax_backward with jacobian_weights: the one backward of every alpha >= 1 (Peters et al.,
+   2019, Prop. 2), dz = s * dp - s (s . dp) / sum(s), with s_i = p_i^(2 - alpha) where p_i > 0,
+   else 0: p for softmax (alpha 1), the support's indicator for sparsemax (2), sqrt(p) for
+   entmax15. d_weights and d_logits are (rows, S); a row without support gets zeros. */
+void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t *restrict lens,
+                             const float *restrict weights, int64_t w_stride,
+                             const float *restrict d_weights, float *restrict d_logits) {
+#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r], S);
+    const float *restrict p = weights + r * w_stride, *restrict dp = d_weights + r * S;
+    float *restrict dz = d_logits + r * S;
+    float total = 0.0f, along = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      float j_s = 0.0f;
+      if (p[s] > 0.0f) {
+        j_s = alpha == 1.0f   ? p[s]
+              : alpha == 2.0f ? 1.0f
+              : alpha == 1.5f ? __builtin_sqrtf(p[s])
+                              : __builtin_powf(p[s], 2.0f - alpha);
+      }
+      dz[s] = j_s; /* s_i, until the second pass */
+      total += j_s;
+      along += j_s * dp[s];
+    }
+    const float mean = total > 0.0f ? along / total : 0.0f;
+    for (int64_t s = 0; s < len; ++s) dz[s] = dz[s] * (dp[s] - mean);
+    for (int64_t s = len; s < S; ++s) dz[s] = 0.0f;
+  }
+}
+
+/* ---- The context -------------------------------------------------------------------------- */
+
+/* Attention.forward's context = weights @ values: c = sum_s p_s v_s over the valid keys. */
+void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V,
+                               const float *restrict weights, int64_t w_stride,
+                               const int64_t *restrict lens, const float *restrict values,
+                               float *restrict context, int64_t c_stride) {
+#pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const float *restrict p = weights + r * w_stride;
+    float *restrict c = context + r * c_stride;
+    for (int64_t j = 0; j < V; ++j) c[j] = 0.0f;
+    for (int64_t s = 0; s < len; ++s) {
+      const float weight = p[s];
+      if (weight == 0.0f) continue; /* sparse weights: a key out of the support adds nothing */
+      const float *restrict v_s = values + (b * S + s) * V;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) c[j] += weight * v_s[j];
+    }
+  }
+}
+
+/* dp_s = dc . v_s (written into d_weights (rows, S)), dv_s += p_s dc (added). */
+void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
+                                        const float *restrict weights, int64_t w_stride,
+                                        const int64_t *restrict lens,
+                                        const float *restrict values,
+                                        const float *restrict d_context, int64_t dc_stride,
+                                        float *restrict d_weights, float *restrict d_values) {
+#pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r], S);
+    const float *restrict p = weights + r * w_stride, *restrict dc = d_context + r * dc_stride;
+    float *restrict dp = d_weights + r * S;
+    for (int64_t s = 0; s < len; ++s) {
+      const float *restrict v_s = values + (r * S + s) * V;
+      float *restrict dv_s = d_values + (r * S + s) * V;
+      const float weight = p[s];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < V; ++j) {
+        dot += dc[j] * v_s[j];
+        dv_s[j] += weight * dc[j];
+      }
+      dp[s] = dot;
+    }
+    for (int64_t s = len; s < S; ++s) dp[s] = 0.0f;
+  }
+}

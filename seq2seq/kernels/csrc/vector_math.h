@@ -1,0 +1,51 @@
+/* What the kernels' files share: the vectorising exp, sigmoid and tanh, and the thread
+   threshold. gru.c and attention.c include it; library.py compiles both into one library. */
+#ifndef SEQ2SEQ_VECTOR_MATH_H
+#define SEQ2SEQ_VECTOR_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Rows are split over torch's OpenMP threads when library.py builds with -fopenmp (only where
+   torch itself runs on libgomp, so both share one thread pool); below this many elements a
+   step is too short to repay waking the other threads. Without -fopenmp the pragma is ignored
+   and every step runs on the calling thread. */
+#define PARALLEL_MIN 4096
+
+/* exp and tanh written to vectorise: every step is a few multiply-adds the compiler turns into
+   AVX2/FMA or NEON code, with no library call and no -ffast-math (which would also switch the
+   whole process's floating-point mode to flush-to-zero when the library loads). */
+
+/* e^x, Cephes' expf: x = k ln2 + r with |r| <= ln2 / 2, e^r as 1 + r + r^2 p(r) with p of
+   degree 5, times 2^k.
+   Relative error about 2e-7 on the clamped range, which keeps the result finite and normal. */
+static inline float exp_vec(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  /* Round x / ln2 to the nearest integer: adding and subtracting 1.5 * 2^23 does it in
+     floating point (the compiler may not reassociate without -ffast-math). */
+  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - k * 0.693359375f) + k * 2.12194440e-4f; /* ln2 in two parts */
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = ((int32_t)k + 127) << 23; /* 2^k as a float's bit pattern */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+static inline float sigmoid_vec(float x) { return 1.0f / (1.0f + exp_vec(-x)); }
+
+/* tanh x = 2 sigmoid(2x) - 1: one exp and one division, like the sigmoid. Its absolute error is
+   about 1e-7 everywhere (near 0 that is a larger relative error than a libm tanhf's, and still
+   below float32's resolution of the values it is added to: h' = n + z (h - n)). */
+static inline float tanh_vec(float x) { return 2.0f / (1.0f + exp_vec(-2.0f * x)) - 1.0f; }
+
+/* The number of valid keys of a row whose sentence has `len` of S. */
+static inline int64_t valid_keys(int64_t len, int64_t S) { return len < 0 ? 0 : (len > S ? S : len); }
+
+#endif

@@ -1,0 +1,208 @@
+"""csrc/attention.c's parts, each against the Python function it is the twin of: the scores
+(``AdditiveAttention.score``, ``DotProductAttention.score``), the normalizers
+(``seq2seq.normalizers.softmax``, ``sparsemax``, ``entmax15``) and the context, forward and
+backward (autograd through the reference, in float64), with the masking contract: weight
+exactly 0 at padding and outside a sparse support, an empty row all zeros, never NaN.
+
+Shape legend: R rows (queries), S keys, A additive size, D product size, V value size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+from torch import Tensor
+
+from seq2seq import normalizers
+from seq2seq.attention import (
+    AdditiveAttention,
+    AttentionParts,
+    DotProductAttention,
+    GeneralAttention,
+    valid_key_mask,
+)
+from seq2seq.kernels import library
+from seq2seq.kernels.attention_parts import NORMALIZER_TWINS, StepAttention, step_attention
+from seq2seq.normalizers import Entmax15, Softmax, Sparsemax
+
+pytestmark = pytest.mark.skipif(
+    library.library() is None, reason=f"no fused kernels here: {library.unavailable_reason()}"
+)
+NORMALIZERS = ["softmax", "sparsemax", "entmax15"]
+ALPHA = {name: alpha for name, alpha in NORMALIZER_TWINS.values()}
+ROWS, KEYS = 6, 7
+# Row 0 has no valid key, row 1 all of them, row 3 more than S (clamped), the rest a few.
+LENS = torch.tensor([0, KEYS, 1, KEYS + 2, 3, 5])
+
+
+def kernels() -> ctypes.CDLL:
+    loaded = library.library()
+    assert loaded is not None
+    return loaded
+
+
+def mask() -> Tensor:
+    return valid_key_mask(LENS.clamp(max=KEYS), 1, KEYS)[:, 0]  # (R, S)
+
+
+def random(*shape: int, scale: float = 1.0, seed: int = 0) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def normalize(name: str, logits: Tensor) -> Tensor:
+    """What the C twin writes: the weights (R, S) of ``logits`` (R, S) over LENS."""
+    weights = torch.empty(ROWS, KEYS)
+    getattr(kernels(), f"seq2seq_{name}")(
+        ROWS, 1, KEYS, LENS.data_ptr(), logits.contiguous().data_ptr(), weights.data_ptr(), KEYS
+    )
+    return weights
+
+
+@pytest.mark.parametrize("name", NORMALIZERS)
+@pytest.mark.parametrize("scale", [0.3, 3.0])  # dense and sparse rows
+def test_each_normalizer_matches_its_python_twin(name: str, scale: float) -> None:
+    logits = random(ROWS, KEYS, scale=scale)
+    got = normalize(name, logits)
+    python = getattr(normalizers, name)
+    want = python(logits.double()[:, None], mask()[:, None])[:, 0].float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+    assert torch.isfinite(got).all()
+    assert (got[~mask()] == 0).all()  # exact zeros at padding
+    assert (got[0] == 0).all()  # the row with no key
+    assert torch.equal(got[1:] == 0, want[1:] == 0) or name == "softmax"  # the same support
+    torch.testing.assert_close(got[1:].sum(-1), torch.ones(ROWS - 1))
+
+
+@pytest.mark.parametrize("name", NORMALIZERS)
+def test_entmax_backward_is_each_normalizers_gradient(name: str) -> None:
+    """``seq2seq_entmax_backward`` at the normalizer's α against autograd through the Python
+    normalizer in float64 (its own backward, and softmax's torch one)."""
+    logits = random(ROWS, KEYS, scale=2.0)
+    weights = normalize(name, logits)
+    d_weights = random(ROWS, KEYS, seed=1)
+    d_logits = torch.empty(ROWS, KEYS)
+    kernels().seq2seq_entmax_backward(
+        ROWS, KEYS, ALPHA[name], LENS.data_ptr(), weights.data_ptr(), KEYS,
+        d_weights.data_ptr(), d_logits.data_ptr(),
+    )  # fmt: skip
+    leaf = logits.double().requires_grad_()
+    python = getattr(normalizers, name)
+    (want,) = torch.autograd.grad(
+        (python(leaf[:, None], mask()[:, None])[:, 0] * d_weights.double()).sum(), leaf
+    )
+    torch.testing.assert_close(d_logits, want.float(), rtol=1e-4, atol=1e-5)
+    assert (d_logits[~mask()] == 0).all() and torch.isfinite(d_logits).all()
+
+
+def test_context_and_its_backward() -> None:
+    weights = normalize("sparsemax", random(ROWS, KEYS, scale=3.0))
+    values, d_context = random(ROWS, KEYS, 5, seed=2), random(ROWS, 5, seed=3)
+    context, d_weights = torch.empty(ROWS, 5), torch.empty(ROWS, KEYS)
+    d_values = torch.zeros(ROWS, KEYS, 5)
+    kernels().seq2seq_attention_context(
+        ROWS, 1, KEYS, 5, weights.data_ptr(), KEYS, LENS.data_ptr(), values.data_ptr(),
+        context.data_ptr(), 5,
+    )  # fmt: skip
+    torch.testing.assert_close(context, torch.bmm(weights[:, None], values)[:, 0])
+    kernels().seq2seq_attention_context_backward(
+        ROWS, KEYS, 5, weights.data_ptr(), KEYS, LENS.data_ptr(), values.data_ptr(),
+        d_context.data_ptr(), 5, d_weights.data_ptr(), d_values.data_ptr(),
+    )  # fmt: skip
+    want_d_weights = torch.bmm(values, d_context[:, :, None])[:, :, 0] * mask()
+    torch.testing.assert_close(d_weights, want_d_weights)
+    torch.testing.assert_close(d_values, weights[:, :, None] * d_context[:, None, :])
+
+
+def test_additive_score_and_its_backward_against_autograd() -> None:
+    """scale · w_v · tanh(q + k), up to a constant per row (the sigmoid form): compared after
+    a softmax, which that constant does not change, and through its gradients."""
+    size, scale = 9, 0.5
+    q, keys, w_v = random(ROWS, size), random(ROWS, KEYS, size, seed=1), random(size, seed=2)
+    logits, saved = torch.empty(ROWS, KEYS), torch.empty(ROWS, KEYS, size)
+    kernels().seq2seq_additive_score(
+        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), w_v.data_ptr(),
+        LENS.data_ptr(), saved.data_ptr(), logits.data_ptr(),
+    )  # fmt: skip
+    leaves = [x.double().requires_grad_() for x in (q, keys, w_v)]
+    want = scale * torch.tanh(leaves[0][:, None] + leaves[1]) @ leaves[2]  # (R, S)
+    shift = scale * w_v.sum()  # the sigmoid form's constant
+    valid = mask()
+    torch.testing.assert_close(logits[valid], (want.detach().float() + shift)[valid])
+    # Centred over each row's valid keys, as every normalizer's backward pass gives them: then
+    # the constant's share of w_v's gradient, scale · Σ_s d_s, is 0.
+    d_logits = random(ROWS, KEYS, seed=3) * valid
+    d_logits = d_logits - d_logits.sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
+    d_logits = d_logits * valid
+    grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
+    d_q, d_keys, d_w_v = (
+        torch.empty(ROWS, size),
+        torch.zeros(ROWS, KEYS, size),
+        torch.zeros(ROWS, size),
+    )
+    kernels().seq2seq_additive_score_backward(
+        ROWS, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), LENS.data_ptr(),
+        d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(), d_w_v.data_ptr(),
+    )  # fmt: skip
+    for got, expected in zip((d_q, d_keys, d_w_v.sum(0)), grads, strict=True):
+        torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_product_score_and_its_backward_against_autograd() -> None:
+    size, scale = 8, 8**-0.5
+    q, keys = random(ROWS, size), random(ROWS, KEYS, size, seed=1)
+    logits = torch.empty(ROWS, KEYS)
+    kernels().seq2seq_product_score(
+        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), LENS.data_ptr(),
+        logits.data_ptr(),
+    )  # fmt: skip
+    leaves = [x.double().requires_grad_() for x in (q, keys)]
+    want = scale * torch.bmm(leaves[1], leaves[0][:, :, None])[:, :, 0]  # (R, S)
+    valid = mask()
+    torch.testing.assert_close(logits[valid], want.detach().float()[valid])
+    d_logits = random(ROWS, KEYS, seed=3) * valid
+    grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
+    d_q, d_keys = torch.empty(ROWS, size), torch.zeros(ROWS, KEYS, size)
+    kernels().seq2seq_product_score_backward(
+        ROWS, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), LENS.data_ptr(),
+        d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(),
+    )  # fmt: skip
+    for got, expected in zip((d_q, d_keys), grads, strict=True):
+        torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("attention", "parts", "want"),
+    [
+        (AdditiveAttention(4, 4, 6), AttentionParts(), StepAttention("additive", 1.0)),
+        (
+            AdditiveAttention(4, 4, 6, temperature=2.0),
+            AttentionParts(normalizer="sparsemax"),
+            StepAttention("additive", 0.5, "sparsemax", 2.0),
+        ),
+        (DotProductAttention(scaled=False), AttentionParts(), StepAttention("product", 1.0)),
+        (
+            DotProductAttention(),
+            AttentionParts(normalizer="entmax15"),
+            StepAttention("product", 0.5, "entmax15", 1.5),
+        ),
+        (GeneralAttention(4, 4, temperature=4.0), AttentionParts(), StepAttention("product", 0.25)),
+        (AdditiveAttention(4, 4, 6, layer_norm=True), AttentionParts(), None),
+        (DotProductAttention(temperature="learnable"), AttentionParts(), None),
+        (DotProductAttention(), AttentionParts(window="local_m", window_size=2), None),
+        (DotProductAttention(), AttentionParts(key_bias=True, key_bias_positions=5), None),
+        (DotProductAttention(), AttentionParts(coverage=True), None),
+        (DotProductAttention(), AttentionParts(normalizer="entmax", alpha=1.3), None),
+    ],
+)
+def test_step_attention_names_the_twins_of_the_built_parts(
+    attention: AdditiveAttention, parts: AttentionParts, want: StepAttention | None
+) -> None:
+    """Which parts have C twins (the query size 4: a scaled dot product's 1 / √4)."""
+    assert step_attention(attention.use_parts(parts, 4), 4) == want
+
+
+def test_every_normalizer_with_a_twin_is_named() -> None:
+    assert set(NORMALIZER_TWINS) == {Softmax, Sparsemax, Entmax15}
+    assert {name for name, _ in NORMALIZER_TWINS.values()} == set(NORMALIZERS)
