@@ -26,6 +26,7 @@ from seq2seq.attention import (
 from seq2seq.kernels import library
 from seq2seq.kernels.attention_parts import NORMALIZER_TWINS, StepAttention, step_attention
 from seq2seq.normalizers import Entmax15, Softmax, Sparsemax
+from seq2seq.positions import KeyBias
 
 pytestmark = pytest.mark.skipif(
     library.library() is None, reason=f"no fused kernels here: {library.unavailable_reason()}"
@@ -94,6 +95,26 @@ def test_entmax_backward_is_each_normalizers_gradient(name: str) -> None:
     )
     torch.testing.assert_close(d_logits, want.float(), rtol=1e-4, atol=1e-5)
     assert (d_logits[~mask()] == 0).all() and torch.isfinite(d_logits).all()
+
+
+def test_key_bias_and_its_backward_against_the_module() -> None:
+    """``seq2seq_key_bias`` adds ``KeyBias``'s b_s at positions below its size (here 4 of 7)
+    and nothing past it; its backward sums the rows' logit gradients per position."""
+    module = KeyBias(4)
+    torch.nn.init.normal_(module.bias)
+    logits = random(ROWS, KEYS)
+    got = logits.clone()
+    bias = module.bias.detach()
+    kernels().seq2seq_key_bias(ROWS, 1, KEYS, 4, bias.data_ptr(), LENS.data_ptr(), got.data_ptr())
+    valid = mask()
+    torch.testing.assert_close(got[valid], module(logits).detach()[valid])
+    d_logits = random(ROWS, KEYS, seed=1) * valid
+    d_bias = torch.zeros(4)
+    kernels().seq2seq_key_bias_backward(
+        ROWS, KEYS, 4, LENS.data_ptr(), d_logits.data_ptr(), d_bias.data_ptr()
+    )
+    (want,) = torch.autograd.grad((module(logits) * d_logits).sum(), module.bias)
+    torch.testing.assert_close(d_bias, want)
 
 
 def test_context_and_its_backward() -> None:
@@ -191,7 +212,11 @@ def test_product_score_and_its_backward_against_autograd() -> None:
         (AdditiveAttention(4, 4, 6, layer_norm=True), AttentionParts(), None),
         (DotProductAttention(temperature="learnable"), AttentionParts(), None),
         (DotProductAttention(), AttentionParts(window="local_m", window_size=2), None),
-        (DotProductAttention(), AttentionParts(key_bias=True, key_bias_positions=5), None),
+        (
+            DotProductAttention(scaled=False),
+            AttentionParts(key_bias=True, key_bias_positions=5),
+            StepAttention("product", 1.0, key_bias=True),
+        ),
         (DotProductAttention(), AttentionParts(coverage=True), None),
         (DotProductAttention(), AttentionParts(normalizer="entmax", alpha=1.3), None),
     ],

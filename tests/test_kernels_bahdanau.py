@@ -47,7 +47,10 @@ ADDITIVE = StepAttention("additive", 1.0)
 
 def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """``Recurrence`` with plain additive attention and softmax, as ``reference`` computes."""
-    return Recurrence.apply(*inputs, ADDITIVE)
+    *attention, context_weight, weight_hh, bias_hh = inputs[5:]
+    return Recurrence.apply(
+        *inputs[:5], *attention, None, context_weight, weight_hh, bias_hh, ADDITIVE
+    )
 
 
 def reference(
@@ -301,24 +304,40 @@ SCORING = {
 }
 
 
-def make_composed(scoring: str, normalizer: str) -> Seq2Seq:
+# The parts with C twins, each alone and in pairs: the key bias covers 4 of the batch's 5
+# source positions (the 5th gets none, as past the table in the reference).
+PARTS = {
+    "softmax": AttentionParts(),
+    "sparsemax": AttentionParts(normalizer="sparsemax"),
+    "entmax15": AttentionParts(normalizer="entmax15"),
+    "key_bias": AttentionParts(key_bias=True, key_bias_positions=4),
+    "sparsemax+key_bias": AttentionParts("sparsemax", key_bias=True, key_bias_positions=4),
+    "entmax15+key_bias": AttentionParts("entmax15", key_bias=True, key_bias_positions=4),
+}
+
+
+def make_composed(scoring: str, parts: str) -> Seq2Seq:
     """An accelerated Bahdanau model (hidden and memory size 16, so that dot products need no
-    key projection) with ``scoring`` and ``normalizer``, in training mode, its parts composed."""
+    key projection) with ``scoring`` and ``parts``, in training mode, its parts composed; a key
+    bias starts random (at 0 it would not show in the forward pass)."""
     torch.manual_seed(0)
     model = Seq2Seq(
         src_vocab_size=13, tgt_vocab_size=11, attention=SCORING[scoring], embedding_size=8,
         hidden_size=16, encoder_hidden_size=8, dropout=0.0, decoder=BahdanauDecoder,
-        attention_parts=AttentionParts(normalizer=normalizer),
+        attention_parts=PARTS[parts],
     ).train()  # fmt: skip
+    for name, parameter in model.named_parameters():
+        if name.endswith("key_bias.bias"):
+            torch.nn.init.normal_(parameter)
     accelerate(model)
     assert isinstance(model.decoder, FastBahdanauDecoder) and model.decoder.step_parts()
     return model
 
 
-@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax", "entmax15"])
+@pytest.mark.parametrize("parts", list(PARTS))
 @pytest.mark.parametrize("scoring", list(SCORING))
-def test_every_scoring_and_normalizer_trains_and_decodes_as_the_reference(
-    scoring: str, normalizer: str
+def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
+    scoring: str, parts: str
 ) -> None:
     """Kernels auto against off from the same weights: the teacher-forced loss (over the real
     tokens, as training computes it) and every parameter's gradient in float32 against the
@@ -327,7 +346,7 @@ def test_every_scoring_and_normalizer_trains_and_decodes_as_the_reference(
     src, src_lens, tgt_in = make_batch()
     tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), EOS)], dim=1)
     tgt_out[1, 3:] = PAD  # sentences of mixed lengths
-    model = make_composed(scoring, normalizer)
+    model = make_composed(scoring, parts)
     reference_model = to_reference(copy.deepcopy(model).double())
     results = []
     for candidate in (model, reference_model):
@@ -345,7 +364,7 @@ def test_every_scoring_and_normalizer_trains_and_decodes_as_the_reference(
         _, weights = model(src, src_lens, tgt_in)
         _, want_weights = reference_model.eval()(src, src_lens, tgt_in)
     torch.testing.assert_close(weights, want_weights.float(), rtol=1e-4, atol=1e-5)
-    assert torch.equal(weights == 0, want_weights == 0) or normalizer == "softmax"
+    assert torch.equal(weights == 0, want_weights == 0) or "max" not in parts
     assert (weights[1, :, 2:] == 0).all()  # sentence 1's padding
     decoder = model.decoder
     assert isinstance(decoder, FastBahdanauDecoder)

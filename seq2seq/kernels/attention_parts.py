@@ -4,8 +4,9 @@ The reference computes ``weights = normalize(score(q, k) / T)`` and ``context = 
 (``seq2seq.attention.Attention.forward``). ``StepAttention`` names which twin computes each
 part, by the Python name it mirrors: the score (``additive_score`` for
 ``AdditiveAttention.score``, ``product_score`` for ``DotProductAttention.score`` and
-``GeneralAttention.score``), the normalizer (``softmax``, ``sparsemax``, ``entmax15``, and
-``entmax_backward`` for the backward pass of each) and the context. ``forward`` and ``backward``
+``GeneralAttention.score``), the key bias (``key_bias`` for ``KeyBias.forward``), the
+normalizer (``softmax``, ``sparsemax``, ``entmax15``, and ``entmax_backward`` for the backward
+pass of each) and the context. ``forward`` and ``backward``
 run one decoder step's rows through them; ``step_attention`` reads a built attention module and
 says whether the parts cover it.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from seq2seq.attention import (
@@ -39,17 +41,69 @@ NORMALIZER_TWINS: dict[type, tuple[str, float]] = {
 }
 
 
+@dataclass
+class AttentionSource:
+    """What a step's attention reads besides its queries, contiguous: keys (B, S, A or D) (the
+    projected keys), memory (B, S, V), src_lens (B,) int64, and the parts' parameters: w_v (A,)
+    (additive scoring) and the key bias b (P,), or None."""
+
+    keys: Tensor
+    memory: Tensor
+    src_lens: Tensor
+    score_weight: Tensor | None = None
+    key_bias: Tensor | None = None
+
+    @staticmethod
+    def of(
+        keys: Tensor,
+        memory: Tensor,
+        src_lens: Tensor,
+        score_weight: Tensor | None,
+        key_bias: Tensor | None,
+    ) -> AttentionSource:
+        """The tensors, made contiguous (and the lengths int64) once per batch."""
+        return AttentionSource(
+            keys.contiguous(),
+            memory.contiguous(),
+            src_lens.to(torch.int64).contiguous(),
+            None if score_weight is None else score_weight.contiguous(),
+            None if key_bias is None else key_bias.contiguous(),
+        )
+
+
+@dataclass
+class AttentionGrads:
+    """Where the backward passes add their gradients, zeros to start: keys and memory as the
+    source's, w_v's per row (R, A) (summed by the caller after all steps), the key bias's (P,)."""
+
+    d_keys: Tensor
+    d_memory: Tensor
+    d_score_weight: Tensor | None
+    d_key_bias: Tensor | None
+
+    @staticmethod
+    def zeros(source: AttentionSource, rows: int) -> AttentionGrads:
+        score_weight, key_bias = source.score_weight, source.key_bias
+        return AttentionGrads(
+            torch.zeros_like(source.keys),
+            torch.zeros_like(source.memory),
+            None if score_weight is None else score_weight.new_zeros(rows, score_weight.numel()),
+            None if key_bias is None else torch.zeros_like(key_bias),
+        )
+
+
 @dataclass(frozen=True)
 class StepAttention:
     """Which C twins compute an attention: ``score`` is ``"additive"`` (q = W_q s + b, keys
-    W_k h, ``score_weight`` w_v) or ``"product"`` (q = s, keys the projected keys), each times
-    ``scale`` (1 / T; a product's 1 / √D too when scaled); ``normalizer`` a key of
-    ``NORMALIZER_TWINS``' names with its ``alpha``."""
+    W_k h, w_v) or ``"product"`` (q = s, keys the projected keys), each times ``scale`` (1 / T;
+    a product's 1 / √D too when scaled); ``key_bias`` whether b_s is added (``KeyBias``);
+    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``."""
 
     score: str
     scale: float
     normalizer: str = "softmax"
     alpha: float = 1.0
+    key_bias: bool = False
 
     @property
     def projects_queries(self) -> bool:
@@ -62,10 +116,7 @@ class StepAttention:
         rows: int,
         group: int,
         queries: int,
-        keys: Tensor,
-        score_weight: Tensor | None,
-        src_lens: Tensor,
-        memory: Tensor,
+        source: AttentionSource,
         saved_scores: int | None,
         logits: Tensor,
         weights: int,
@@ -74,28 +125,32 @@ class StepAttention:
         context_stride: int,
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
-        (R, V), the arrays given by address where they are rows of a larger tensor. keys
-        (B, S, A or D), memory (B, S, V) and src_lens (B,) are contiguous; ``group`` rows per
-        sentence. ``saved_scores`` (R, S, A) receives what the additive score's backward reads,
-        or is None."""
-        _, length, size = keys.shape
+        (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
+        rows per sentence. ``saved_scores`` (R, S, A) receives what the additive score's
+        backward reads, or is None."""
+        _, length, size = source.keys.shape
+        lens = source.src_lens.data_ptr()
         if self.score == "additive":
-            assert score_weight is not None  # an additive StepAttention has w_v
+            assert source.score_weight is not None  # an additive StepAttention has w_v
             kernels.seq2seq_additive_score(
-                rows, group, length, size, self.scale, queries, keys.data_ptr(),
-                score_weight.data_ptr(), src_lens.data_ptr(), saved_scores, logits.data_ptr(),
+                rows, group, length, size, self.scale, queries, source.keys.data_ptr(),
+                source.score_weight.data_ptr(), lens, saved_scores, logits.data_ptr(),
             )  # fmt: skip
         else:
             kernels.seq2seq_product_score(
-                rows, group, length, size, self.scale, queries, keys.data_ptr(),
-                src_lens.data_ptr(), logits.data_ptr(),
+                rows, group, length, size, self.scale, queries, source.keys.data_ptr(), lens,
+                logits.data_ptr(),
+            )  # fmt: skip
+        if source.key_bias is not None:
+            kernels.seq2seq_key_bias(
+                rows, group, length, source.key_bias.numel(), source.key_bias.data_ptr(), lens,
+                logits.data_ptr(),
             )  # fmt: skip
         normalize = getattr(kernels, f"seq2seq_{self.normalizer}")
-        normalize(rows, group, length, src_lens.data_ptr(), logits.data_ptr(), weights,
-                  weights_stride)  # fmt: skip
+        normalize(rows, group, length, lens, logits.data_ptr(), weights, weights_stride)
         kernels.seq2seq_attention_context(
-            rows, group, length, memory.shape[2], weights, weights_stride, src_lens.data_ptr(),
-            memory.data_ptr(), context, context_stride,
+            rows, group, length, source.memory.shape[2], weights, weights_stride, lens,
+            source.memory.data_ptr(), context, context_stride,
         )  # fmt: skip
 
     def backward(
@@ -103,10 +158,7 @@ class StepAttention:
         kernels: ctypes.CDLL,
         rows: int,
         queries: int,
-        keys: Tensor,
-        score_weight: Tensor | None,
-        src_lens: Tensor,
-        memory: Tensor,
+        source: AttentionSource,
         saved_scores: int | None,
         weights: int,
         weights_stride: int,
@@ -114,37 +166,40 @@ class StepAttention:
         d_context_stride: int,
         scratch: tuple[Tensor, Tensor],
         d_queries: int,
-        d_keys: Tensor,
-        d_memory: Tensor,
-        d_score_weight: Tensor | None,
+        grads: AttentionGrads,
     ) -> None:
         """The parts' backward passes in reverse, for training's rows (row r is sentence r):
-        from d_context (R, V) write d_queries (R, A or D) and add into d_keys (B, S, ·),
-        d_memory (B, S, V) and d_score_weight (R, A), each row's part of w_v's gradient.
-        ``scratch`` is two (R', S) buffers, R' >= R, for the weights' and the logits'
-        gradients."""
-        _, length, size = keys.shape
+        from d_context (R, V) write d_queries (R, A or D) and add into ``grads``. ``scratch``
+        is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients."""
+        _, length, size = source.keys.shape
+        lens = source.src_lens.data_ptr()
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
-            rows, length, memory.shape[2], weights, weights_stride, src_lens.data_ptr(),
-            memory.data_ptr(), d_context, d_context_stride, d_weights.data_ptr(),
-            d_memory.data_ptr(),
+            rows, length, source.memory.shape[2], weights, weights_stride, lens,
+            source.memory.data_ptr(), d_context, d_context_stride, d_weights.data_ptr(),
+            grads.d_memory.data_ptr(),
         )  # fmt: skip
         kernels.seq2seq_entmax_backward(
-            rows, length, self.alpha, src_lens.data_ptr(), weights, weights_stride,
-            d_weights.data_ptr(), d_logits.data_ptr(),
+            rows, length, self.alpha, lens, weights, weights_stride, d_weights.data_ptr(),
+            d_logits.data_ptr(),
         )  # fmt: skip
+        if source.key_bias is not None:
+            assert grads.d_key_bias is not None
+            kernels.seq2seq_key_bias_backward(
+                rows, length, source.key_bias.numel(), lens, d_logits.data_ptr(),
+                grads.d_key_bias.data_ptr(),
+            )  # fmt: skip
         if self.score == "additive":
-            assert score_weight is not None and d_score_weight is not None
+            assert source.score_weight is not None and grads.d_score_weight is not None
             kernels.seq2seq_additive_score_backward(
-                rows, length, size, self.scale, saved_scores, score_weight.data_ptr(),
-                src_lens.data_ptr(), d_logits.data_ptr(), d_queries, d_keys.data_ptr(),
-                d_score_weight.data_ptr(),
+                rows, length, size, self.scale, saved_scores, source.score_weight.data_ptr(),
+                lens, d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
+                grads.d_score_weight.data_ptr(),
             )  # fmt: skip
         else:
             kernels.seq2seq_product_score_backward(
-                rows, length, size, self.scale, queries, keys.data_ptr(), src_lens.data_ptr(),
-                d_logits.data_ptr(), d_queries, d_keys.data_ptr(),
+                rows, length, size, self.scale, queries, source.keys.data_ptr(), lens,
+                d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
             )  # fmt: skip
 
 
@@ -153,32 +208,30 @@ def step_attention(
 ) -> StepAttention | None:
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
     of its parts has no twin yet (it then runs on the reference path): one head, a built-in
-    score at a fixed temperature (additive without layer norm), no coverage, and a normalizer
-    of ``NORMALIZER_TWINS`` alone (no window or key bias)."""
+    score at a fixed temperature (additive without layer norm), no coverage or window, a
+    normalizer of ``NORMALIZER_TWINS``, with or without the key bias."""
     if not isinstance(attention, Attention) or attention.log_temperature is not None:
         return None
     if attention.coverage_weight is not None:
         return None
-    normalizer, alpha = "softmax", 1.0
+    normalizer, alpha, key_bias = "softmax", 1.0, False
     parts = attention.normalization
     if parts is not None:
-        if parts.window is not None or parts.key_bias is not None:
-            return None
         twin = NORMALIZER_TWINS.get(type(parts.normalizer))
-        if twin is None:
+        if parts.window is not None or twin is None:
             return None
-        normalizer, alpha = twin
+        (normalizer, alpha), key_bias = twin, parts.key_bias is not None
     scale = 1.0 / attention.fixed_temperature
     if has_formula_of(attention, AdditiveAttention):
         assert isinstance(attention, AdditiveAttention)
         if attention.layer_norm is not None:
             return None
-        return StepAttention("additive", scale, normalizer, alpha)
+        return StepAttention("additive", scale, normalizer, alpha, key_bias)
     if has_formula_of(attention, DotProductAttention):
         assert isinstance(attention, DotProductAttention)
         if attention.scaled:
             scale /= query_size**0.5
-        return StepAttention("product", scale, normalizer, alpha)
+        return StepAttention("product", scale, normalizer, alpha, key_bias)
     if has_formula_of(attention, GeneralAttention):
-        return StepAttention("product", scale, normalizer, alpha)
+        return StepAttention("product", scale, normalizer, alpha, key_bias)
     return None

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from seq2seq.kernels.attention_parts import StepAttention
+from seq2seq.kernels.attention_parts import AttentionGrads, AttentionSource, StepAttention
 from seq2seq.kernels.gru import Steps
 from seq2seq.kernels.library import FLOAT_BYTES, library
 
@@ -37,10 +37,11 @@ from seq2seq.kernels.library import FLOAT_BYTES, library
 class Recurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), projected keys
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
-    None for a product's q = s), w_v (1, A) (additive; else None), W_ic (G, M) (the context's
-    part of the cell's input weight), W_hh (G, H), b_hh (G,) or None, and ``parts``, the
-    attention's C twins (``attention_parts.StepAttention``) -> states (B, T, H), contexts
-    (B, T, M), attention weights (B, T, S). K is A for additive scoring, H for a product's.
+    None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
+    W_ic (G, M) (the context's part of the cell's input weight), W_hh (G, H), b_hh (G,) or
+    None, and ``parts``, the attention's C twins (``attention_parts.StepAttention``) -> states
+    (B, T, H), contexts (B, T, M), attention weights (B, T, S). K is A for additive scoring, H
+    for a product's.
 
     With ``steps`` (a ``gru.Steps.packed``), input_gates are packed rows (N, G), step t's
     ``steps.batch_sizes[t]`` rows being the first sentences of the batch (sorted longest first,
@@ -63,6 +64,7 @@ class Recurrence(torch.autograd.Function):
         query_weight: Tensor | None,
         query_bias: Tensor | None,
         score_weight: Tensor | None,
+        key_bias: Tensor | None,
         context_weight: Tensor,
         weight_hh: Tensor,
         bias_hh: Tensor | None,
@@ -81,9 +83,7 @@ class Recurrence(torch.autograd.Function):
         batch, size = initial.shape
         keys, key_size = projected_keys.shape[1], projected_keys.shape[2]
         memory_size = memory.shape[2]
-        projected_keys, memory = projected_keys.contiguous(), memory.contiguous()
-        src_lens = src_lens.to(torch.int64).contiguous()
-        score_weight = None if score_weight is None else score_weight.contiguous()
+        source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias)
         states = input_gates.new_empty(rows, size)
         contexts = input_gates.new_empty(rows, memory_size)
         weights = input_gates.new_empty(rows, keys)
@@ -110,10 +110,9 @@ class Recurrence(torch.autograd.Function):
             elif saved_queries is not None:
                 saved_queries[done : done + active] = state[:active]
             parts.forward(
-                kernels, active, 1, query.data_ptr(), projected_keys, score_weight, src_lens,
-                memory, None if saved_scores is None else saved_scores[done].data_ptr(),
-                logits, _row(weights, start), stride * keys, _row(contexts, start),
-                stride * memory_size,
+                kernels, active, 1, query.data_ptr(), source,
+                None if saved_scores is None else saved_scores[done].data_ptr(), logits,
+                _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
             )  # fmt: skip
             # W_ie e + b_ih + W_ic c: (b, G) + (b, M) @ (M, G)
             torch.addmm(
@@ -135,9 +134,9 @@ class Recurrence(torch.autograd.Function):
         ctx.mark_non_differentiable(outputs[2])
         if needs_grad:
             saved = [
-                saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys,
-                memory, src_lens, query_weight, query_bias, score_weight, context_weight,
-                weight_hh, bias_hh,
+                saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
+                source.memory, source.src_lens, query_weight, query_bias, source.score_weight,
+                source.key_bias, context_weight, weight_hh, bias_hh,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
@@ -152,8 +151,10 @@ class Recurrence(torch.autograd.Function):
         assert kernels is not None
         (
             saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys, memory,
-            src_lens, query_weight, query_bias, score_weight, context_weight, weight_hh, bias_hh,
+            src_lens, query_weight, query_bias, score_weight, key_bias, context_weight,
+            weight_hh, bias_hh,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
+        source = AttentionSource(projected_keys, memory, src_lens, score_weight, key_bias)
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
@@ -169,10 +170,7 @@ class Recurrence(torch.autograd.Function):
         d_queries = memory.new_empty(steps.rows, key_size)
         d_context = memory.new_empty(batch, memory_size)
         scratch = (memory.new_empty(batch, keys), memory.new_empty(batch, keys))
-        d_keys = torch.zeros_like(projected_keys)
-        d_memory = torch.zeros_like(memory)
-        # Per sentence, summed below: w_v's gradient (additive scoring).
-        d_score_weight = None if score_weight is None else memory.new_zeros(batch, key_size)
+        grads = AttentionGrads.zeros(source, batch)  # w_v's per sentence, summed below
         done = steps.rows
         stride = steps.stride
         for active, start in zip(reversed(steps.batch_sizes), reversed(steps.starts), strict=True):
@@ -193,10 +191,9 @@ class Recurrence(torch.autograd.Function):
             )
             parts.backward(
                 kernels, active, 0 if saved_queries is None else saved_queries[done].data_ptr(),
-                projected_keys, score_weight, src_lens, memory,
-                None if saved_scores is None else saved_scores[done].data_ptr(),
+                source, None if saved_scores is None else saved_scores[done].data_ptr(),
                 _row(weights, start), stride * keys, d_context.data_ptr(), memory_size, scratch,
-                d_queries[done].data_ptr(), d_keys, d_memory, d_score_weight,
+                d_queries[done].data_ptr(), grads,
             )  # fmt: skip
             if query_weight is not None:  # dL/ds_{t-1} += d_q @ W_q: (b, A) @ (A, H)
                 d_state[:active].addmm_(d_queries[done : done + active], query_weight)
@@ -211,15 +208,17 @@ class Recurrence(torch.autograd.Function):
         d_weight_hh = d_recurrent.t() @ previous
         if padded_shape is not None:
             d_input_gates = d_input_gates.view(*padded_shape, gates)
+        d_score_weight = grads.d_score_weight
         return (
             d_input_gates,
             d_state,
-            d_keys,
-            d_memory,
+            grads.d_keys,
+            grads.d_memory,
             None,
             d_query_weight,
             None if query_bias is None else d_queries.sum(0),
             None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
+            grads.d_key_bias,
             d_context_weight,
             d_weight_hh,
             None if bias_hh is None else d_recurrent.sum(0),
@@ -263,6 +262,7 @@ def attend(
     query_weight: Tensor | None,
     query_bias: Tensor | None,
     score_weight: Tensor | None,
+    key_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One decoding step's attention without autograd, through the same C parts: queries
     (R, H), projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M),
@@ -271,8 +271,7 @@ def attend(
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, (batch, keys, key_size) = queries.shape[0], projected_keys.shape
-    projected_keys, memory = projected_keys.contiguous(), memory.contiguous()
-    src_lens = src_lens.to(torch.int64).contiguous()
+    source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias)
     if query_weight is not None:  # (R, H) -> (R, A)
         projected_queries = queries.new_empty(rows, key_size)
         _linear_into(projected_queries, queries, query_weight, query_bias)
@@ -281,8 +280,7 @@ def attend(
     weights = queries.new_empty(rows, keys)
     contexts = queries.new_empty(rows, memory.shape[2])
     parts.forward(
-        kernels, rows, rows // batch, projected_queries.data_ptr(), projected_keys,
-        None if score_weight is None else score_weight.contiguous(), src_lens, memory, None,
+        kernels, rows, rows // batch, projected_queries.data_ptr(), source, None,
         queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
         memory.shape[2],
     )  # fmt: skip

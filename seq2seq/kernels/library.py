@@ -241,6 +241,9 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
         # rows, S, D, scale, q, keys, lens, d_logits, d_q, d_keys
         "seq2seq_product_score_backward": [i64, i64, i64, real, *[pointer] * 6],
+        # rows, group, S, P, bias, lens, logits; rows, S, P, lens, d_logits, d_bias
+        "seq2seq_key_bias": [i64, i64, i64, i64, pointer, pointer, pointer],
+        "seq2seq_key_bias_backward": [i64, i64, i64, pointer, pointer, pointer],
         # rows, S, alpha, lens, weights, weights' stride, d_weights, d_logits
         "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
         # rows, group, S, V, weights, weights' stride, lens, values, context, its stride

@@ -322,12 +322,15 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """The C parts that compute this decoder's attention, or None (``step_attention``)."""
         return step_attention(self.attention, self.cell.hidden_size)
 
-    def attention_parameters(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        """W_q, b_q and w_v of additive scoring, else None each (a product's q is the state)."""
+    def attention_parameters(self) -> tuple[Tensor | None, ...]:
+        """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
+        and the key bias (P,) or None: what ``bahdanau.Recurrence`` and ``attend`` read."""
         attention = self.attention
+        parts = attention.normalization
+        key_bias = None if parts is None or parts.key_bias is None else parts.key_bias.bias
         if not isinstance(attention, AdditiveAttention):
-            return None, None, None
-        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
+            return None, None, None, key_bias
+        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, key_bias
 
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
@@ -339,8 +342,8 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         self, source: EncodedSource, hidden: Tensor, need_weights: bool
     ) -> bool:
         """Whether teacher forcing runs as ``bahdanau.Recurrence``'s one autograd node: a GRU,
-        an attention whose parts have C twins, one length per sentence, the weights not needing a gradient
-        (they are an output without one there), and tensors the C kernels take."""
+        an attention whose parts have C twins, one length per sentence, the weights not needing
+        a gradient (they are an output without one there), and tensors the C kernels take."""
         if self.is_lstm or (need_weights and torch.is_grad_enabled()):
             return False
         return self.fused_attention_applies(source, hidden.shape[0]) and usable(

@@ -2,6 +2,7 @@
 
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
                  seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
+     positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
@@ -10,7 +11,7 @@
 
    and each score and the context have a _backward. A decoder's loop (seq2seq/kernels/
    attention_parts.py, seq2seq/kernels/bahdanau.py) composes them per step: score -> logits,
-   a normalizer -> weights, the context; the backward pass runs them in reverse. So a new part is
+   the key bias, a normalizer -> weights, the context; the backward pass runs them in reverse. So a new part is
    one function here and one line there, not a new loop per combination.
 
    Layouts. A call covers `rows` queries; `group` consecutive rows share a sentence (beam search's
@@ -132,6 +133,27 @@ void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float sc
         dk_s[j] += a * q_r[j];
       }
     }
+  }
+}
+
+/* ---- Positions (seq2seq/positions.py) ------------------------------------------------------ */
+
+/* KeyBias.forward: e_s += b_s for the source positions s < P the table holds (later positions,
+   never seen in training, get 0). */
+void seq2seq_key_bias(int64_t rows, int64_t group, int64_t S, int64_t P, const float *restrict bias,
+                      const int64_t *restrict lens, float *restrict logits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r / group], S), end = len < P ? len : P;
+    for (int64_t s = 0; s < end; ++s) logits[r * S + s] += bias[s];
+  }
+}
+
+/* db_s += sum_r de_{r,s}. One thread: every row adds into the same table. */
+void seq2seq_key_bias_backward(int64_t rows, int64_t S, int64_t P, const int64_t *restrict lens,
+                               const float *restrict d_logits, float *restrict d_bias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t len = valid_keys(lens[r], S), end = len < P ? len : P;
+    for (int64_t s = 0; s < end; ++s) d_bias[s] += d_logits[r * S + s];
   }
 }
 
