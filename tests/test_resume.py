@@ -180,8 +180,11 @@ def test_a_periodic_checkpoint_is_written_after_its_steps_metrics_row(
             "model.decoder=luong", "model.input_feeding=true", "attention.coverage=true",
             "optim.coverage_loss_weight=1",
         ],
+        # The Bahdanau decoder's C loop composing other parts: scaled dot product, entmax15 and
+        # the key bias.
+        ["attention=scaled_dot", "attention.normalizer=entmax15", "attention.key_bias=true"],
     ],
-    ids=["default", "input-feeding-coverage"],
+    ids=["default", "input-feeding-coverage", "fused-parts"],
 )  # fmt: skip
 def test_killed_and_resumed_run_logs_what_an_unbroken_run_logs(
     tmp_path: Path, switches: list[str]
