@@ -26,7 +26,7 @@ from seq2seq.attention import (
 from seq2seq.kernels import library
 from seq2seq.kernels.attention_parts import NORMALIZER_TWINS, StepAttention, step_attention
 from seq2seq.normalizers import Entmax15, Softmax, Sparsemax
-from seq2seq.positions import KeyBias
+from seq2seq.positions import KeyBias, LocalWindow
 
 pytestmark = pytest.mark.skipif(
     library.library() is None, reason=f"no fused kernels here: {library.unavailable_reason()}"
@@ -36,6 +36,8 @@ ALPHA = {name: alpha for name, alpha in NORMALIZER_TWINS.values()}
 ROWS, KEYS = 6, 7
 # Row 0 has no valid key, row 1 all of them, row 3 more than S (clamped), the rest a few.
 LENS = torch.tensor([0, KEYS, 1, KEYS + 2, 3, 5])
+# The keys each row reads, [first, end): its sentence's real ones (global attention).
+SPANS = torch.stack([torch.zeros_like(LENS), LENS.clamp(max=KEYS)], dim=1).contiguous()
 
 
 def kernels() -> ctypes.CDLL:
@@ -56,7 +58,7 @@ def normalize(name: str, logits: Tensor) -> Tensor:
     """What the C twin writes: the weights (R, S) of ``logits`` (R, S) over LENS."""
     weights = torch.empty(ROWS, KEYS)
     getattr(kernels(), f"seq2seq_{name}")(
-        ROWS, 1, KEYS, LENS.data_ptr(), logits.contiguous().data_ptr(), weights.data_ptr(), KEYS
+        ROWS, KEYS, SPANS.data_ptr(), logits.contiguous().data_ptr(), weights.data_ptr(), KEYS
     )
     return weights
 
@@ -85,7 +87,7 @@ def test_entmax_backward_is_each_normalizers_gradient(name: str) -> None:
     d_weights = random(ROWS, KEYS, seed=1)
     d_logits = torch.empty(ROWS, KEYS)
     kernels().seq2seq_entmax_backward(
-        ROWS, KEYS, ALPHA[name], LENS.data_ptr(), weights.data_ptr(), KEYS,
+        ROWS, KEYS, ALPHA[name], SPANS.data_ptr(), weights.data_ptr(), KEYS,
         d_weights.data_ptr(), d_logits.data_ptr(),
     )  # fmt: skip
     leaf = logits.double().requires_grad_()
@@ -105,16 +107,46 @@ def test_key_bias_and_its_backward_against_the_module() -> None:
     logits = random(ROWS, KEYS)
     got = logits.clone()
     bias = module.bias.detach()
-    kernels().seq2seq_key_bias(ROWS, 1, KEYS, 4, bias.data_ptr(), LENS.data_ptr(), got.data_ptr())
+    kernels().seq2seq_key_bias(ROWS, KEYS, 4, bias.data_ptr(), SPANS.data_ptr(), got.data_ptr())
     valid = mask()
     torch.testing.assert_close(got[valid], module(logits).detach()[valid])
     d_logits = random(ROWS, KEYS, seed=1) * valid
     d_bias = torch.zeros(4)
     kernels().seq2seq_key_bias_backward(
-        ROWS, KEYS, 4, LENS.data_ptr(), d_logits.data_ptr(), d_bias.data_ptr()
+        ROWS, KEYS, 4, SPANS.data_ptr(), d_logits.data_ptr(), d_bias.data_ptr()
     )
     (want,) = torch.autograd.grad((module(logits) * d_logits).sum(), module.bias)
     torch.testing.assert_close(d_bias, want)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2])
+def test_windows_give_the_keys_of_the_modules_mask(size: int) -> None:
+    """``seq2seq_global_window`` and ``seq2seq_local_window`` against ``LocalWindow``'s
+    in_window mask and the padding (``Normalization.parts``), at local-m's centres
+    p_t = min(t, S_b - 1) for every t, past the sentence's end included; then a normalizer over
+    the local spans against the Python one over that mask."""
+    spans = torch.empty(ROWS, 2, dtype=torch.int64)
+    kernels().seq2seq_global_window(ROWS, 1, KEYS, LENS.data_ptr(), spans.data_ptr())
+    assert torch.equal(spans, SPANS)
+    window = LocalWindow("local_m", size, 4)
+    queries = torch.zeros(ROWS, 1, 4)
+    for t in range(KEYS + 2):
+        positions = torch.full((ROWS, 1), t)
+        in_window, _ = window(queries, LENS.clamp(max=KEYS), positions, KEYS)
+        want = mask() & in_window[:, 0]  # (R, S)
+        centres = window.centres(queries, LENS.clamp(max=KEYS), positions)[:, 0].contiguous()
+        kernels().seq2seq_local_window(
+            ROWS, 1, KEYS, size, LENS.data_ptr(), centres.data_ptr(), spans.data_ptr()
+        )
+        keys = torch.arange(KEYS)
+        got = (keys >= spans[:, :1]) & (keys < spans[:, 1:])
+        assert torch.equal(got, want), t
+        logits, weights = random(ROWS, KEYS, scale=2.0, seed=t), torch.empty(ROWS, KEYS)
+        kernels().seq2seq_sparsemax(
+            ROWS, KEYS, spans.data_ptr(), logits.data_ptr(), weights.data_ptr(), KEYS
+        )
+        expected = normalizers.sparsemax(logits.double()[:, None], want[:, None])[:, 0]
+        torch.testing.assert_close(weights, expected.float(), rtol=1e-5, atol=2e-6)
 
 
 def test_context_and_its_backward() -> None:
@@ -123,12 +155,12 @@ def test_context_and_its_backward() -> None:
     context, d_weights = torch.empty(ROWS, 5), torch.empty(ROWS, KEYS)
     d_values = torch.zeros(ROWS, KEYS, 5)
     kernels().seq2seq_attention_context(
-        ROWS, 1, KEYS, 5, weights.data_ptr(), KEYS, LENS.data_ptr(), values.data_ptr(),
+        ROWS, 1, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
         context.data_ptr(), 5,
     )  # fmt: skip
     torch.testing.assert_close(context, torch.bmm(weights[:, None], values)[:, 0])
     kernels().seq2seq_attention_context_backward(
-        ROWS, KEYS, 5, weights.data_ptr(), KEYS, LENS.data_ptr(), values.data_ptr(),
+        ROWS, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
         d_context.data_ptr(), 5, d_weights.data_ptr(), d_values.data_ptr(),
     )  # fmt: skip
     want_d_weights = torch.bmm(values, d_context[:, :, None])[:, :, 0] * mask()
@@ -144,7 +176,7 @@ def test_additive_score_and_its_backward_against_autograd() -> None:
     logits, saved = torch.empty(ROWS, KEYS), torch.empty(ROWS, KEYS, size)
     kernels().seq2seq_additive_score(
         ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), w_v.data_ptr(),
-        LENS.data_ptr(), saved.data_ptr(), logits.data_ptr(),
+        SPANS.data_ptr(), saved.data_ptr(), logits.data_ptr(),
     )  # fmt: skip
     leaves = [x.double().requires_grad_() for x in (q, keys, w_v)]
     want = scale * torch.tanh(leaves[0][:, None] + leaves[1]) @ leaves[2]  # (R, S)
@@ -163,7 +195,7 @@ def test_additive_score_and_its_backward_against_autograd() -> None:
         torch.zeros(ROWS, size),
     )
     kernels().seq2seq_additive_score_backward(
-        ROWS, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), LENS.data_ptr(),
+        ROWS, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), SPANS.data_ptr(),
         d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(), d_w_v.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys, d_w_v.sum(0)), grads, strict=True):
@@ -175,7 +207,7 @@ def test_product_score_and_its_backward_against_autograd() -> None:
     q, keys = random(ROWS, size), random(ROWS, KEYS, size, seed=1)
     logits = torch.empty(ROWS, KEYS)
     kernels().seq2seq_product_score(
-        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), LENS.data_ptr(),
+        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
         logits.data_ptr(),
     )  # fmt: skip
     leaves = [x.double().requires_grad_() for x in (q, keys)]
@@ -186,7 +218,7 @@ def test_product_score_and_its_backward_against_autograd() -> None:
     grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
     d_q, d_keys = torch.empty(ROWS, size), torch.zeros(ROWS, KEYS, size)
     kernels().seq2seq_product_score_backward(
-        ROWS, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), LENS.data_ptr(),
+        ROWS, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
         d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys), grads, strict=True):
@@ -211,7 +243,12 @@ def test_product_score_and_its_backward_against_autograd() -> None:
         (GeneralAttention(4, 4, temperature=4.0), AttentionParts(), StepAttention("product", 0.25)),
         (AdditiveAttention(4, 4, 6, layer_norm=True), AttentionParts(), None),
         (DotProductAttention(temperature="learnable"), AttentionParts(), None),
-        (DotProductAttention(), AttentionParts(window="local_m", window_size=2), None),
+        (
+            DotProductAttention(scaled=False),
+            AttentionParts(window="local_m", window_size=2),
+            StepAttention("product", 1.0, window="local_m", window_size=2),
+        ),
+        (DotProductAttention(), AttentionParts(window="local_p", window_size=2), None),
         (
             DotProductAttention(scaled=False),
             AttentionParts(key_bias=True, key_bias_positions=5),

@@ -313,6 +313,11 @@ PARTS = {
     "key_bias": AttentionParts(key_bias=True, key_bias_positions=4),
     "sparsemax+key_bias": AttentionParts("sparsemax", key_bias=True, key_bias_positions=4),
     "entmax15+key_bias": AttentionParts("entmax15", key_bias=True, key_bias_positions=4),
+    "local_m": AttentionParts(window="local_m", window_size=1),
+    "sparsemax+local_m": AttentionParts("sparsemax", window="local_m", window_size=1),
+    "local_m+key_bias": AttentionParts(
+        window="local_m", window_size=1, key_bias=True, key_bias_positions=4
+    ),
 }
 
 
@@ -366,6 +371,8 @@ def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
     torch.testing.assert_close(weights, want_weights.float(), rtol=1e-4, atol=1e-5)
     assert torch.equal(weights == 0, want_weights == 0) or "max" not in parts
     assert (weights[1, :, 2:] == 0).all()  # sentence 1's padding
+    if "local_m" in parts:  # window 1 around p_t = min(t, S_b - 1): step 4 of sentence 0
+        assert (weights[0, 4, :3] == 0).all() and (weights[0, 4, 3:] > 0).any()
     decoder = model.decoder
     assert isinstance(decoder, FastBahdanauDecoder)
     assert_searches_agree(model, lambda source, state: decoder.fused_attention_applies(source, 3))

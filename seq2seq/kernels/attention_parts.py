@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -104,11 +105,45 @@ class StepAttention:
     normalizer: str = "softmax"
     alpha: float = 1.0
     key_bias: bool = False
+    window: str = "global"
+    window_size: int = 0
 
     @property
     def projects_queries(self) -> bool:
         """Whether the query is W_q s + b (additive), not the state itself."""
         return self.score == "additive"
+
+    @property
+    def needs_positions(self) -> bool:
+        """Whether each row's target step t is needed (local-m's centre p_t = t)."""
+        return self.window == "local_m"
+
+    def spans(
+        self,
+        kernels: ctypes.CDLL,
+        rows: int,
+        group: int,
+        source: AttentionSource,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """The keys each row may read, [first, end) (rows, 2) int64: its sentence's real keys
+        (``seq2seq_global_window``), or those in local-m's window around p_t = min(t, S_b - 1)
+        (``seq2seq_local_window``; ``LocalWindow.centres``), t the row's ``positions`` (rows,)."""
+        spans = source.src_lens.new_empty(rows, 2)
+        length = source.keys.shape[1]
+        lengths = source.src_lens.data_ptr()
+        if self.window == "global":
+            kernels.seq2seq_global_window(rows, group, length, lengths, spans.data_ptr())
+            return spans
+        assert positions is not None  # needs_positions
+        last = (source.src_lens - 1).clamp(min=0)  # (B,): S_b - 1
+        if group > 1:
+            last = last.repeat_interleave(group)  # (R,): row r's sentence r / group
+        centres = torch.minimum(positions, last[:rows]).to(torch.float32)  # (R,)
+        kernels.seq2seq_local_window(
+            rows, group, length, self.window_size, lengths, centres.data_ptr(), spans.data_ptr()
+        )  # fmt: skip
+        return spans
 
     def forward(
         self,
@@ -117,6 +152,7 @@ class StepAttention:
         group: int,
         queries: int,
         source: AttentionSource,
+        spans: int,
         saved_scores: int | None,
         logits: Tensor,
         weights: int,
@@ -126,30 +162,30 @@ class StepAttention:
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
         (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
-        rows per sentence. ``saved_scores`` (R, S, A) receives what the additive score's
-        backward reads, or is None."""
+        rows per sentence, row r reading the keys of ``spans`` (R, 2) (``spans()``).
+        ``saved_scores`` (R, S, A) receives what the additive score's backward reads, or is
+        None."""
         _, length, size = source.keys.shape
-        lens = source.src_lens.data_ptr()
         if self.score == "additive":
             assert source.score_weight is not None  # an additive StepAttention has w_v
             kernels.seq2seq_additive_score(
                 rows, group, length, size, self.scale, queries, source.keys.data_ptr(),
-                source.score_weight.data_ptr(), lens, saved_scores, logits.data_ptr(),
+                source.score_weight.data_ptr(), spans, saved_scores, logits.data_ptr(),
             )  # fmt: skip
         else:
             kernels.seq2seq_product_score(
-                rows, group, length, size, self.scale, queries, source.keys.data_ptr(), lens,
+                rows, group, length, size, self.scale, queries, source.keys.data_ptr(), spans,
                 logits.data_ptr(),
             )  # fmt: skip
         if source.key_bias is not None:
             kernels.seq2seq_key_bias(
-                rows, group, length, source.key_bias.numel(), source.key_bias.data_ptr(), lens,
+                rows, length, source.key_bias.numel(), source.key_bias.data_ptr(), spans,
                 logits.data_ptr(),
             )  # fmt: skip
         normalize = getattr(kernels, f"seq2seq_{self.normalizer}")
-        normalize(rows, group, length, lens, logits.data_ptr(), weights, weights_stride)
+        normalize(rows, length, spans, logits.data_ptr(), weights, weights_stride)
         kernels.seq2seq_attention_context(
-            rows, group, length, source.memory.shape[2], weights, weights_stride, lens,
+            rows, group, length, source.memory.shape[2], weights, weights_stride, spans,
             source.memory.data_ptr(), context, context_stride,
         )  # fmt: skip
 
@@ -159,6 +195,7 @@ class StepAttention:
         rows: int,
         queries: int,
         source: AttentionSource,
+        spans: int,
         saved_scores: int | None,
         weights: int,
         weights_stride: int,
@@ -170,35 +207,35 @@ class StepAttention:
     ) -> None:
         """The parts' backward passes in reverse, for training's rows (row r is sentence r):
         from d_context (R, V) write d_queries (R, A or D) and add into ``grads``. ``scratch``
-        is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients."""
+        is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients; ``spans``
+        the forward pass's."""
         _, length, size = source.keys.shape
-        lens = source.src_lens.data_ptr()
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
-            rows, length, source.memory.shape[2], weights, weights_stride, lens,
+            rows, length, source.memory.shape[2], weights, weights_stride, spans,
             source.memory.data_ptr(), d_context, d_context_stride, d_weights.data_ptr(),
             grads.d_memory.data_ptr(),
         )  # fmt: skip
         kernels.seq2seq_entmax_backward(
-            rows, length, self.alpha, lens, weights, weights_stride, d_weights.data_ptr(),
+            rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),
             d_logits.data_ptr(),
         )  # fmt: skip
         if source.key_bias is not None:
             assert grads.d_key_bias is not None
             kernels.seq2seq_key_bias_backward(
-                rows, length, source.key_bias.numel(), lens, d_logits.data_ptr(),
+                rows, length, source.key_bias.numel(), spans, d_logits.data_ptr(),
                 grads.d_key_bias.data_ptr(),
             )  # fmt: skip
         if self.score == "additive":
             assert source.score_weight is not None and grads.d_score_weight is not None
             kernels.seq2seq_additive_score_backward(
                 rows, length, size, self.scale, saved_scores, source.score_weight.data_ptr(),
-                lens, d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
+                spans, d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
                 grads.d_score_weight.data_ptr(),
             )  # fmt: skip
         else:
             kernels.seq2seq_product_score_backward(
-                rows, length, size, self.scale, queries, source.keys.data_ptr(), lens,
+                rows, length, size, self.scale, queries, source.keys.data_ptr(), spans,
                 d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
             )  # fmt: skip
 
@@ -208,30 +245,33 @@ def step_attention(
 ) -> StepAttention | None:
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
     of its parts has no twin yet (it then runs on the reference path): one head, a built-in
-    score at a fixed temperature (additive without layer norm), no coverage or window, a
-    normalizer of ``NORMALIZER_TWINS``, with or without the key bias."""
+    score at a fixed temperature (additive without layer norm), no coverage, a normalizer of
+    ``NORMALIZER_TWINS``, with or without the key bias, and a global or local-m window."""
     if not isinstance(attention, Attention) or attention.log_temperature is not None:
         return None
     if attention.coverage_weight is not None:
         return None
-    normalizer, alpha, key_bias = "softmax", 1.0, False
+    chosen: dict[str, Any] = {}
     parts = attention.normalization
     if parts is not None:
         twin = NORMALIZER_TWINS.get(type(parts.normalizer))
-        if parts.window is not None or twin is None:
+        window = parts.window
+        if twin is None or (window is not None and window.kind != "local_m"):
             return None
-        (normalizer, alpha), key_bias = twin, parts.key_bias is not None
+        chosen = {"normalizer": twin[0], "alpha": twin[1], "key_bias": parts.key_bias is not None}
+        if window is not None:
+            chosen.update(window=window.kind, window_size=window.size)
     scale = 1.0 / attention.fixed_temperature
     if has_formula_of(attention, AdditiveAttention):
         assert isinstance(attention, AdditiveAttention)
         if attention.layer_norm is not None:
             return None
-        return StepAttention("additive", scale, normalizer, alpha, key_bias)
+        return StepAttention("additive", scale, **chosen)
     if has_formula_of(attention, DotProductAttention):
         assert isinstance(attention, DotProductAttention)
         if attention.scaled:
             scale /= query_size**0.5
-        return StepAttention("product", scale, normalizer, alpha, key_bias)
+        return StepAttention("product", scale, **chosen)
     if has_formula_of(attention, GeneralAttention):
-        return StepAttention("product", scale, normalizer, alpha, key_bias)
+        return StepAttention("product", scale, **chosen)
     return None

@@ -101,16 +101,22 @@ class Recurrence(torch.autograd.Function):
         logits = input_gates.new_empty(batch, keys)  # scratch: a step's scores
         cell_gates = input_gates.new_empty(batch, gates)
         recurrent = input_gates.new_empty(batch, gates)
+        # The keys each sentence reads: the same at every step, or (a window centred on t)
+        # one set per step, kept for the backward pass.
+        step_spans = [] if parts.needs_positions else [parts.spans(kernels, batch, 1, source)]
         done = 0  # rows of the steps before t
         stride = steps.stride
-        for active, start in zip(steps.batch_sizes, steps.starts, strict=True):
+        for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
             # The step's first ``active`` sentences, rows start, start + stride, ... of each.
+            if parts.needs_positions:
+                positions = torch.full((batch,), t, dtype=torch.int64)
+                step_spans.append(parts.spans(kernels, batch, 1, source, positions))
             if query_weight is not None:  # q = W_q s_{t-1} + b_q: (b, H) -> (b, A)
                 _linear_into(query[:active], state[:active], query_weight, query_bias)
             elif saved_queries is not None:
                 saved_queries[done : done + active] = state[:active]
             parts.forward(
-                kernels, active, 1, query.data_ptr(), source,
+                kernels, active, 1, query.data_ptr(), source, step_spans[-1].data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(), logits,
                 _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
             )  # fmt: skip
@@ -140,6 +146,7 @@ class Recurrence(torch.autograd.Function):
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
+        ctx.step_spans = step_spans  # type: ignore[attr-defined]
         return outputs[0], outputs[1], outputs[2]
 
     @staticmethod
@@ -171,9 +178,12 @@ class Recurrence(torch.autograd.Function):
         d_context = memory.new_empty(batch, memory_size)
         scratch = (memory.new_empty(batch, keys), memory.new_empty(batch, keys))
         grads = AttentionGrads.zeros(source, batch)  # w_v's per sentence, summed below
+        step_spans: list[Tensor] = ctx.step_spans  # type: ignore[attr-defined]
         done = steps.rows
         stride = steps.stride
-        for active, start in zip(reversed(steps.batch_sizes), reversed(steps.starts), strict=True):
+        for t in reversed(range(len(steps.batch_sizes))):
+            active, start = steps.batch_sizes[t], steps.starts[t]
+            spans = step_spans[t if parts.needs_positions else 0]
             done -= active
             kernels.seq2seq_gru_backward(
                 active, size, d_state.data_ptr(), _row(d_states, start), stride * size,
@@ -191,7 +201,8 @@ class Recurrence(torch.autograd.Function):
             )
             parts.backward(
                 kernels, active, 0 if saved_queries is None else saved_queries[done].data_ptr(),
-                source, None if saved_scores is None else saved_scores[done].data_ptr(),
+                source, spans.data_ptr(),
+                None if saved_scores is None else saved_scores[done].data_ptr(),
                 _row(weights, start), stride * keys, d_context.data_ptr(), memory_size, scratch,
                 d_queries[done].data_ptr(), grads,
             )  # fmt: skip
@@ -263,11 +274,13 @@ def attend(
     query_bias: Tensor | None,
     score_weight: Tensor | None,
     key_bias: Tensor | None = None,
+    positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One decoding step's attention without autograd, through the same C parts: queries
     (R, H), projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M),
     weights (R, S). R is B, or B·K when K hypotheses of each sentence share its source (beam
-    search: row b·K + k is hypothesis k of sentence b). ``library.usable`` must hold."""
+    search: row b·K + k is hypothesis k of sentence b); positions (R,): each row's target step,
+    for a window centred on it. ``library.usable`` must hold."""
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, (batch, keys, key_size) = queries.shape[0], projected_keys.shape
@@ -279,8 +292,9 @@ def attend(
         projected_queries = queries.contiguous()
     weights = queries.new_empty(rows, keys)
     contexts = queries.new_empty(rows, memory.shape[2])
+    spans = parts.spans(kernels, rows, rows // batch, source, positions)
     parts.forward(
-        kernels, rows, rows // batch, projected_queries.data_ptr(), source, None,
+        kernels, rows, rows // batch, projected_queries.data_ptr(), source, spans.data_ptr(), None,
         queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
         memory.shape[2],
     )  # fmt: skip

@@ -233,27 +233,30 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
     context = [i64, i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
     context_backward = [i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
     signatures: dict[str, list[Any]] = {
-        # rows, group, S, A, scale, q, keys, w_v, lens, saved, logits
+        # rows, group, S, lengths, spans; rows, group, S, D, lengths, centres, spans
+        "seq2seq_global_window": [i64, i64, i64, pointer, pointer],
+        "seq2seq_local_window": [i64, i64, i64, i64, pointer, pointer, pointer],
+        # rows, group, S, A, scale, q, keys, w_v, spans, saved, logits
         "seq2seq_additive_score": [i64, i64, i64, i64, real, *[pointer] * 6],
-        # rows, S, A, scale, saved, w_v, lens, d_logits, d_q, d_keys, d_w_v
+        # rows, S, A, scale, saved, w_v, spans, d_logits, d_q, d_keys, d_w_v
         "seq2seq_additive_score_backward": [i64, i64, i64, real, *[pointer] * 7],
-        # rows, group, S, D, scale, q, keys, lens, logits
+        # rows, group, S, D, scale, q, keys, spans, logits
         "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
-        # rows, S, D, scale, q, keys, lens, d_logits, d_q, d_keys
+        # rows, S, D, scale, q, keys, spans, d_logits, d_q, d_keys
         "seq2seq_product_score_backward": [i64, i64, i64, real, *[pointer] * 6],
-        # rows, group, S, P, bias, lens, logits; rows, S, P, lens, d_logits, d_bias
-        "seq2seq_key_bias": [i64, i64, i64, i64, pointer, pointer, pointer],
+        # rows, S, P, bias, spans, logits; rows, S, P, spans, d_logits, d_bias
+        "seq2seq_key_bias": [i64, i64, i64, pointer, pointer, pointer],
         "seq2seq_key_bias_backward": [i64, i64, i64, pointer, pointer, pointer],
-        # rows, S, alpha, lens, weights, weights' stride, d_weights, d_logits
+        # rows, S, alpha, spans, weights, weights' stride, d_weights, d_logits
         "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
-        # rows, group, S, V, weights, weights' stride, lens, values, context, its stride
+        # rows, group, S, V, weights, weights' stride, spans, values, context, its stride
         "seq2seq_attention_context": context,
-        # rows, S, V, weights, stride, lens, values, d_context, stride, d_weights, d_values
+        # rows, S, V, weights, stride, spans, values, d_context, stride, d_weights, d_values
         "seq2seq_attention_context_backward": [*context_backward, pointer, pointer],
     }
     for normalizer in ("softmax", "sparsemax", "entmax15"):
-        # rows, group, S, lens, logits, weights, weights' stride
-        signatures[f"seq2seq_{normalizer}"] = [i64, i64, i64, pointer, pointer, pointer, i64]
+        # rows, S, spans, logits, weights, weights' stride
+        signatures[f"seq2seq_{normalizer}"] = [i64, i64, pointer, pointer, pointer, i64]
     for name, argtypes in signatures.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, None
@@ -301,16 +304,17 @@ def _check_additive(library: ctypes.CDLL, generator: torch.Generator) -> None:
     scores[1, 2:] = -torch.inf  # row 1's last key is padding
     expected = torch.softmax(scores, dim=-1)
     weights, context = torch.empty(rows, keys), torch.empty(rows, size)
-    logits = torch.empty(rows, keys)
+    logits, spans = torch.empty(rows, keys), torch.empty(rows, 2, dtype=torch.int64)
+    library.seq2seq_global_window(rows, 1, keys, lens.data_ptr(), spans.data_ptr())
     library.seq2seq_additive_score(
         rows, 1, keys, size, 1.0, query.data_ptr(), projected_keys.data_ptr(),
-        score_weight.data_ptr(), lens.data_ptr(), None, logits.data_ptr(),
+        score_weight.data_ptr(), spans.data_ptr(), None, logits.data_ptr(),
     )  # fmt: skip
     library.seq2seq_softmax(
-        rows, 1, keys, lens.data_ptr(), logits.data_ptr(), weights.data_ptr(), keys
+        rows, keys, spans.data_ptr(), logits.data_ptr(), weights.data_ptr(), keys
     )
     library.seq2seq_attention_context(
-        rows, 1, keys, size, weights.data_ptr(), keys, lens.data_ptr(), memory.data_ptr(),
+        rows, 1, keys, size, weights.data_ptr(), keys, spans.data_ptr(), memory.data_ptr(),
         context.data_ptr(), size,
     )  # fmt: skip
     # (rows, 1, keys) @ (rows, keys, size) -> (rows, size)

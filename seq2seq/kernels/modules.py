@@ -322,7 +322,9 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """The C parts that compute this decoder's attention, or None (``step_attention``)."""
         return step_attention(self.attention, self.cell.hidden_size)
 
-    def attention_parameters(self) -> tuple[Tensor | None, ...]:
+    def attention_parameters(
+        self,
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
         """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
         and the key bias (P,) or None: what ``bahdanau.Recurrence`` and ``attend`` read."""
         attention = self.attention
@@ -363,15 +365,18 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         fused_step = self.fused_step_applies(state[0])
         weights: Tensor | None
         parts = self.step_parts()
+        steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
         if fused_step and parts is not None and self.fused_attention_applies(source, len(state[0])):
             # Decoding: the attention's C parts too. (B, M), (B, S)
             context, weights = fused_attend(
                 parts, state[0], source.projected_keys, source.memory, source.src_lens,
-                *self.attention_parameters(),
+                *self.attention_parameters(), positions=steps,
             )  # fmt: skip
         else:
             query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
-            context, weights = self.attend(query, source, need_weights)  # (B, 1, M), (B, 1, S)
+            positions = None if steps is None else steps[:, None]  # (B, 1)
+            # (B, 1, M), (B, 1, S)
+            context, weights = self.attend(query, source, need_weights, positions)
             context = context[:, 0]  # (B, M)
             weights = None if weights is None else weights[:, 0]  # (B, S)
         if not fused_step:
@@ -380,7 +385,7 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
             gates = torch.addmm(input_gates, context, context_weight.t())
             new_state = self.cell_gates(gates, state)
-        return new_state, context, weights
+        return self.advance(new_state, state), context, weights
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True

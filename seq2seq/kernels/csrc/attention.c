@@ -3,6 +3,8 @@
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
                  seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
+                 seq2seq_local_window      LocalWindow.forward's in_window (local-m's centres)
+                 seq2seq_global_window     the padding mask of every other attention
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
@@ -15,11 +17,13 @@
    one function here and one line there, not a new loop per combination.
 
    Layouts. A call covers `rows` queries; `group` consecutive rows share a sentence (beam search's
-   hypotheses; 1 in training), row r reading sentence r / group: its keys (S, D) or (S, A), its
-   values (S, V) and its length lens[r / group]. Keys s >= that length are padding. logits and
-   d_logits are (rows, S) scratch, meaningful at the valid keys only; weights are (rows, S) at a
-   row stride given in floats, exactly 0 at the padding and everywhere in a row with no valid key
-   (the masking contract of masked_softmax), which then also gets a zero context and gradient.
+   hypotheses; 1 in training), row r reading sentence r / group: its keys (S, D) or (S, A) and its
+   values (S, V). Row r may read the keys s in [spans[2r], spans[2r + 1]): its sentence's real
+   keys [0, length) (seq2seq_global_window), or those of them in a local window
+   (seq2seq_local_window); every other key is padding to it. logits and d_logits are (rows, S)
+   scratch, meaningful within the span only; weights are (rows, S) at a row stride given in
+   floats, exactly 0 outside the span and everywhere in a row with an empty span (the masking
+   contract of masked_softmax), which then also gets a zero context and gradient.
    The backward passes run in training only (group 1: row r is sentence r), and add into the
    gradients of keys and values: a row's sentence is its own, so threads never add into one
    place. */
@@ -36,13 +40,13 @@
    saved (rows, S, A) receives sigmoid(2x) for the backward pass, or is NULL. */
 void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
                             const float *restrict q, const float *restrict keys,
-                            const float *restrict w_v, const int64_t *restrict lens,
+                            const float *restrict w_v, const int64_t *restrict spans,
                             float *restrict saved, float *restrict logits) {
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict q_r = q + r * A;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float *restrict k_s = keys + (b * S + s) * A;
       float score = 0.0f;
       if (saved != NULL) {
@@ -68,16 +72,16 @@ void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, f
    each row's part of w_v's gradient (the caller sums the rows once, after all steps). */
 void seq2seq_additive_score_backward(int64_t rows, int64_t S, int64_t A, float scale,
                                      const float *restrict saved, const float *restrict w_v,
-                                     const int64_t *restrict lens,
+                                     const int64_t *restrict spans,
                                      const float *restrict d_logits, float *restrict d_q,
                                      float *restrict d_keys, float *restrict d_w_v) {
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     float *restrict dq_r = d_q + r * A;
     float *restrict dwv_r = d_w_v + r * A;
     for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float d_score = scale * d_logits[r * S + s];
       const float *restrict u = saved + (r * S + s) * A;
       float *restrict dk_s = d_keys + (r * S + s) * A;
@@ -97,12 +101,12 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t S, int64_t A, float s
    e_s = scale * q . k_s. */
 void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
                            const float *restrict q, const float *restrict keys,
-                           const int64_t *restrict lens, float *restrict logits) {
+                           const int64_t *restrict spans, float *restrict logits) {
 #pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict q_r = q + r * D;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float *restrict k_s = keys + (b * S + s) * D;
       float score = 0.0f;
 #pragma omp simd reduction(+ : score)
@@ -115,15 +119,15 @@ void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, fl
 /* dq = scale sum_s de_s k_s (written), dk_s += scale de_s q (added). */
 void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float scale,
                                     const float *restrict q, const float *restrict keys,
-                                    const int64_t *restrict lens, const float *restrict d_logits,
+                                    const int64_t *restrict spans, const float *restrict d_logits,
                                     float *restrict d_q, float *restrict d_keys) {
 #pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict q_r = q + r * D;
     float *restrict dq_r = d_q + r * D;
     for (int64_t j = 0; j < D; ++j) dq_r[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float a = scale * d_logits[r * S + s];
       const float *restrict k_s = keys + (r * S + s) * D;
       float *restrict dk_s = d_keys + (r * S + s) * D;
@@ -136,45 +140,75 @@ void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float sc
   }
 }
 
+/* Zeros at the keys a row may not read: [0, first) and [end, S). */
+static inline void outside(int64_t first, int64_t end, int64_t S, float *restrict row) {
+  for (int64_t s = 0; s < first; ++s) row[s] = 0.0f;
+  for (int64_t s = end; s < S; ++s) row[s] = 0.0f;
+}
+
 /* ---- Positions (seq2seq/positions.py) ------------------------------------------------------ */
+
+/* Global attention's span: row r reads its sentence's real keys [0, length), clamped to S. */
+void seq2seq_global_window(int64_t rows, int64_t group, int64_t S,
+                           const int64_t *restrict lengths, int64_t *restrict spans) {
+  for (int64_t r = 0; r < rows; ++r) {
+    spans[2 * r] = 0;
+    spans[2 * r + 1] = valid_keys(lengths[r / group], S);
+  }
+}
+
+/* LocalWindow.forward's in_window: the keys s with |s - round(p_t)| <= D among the sentence's
+   real ones, p_t the row's centre (centres (rows,), in [0, length - 1]). round is to the
+   nearest even on a tie, as torch.round. */
+void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
+                          const int64_t *restrict lengths, const float *restrict centres,
+                          int64_t *restrict spans) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t length = valid_keys(lengths[r / group], S);
+    const int64_t nearest = (int64_t)__builtin_rintf(centres[r]);
+    const int64_t first = nearest - D, end = nearest + D + 1;
+    spans[2 * r] = first < 0 ? 0 : (first > length ? length : first);
+    spans[2 * r + 1] = end > length ? length : (end < 0 ? 0 : end);
+  }
+}
 
 /* KeyBias.forward: e_s += b_s for the source positions s < P the table holds (later positions,
    never seen in training, get 0). */
-void seq2seq_key_bias(int64_t rows, int64_t group, int64_t S, int64_t P, const float *restrict bias,
-                      const int64_t *restrict lens, float *restrict logits) {
+void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *restrict bias,
+                      const int64_t *restrict spans, float *restrict logits) {
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r / group], S), end = len < P ? len : P;
-    for (int64_t s = 0; s < end; ++s) logits[r * S + s] += bias[s];
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1] < P ? spans[2 * r + 1] : P;
+    for (int64_t s = first; s < end; ++s) logits[r * S + s] += bias[s];
   }
 }
 
 /* db_s += sum_r de_{r,s}. One thread: every row adds into the same table. */
-void seq2seq_key_bias_backward(int64_t rows, int64_t S, int64_t P, const int64_t *restrict lens,
+void seq2seq_key_bias_backward(int64_t rows, int64_t S, int64_t P, const int64_t *restrict spans,
                                const float *restrict d_logits, float *restrict d_bias) {
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r], S), end = len < P ? len : P;
-    for (int64_t s = 0; s < end; ++s) d_bias[s] += d_logits[r * S + s];
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1] < P ? spans[2 * r + 1] : P;
+    for (int64_t s = first; s < end; ++s) d_bias[s] += d_logits[r * S + s];
   }
 }
 
 /* ---- Normalizers ------------------------------------------------------------------------- */
 
 /* softmax: p_s = exp(z_s - max) / sum over the valid keys. */
-void seq2seq_softmax(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+void seq2seq_softmax(int64_t rows, int64_t S, const int64_t *restrict spans,
                      const float *restrict logits, float *restrict weights, int64_t w_stride) {
 #pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r / group], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict z = logits + r * S;
     float *restrict p = weights + r * w_stride;
-    float largest = len > 0 ? z[0] : 0.0f, total = 0.0f;
-    for (int64_t s = 1; s < len; ++s) largest = z[s] > largest ? z[s] : largest;
-    for (int64_t s = 0; s < len; ++s) {
+    float largest = end > first ? z[first] : 0.0f, total = 0.0f;
+    for (int64_t s = first + 1; s < end; ++s) largest = z[s] > largest ? z[s] : largest;
+    for (int64_t s = first; s < end; ++s) {
       p[s] = exp_vec(z[s] - largest);
       total += p[s];
     }
-    for (int64_t s = 0; s < len; ++s) p[s] /= total;
-    for (int64_t s = len; s < S; ++s) p[s] = 0.0f;
+    for (int64_t s = first; s < end; ++s) p[s] /= total;
+    outside(first, end, S, p);
   }
 }
 
@@ -226,57 +260,58 @@ static float entmax15_threshold(int64_t len, const float *restrict sorted) {
 
 /* The sparse normalizers' rows: sort each row's valid logits, find the threshold, map each
    logit above it (alpha 2: z - tau; alpha 1.5: (z / 2 - tau)^2), zeros elsewhere. */
-static void thresholded(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+static void thresholded(int64_t rows, int64_t S, const int64_t *restrict spans,
                         const float *restrict logits, float *restrict weights, int64_t w_stride,
                         int entmax15) {
 #pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r / group], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     float *restrict p = weights + r * w_stride;
+    const int64_t len = end - first;
     if (len > 0) {
       float x[len], sorted[len];
-      sorted_valid_logits(len, logits + r * S, x, sorted);
+      sorted_valid_logits(len, logits + r * S + first, x, sorted);
       if (entmax15) {
         const float tau = entmax15_threshold(len, sorted);
         for (int64_t s = 0; s < len; ++s) {
           const float above = 0.5f * x[s] - tau;
-          p[s] = above > 0.0f ? above * above : 0.0f;
+          p[first + s] = above > 0.0f ? above * above : 0.0f;
         }
       } else {
         const float tau = sparsemax_threshold(len, sorted);
-        for (int64_t s = 0; s < len; ++s) p[s] = x[s] > tau ? x[s] - tau : 0.0f;
+        for (int64_t s = 0; s < len; ++s) p[first + s] = x[s] > tau ? x[s] - tau : 0.0f;
       }
     }
-    for (int64_t s = len; s < S; ++s) p[s] = 0.0f;
+    outside(first, end, S, p);
   }
 }
 
 /* sparsemax: p = [z - tau]_+, the Euclidean projection of the logits onto the simplex. */
-void seq2seq_sparsemax(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *restrict spans,
                        const float *restrict logits, float *restrict weights, int64_t w_stride) {
-  thresholded(rows, group, S, lens, logits, weights, w_stride, 0);
+  thresholded(rows, S, spans, logits, weights, w_stride, 0);
 }
 
 /* entmax15: p = [z / 2 - tau]_+^2, alpha-entmax at alpha 1.5. */
-void seq2seq_entmax15(int64_t rows, int64_t group, int64_t S, const int64_t *restrict lens,
+void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
                       const float *restrict logits, float *restrict weights, int64_t w_stride) {
-  thresholded(rows, group, S, lens, logits, weights, w_stride, 1);
+  thresholded(rows, S, spans, logits, weights, w_stride, 1);
 }
 
 /* entmax_backward with jacobian_weights: the one backward of every alpha >= 1 (Peters et al.,
    2019, Prop. 2), dz = s * dp - s (s . dp) / sum(s), with s_i = p_i^(2 - alpha) where p_i > 0,
    else 0: p for softmax (alpha 1), the support's indicator for sparsemax (2), sqrt(p) for
    entmax15. d_weights and d_logits are (rows, S); a row without support gets zeros. */
-void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t *restrict lens,
+void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t *restrict spans,
                              const float *restrict weights, int64_t w_stride,
                              const float *restrict d_weights, float *restrict d_logits) {
 #pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict p = weights + r * w_stride, *restrict dp = d_weights + r * S;
     float *restrict dz = d_logits + r * S;
     float total = 0.0f, along = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       float j_s = 0.0f;
       if (p[s] > 0.0f) {
         j_s = alpha == 1.0f   ? p[s]
@@ -289,8 +324,8 @@ void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t
       along += j_s * dp[s];
     }
     const float mean = total > 0.0f ? along / total : 0.0f;
-    for (int64_t s = 0; s < len; ++s) dz[s] = dz[s] * (dp[s] - mean);
-    for (int64_t s = len; s < S; ++s) dz[s] = 0.0f;
+    for (int64_t s = first; s < end; ++s) dz[s] = dz[s] * (dp[s] - mean);
+    outside(first, end, S, dz);
   }
 }
 
@@ -299,15 +334,15 @@ void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t
 /* Attention.forward's context = weights @ values: c = sum_s p_s v_s over the valid keys. */
 void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V,
                                const float *restrict weights, int64_t w_stride,
-                               const int64_t *restrict lens, const float *restrict values,
+                               const int64_t *restrict spans, const float *restrict values,
                                float *restrict context, int64_t c_stride) {
 #pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / group, len = valid_keys(lens[b], S);
+    const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict p = weights + r * w_stride;
     float *restrict c = context + r * c_stride;
     for (int64_t j = 0; j < V; ++j) c[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float weight = p[s];
       if (weight == 0.0f) continue; /* sparse weights: a key out of the support adds nothing */
       const float *restrict v_s = values + (b * S + s) * V;
@@ -320,16 +355,16 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
 /* dp_s = dc . v_s (written into d_weights (rows, S)), dv_s += p_s dc (added). */
 void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
                                         const float *restrict weights, int64_t w_stride,
-                                        const int64_t *restrict lens,
+                                        const int64_t *restrict spans,
                                         const float *restrict values,
                                         const float *restrict d_context, int64_t dc_stride,
                                         float *restrict d_weights, float *restrict d_values) {
 #pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t len = valid_keys(lens[r], S);
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict p = weights + r * w_stride, *restrict dc = d_context + r * dc_stride;
     float *restrict dp = d_weights + r * S;
-    for (int64_t s = 0; s < len; ++s) {
+    for (int64_t s = first; s < end; ++s) {
       const float *restrict v_s = values + (r * S + s) * V;
       float *restrict dv_s = d_values + (r * S + s) * V;
       const float weight = p[s];
@@ -341,6 +376,6 @@ void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
       }
       dp[s] = dot;
     }
-    for (int64_t s = len; s < S; ++s) dp[s] = 0.0f;
+    outside(first, end, S, dp);
   }
 }
