@@ -3,6 +3,7 @@ key and says what to do; entry points print them without a traceback (``seq2seq.
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import metadata
 
@@ -21,26 +22,52 @@ class ModelFileError(Seq2SeqError, ValueError):
 
 # The features of the extras, as their errors name them.
 SERVER = "The translation server (seq2seq serve)"
-ONNX = "ONNX export and the onnx backend"
-CTRANSLATE2 = "CTranslate2 export and the ctranslate2 backend"
+ONNX = "ONNX (seq2seq export --onnx, --backend onnx)"
+CTRANSLATE2 = "CTranslate2 (seq2seq export --format ctranslate2, --backend ctranslate2)"
 
 
 class MissingExtraError(Seq2SeqError, ImportError):
-    """An optional feature whose pip extra (``seq2seq[serve]``, ...) is not installed."""
+    """An optional feature whose pip extra (``serve``, ``onnx``, ...) is not installed."""
 
 
-def missing_extra(extra: str, feature: str, missing: str) -> MissingExtraError:
-    """The one-paragraph error for ``feature`` when ``missing`` (a package or an import error's
-    text) of the ``extra`` is not there: it names the extra and the command that installs it."""
+def missing_extra(
+    extra: str, feature: str, missing: list[str], detail: str = ""
+) -> MissingExtraError:
+    """The one-paragraph error for ``feature`` when the ``missing`` requirements of ``extra``
+    (as pyproject.toml writes them, e.g. ``orjson>=3.8``) are not installed, or, with
+    ``detail`` (an import error's text), cannot be loaded: it names them, the extra, and a pip
+    command that installs them here."""
+    names = [requirement_name(requirement) for requirement in missing]
+    listing = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    state = f"cannot be loaded ({detail})" if detail else "is not installed"
+    if len(names) > 1:
+        state = state.replace("is not", "are not").replace("cannot be", "cannot all be")
     return MissingExtraError(
-        f"{feature} needs seq2seq's optional {extra!r} packages, and {missing} is not installed. "
-        f"Install them into the environment that runs seq2seq: pip install 'seq2seq[{extra}]' "
-        f"(from a checkout: pip install -e '.[{extra}]')."
+        f"{feature} needs the packages of seq2seq's optional {extra!r} extra; {listing} {state}. "
+        f"Install them into the environment that runs seq2seq: {install_command(extra, missing)}."
     )
 
 
+def install_command(extra: str, missing: list[str]) -> str:
+    """How to install ``extra`` where seq2seq came from (PEP 610's direct_url.json): from its
+    checkout (``pip install -e 'DIR[extra]'``) or its wheel (``'seq2seq[extra] @ URL'``);
+    otherwise the ``missing`` requirements by name. Never ``pip install 'seq2seq[extra]'``:
+    seq2seq on PyPI is another project."""
+    try:
+        origin = json.loads(metadata.distribution("seq2seq").read_text("direct_url.json") or "")
+    except (metadata.PackageNotFoundError, json.JSONDecodeError):
+        origin = {}
+    url = str(origin.get("url", ""))
+    if url.startswith("file://") and "dir_info" in origin:
+        editable = "-e " if origin["dir_info"].get("editable") else ""
+        return f"pip install {editable}'{url.removeprefix('file://')}[{extra}]'"
+    if url.startswith("file://") and url.endswith(".whl"):
+        return f"pip install 'seq2seq[{extra}] @ {url}'"
+    return "pip install " + " ".join(f"'{requirement}'" for requirement in missing)
+
+
 def require_extra(extra: str, feature: str) -> None:
-    """Raise :class:`MissingExtraError` unless every package of ``seq2seq[extra]`` is installed.
+    """Raise :class:`MissingExtraError` unless every package of ``extra`` is installed.
 
     The packages are read from seq2seq's installed metadata (pyproject.toml's
     ``[project.optional-dependencies]``), so this check and ``pip install`` read one list. Run
@@ -51,15 +78,15 @@ def require_extra(extra: str, feature: str) -> None:
     except metadata.PackageNotFoundError:
         return
     in_extra = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
-    # A requirement reads "name[extras]>=version; markers": its distribution name comes first.
-    names = [
-        re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]
-        for requirement in requirements
-        if in_extra.search(requirement)
-    ]
-    absent = [name for name in names if not installed(name)]
+    wanted = [r.split(";")[0].strip() for r in requirements if in_extra.search(r)]
+    absent = [requirement for requirement in wanted if not installed(requirement_name(requirement))]
     if absent:
-        raise missing_extra(extra, feature, " and ".join(absent))
+        raise missing_extra(extra, feature, absent)
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement names: ``orjson`` of ``orjson>=3.8; extra == "serve"``."""
+    return re.split(r"[\s\[<>=!~;@]", requirement, maxsplit=1)[0]
 
 
 def installed(distribution: str) -> bool:

@@ -5,8 +5,10 @@ the project into fresh virtual environments as a new user would."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import venv
@@ -165,9 +167,43 @@ def test_a_missing_extra_is_named_with_its_install_command(
     with pytest.raises(MissingExtraError) as caught:
         require_extra(extra, "Feature")
     message = str(caught.value)
-    assert message.startswith(f"Feature needs seq2seq's optional {extra!r} packages, and ")
-    assert re.search(rf"\b{re.escape(absent)}\b", canonical(message))
-    assert f"pip install 'seq2seq[{extra}]'" in message and "\n" not in message
+    assert message.startswith(f"Feature needs the packages of seq2seq's optional {extra!r} extra")
+    names = re.search(r"; (\S+) is not installed\. ", message)
+    assert names is not None and canonical(names.group(1)) == absent, message
+    assert "Install them into the environment that runs seq2seq: pip install " in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("origin", "command"),
+    [
+        (
+            {"url": "file:///src/seq2seq", "dir_info": {"editable": True}},
+            "pip install -e '/src/seq2seq[serve]'",
+        ),
+        ({"url": "file:///src/seq2seq", "dir_info": {}}, "pip install '/src/seq2seq[serve]'"),
+        (
+            {"url": "file:///w/seq2seq-0.1.0-py3-none-any.whl", "archive_info": {}},
+            "pip install 'seq2seq[serve] @ file:///w/seq2seq-0.1.0-py3-none-any.whl'",
+        ),
+        (None, "pip install 'orjson>=3.8' 'h11>=0.14'"),  # from an index: seq2seq on PyPI is
+        # another project, so the packages themselves
+    ],
+)
+def test_the_install_command_fits_where_seq2seq_came_from(
+    origin: dict[str, object] | None, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PEP 610's direct_url.json says where seq2seq was installed from."""
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return None if origin is None else json.dumps(origin)
+
+    monkeypatch.setattr(errors.metadata, "distribution", lambda name: Installed())
+    assert errors.install_command("serve", ["orjson>=3.8", "h11>=0.14"]) == command
+    message = str(errors.missing_extra("serve", "F", ["orjson>=3.8", "h11>=0.14"]))
+    assert "; orjson and h11 are not installed. " in message and message.endswith(f"{command}.")
 
 
 HIDE = """
@@ -220,8 +256,22 @@ def test_a_command_without_its_extra_says_which_to_install(
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert f"pip install 'seq2seq[{extra}]'" in result.stderr
-    assert hidden in result.stderr
+    assert f"seq2seq's optional {extra!r} extra; {hidden} is not installed." in result.stderr
+    assert "pip install " in result.stderr
+
+
+def test_export_checks_the_extra_before_writing_anything(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """``export --onnx`` without onnx: the message, and no bundle that looks complete."""
+    out = tmp_path / "bundle"
+    argv = ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out), "--onnx"]
+    result = subprocess.run(
+        [sys.executable, "-c", HIDE, "onnxscript", *argv], capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and "'onnx' extra; onnxscript is not installed" in result.stderr
+    assert not out.exists()
 
 
 # --- A fresh machine: new virtual environments, as the README's commands make them ---------------
@@ -287,10 +337,12 @@ def test_the_wheel_serves_only_with_the_serve_extra(tmp_path: Path) -> None:
     assert install.returncode == 0, output(install)
     bare = run_in(env, seq2seq, "serve", "--model", "model.ckpt", timeout=300)
     assert bare.returncode == 2, output(bare)
-    assert "pip install 'seq2seq[serve]'" in bare.stderr and "Traceback" not in bare.stderr
-    install = run_in(
-        env, python, "-m", "pip", "install", "-q", f"seq2seq[serve] @ {wheel.as_uri()}"
-    )
+    assert "'serve' extra" in bare.stderr and "Traceback" not in bare.stderr
+    # The command the message suggests, run as given (with this venv's pip).
+    suggested = bare.stderr.split("the environment that runs seq2seq: ")[1].strip()
+    assert suggested == f"pip install 'seq2seq[serve] @ {wheel.as_uri()}'.", suggested
+    pip, *arguments = shlex.split(suggested.removesuffix("."))
+    install = run_in(env, python, "-m", pip, *arguments)
     assert install.returncode == 0, output(install)
     served = run_in(env, seq2seq, "serve", "--help", timeout=300)
     assert served.returncode == 0, output(served)

@@ -124,10 +124,19 @@ def test_the_loss_on_packed_rows_equals_the_padded_loss(
         (["model.decoder=luong", "model.kernels=off"], False),
         (["model=lstm", "model.decoder=luong"], False),
         (["model.decoder=bahdanau", "attention=additive"], True),
-        (["model.decoder=bahdanau", "attention=dot"], False),
+        (["model.decoder=bahdanau", "attention=dot"], True),
+        (["model.decoder=bahdanau", "attention.coverage=true"], False),  # no C twin yet
         (["model.decoder=bahdanau", "model.kernels=off"], False),
     ],
-    ids=["luong", "unfused", "lstm", "bahdanau", "bahdanau-dot", "bahdanau-unfused"],
+    ids=[
+        "luong",
+        "unfused",
+        "lstm",
+        "bahdanau",
+        "bahdanau-dot",
+        "bahdanau-coverage",
+        "bahdanau-unfused",
+    ],
 )
 def test_packing_applies_where_the_kernels_run(overrides: list[str], fused: bool) -> None:
     model = build_dropout_free(compose([*TINY, *overrides]), vocab_size=20, device="cpu")

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from seq2seq.cli import UsageError, add_trust_argument, run
+from seq2seq.errors import CTRANSLATE2, ONNX, require_extra
 from seq2seq.inference.bundle import export_bundle, load
 
 log = logging.getLogger("seq2seq.export")
@@ -42,6 +43,11 @@ def main() -> int:
     )
     add_trust_argument(parser)
     args = parser.parse_args()
+    # Before anything is written: a bundle without the files asked for would look complete.
+    if args.onnx:
+        require_extra("onnx", ONNX)
+    if args.format == "ctranslate2":
+        require_extra("ctranslate2", CTRANSLATE2)
     trained = load(args.checkpoint, trust_modules=args.trust_modules)
     if args.format == "ctranslate2":
         from seq2seq.inference.ctranslate2_export import refusal

@@ -226,9 +226,7 @@ def export_ctranslate2(trained: TrainedModel, bundle: Path, quantization: str = 
     try:
         from ctranslate2.converters.converter import Converter
     except ImportError as error:  # installed, but it cannot load
-        raise missing_extra(
-            "ctranslate2", CTRANSLATE2, f"a working ctranslate2 ({error})"
-        ) from None
+        raise missing_extra("ctranslate2", CTRANSLATE2, ["ctranslate2"], str(error)) from None
 
     class SpecConverter(Converter):
         def _load(self) -> Any:

@@ -391,9 +391,7 @@ def ctranslate2_model(path: Path) -> Any:
     try:
         import ctranslate2
     except ImportError as error:  # installed, but it cannot load
-        raise missing_extra(
-            "ctranslate2", CTRANSLATE2, f"a working ctranslate2 ({error})"
-        ) from None
+        raise missing_extra("ctranslate2", CTRANSLATE2, ["ctranslate2"], str(error)) from None
     return ctranslate2.Translator(
         str(directory), device="cpu", intra_threads=torch.get_num_threads()
     )
@@ -422,7 +420,7 @@ def onnx_model(path: Path, trained: TrainedModel) -> StepwiseModel:
             )
         return OnnxSeq2Seq(path)
     except ImportError as error:  # installed, but it cannot load
-        raise missing_extra("onnx", ONNX, f"a working onnxruntime ({error})") from None
+        raise missing_extra("onnx", ONNX, ["onnxruntime"], str(error)) from None
 
 
 def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
