@@ -78,6 +78,39 @@ def test_each_normalizer_matches_its_python_twin(name: str, scale: float) -> Non
     torch.testing.assert_close(got[1:].sum(-1), torch.ones(ROWS - 1))
 
 
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.5])
+@pytest.mark.parametrize("scale", [0.3, 3.0])
+def test_entmax_bisect_and_its_gradients_match_the_python_twin(alpha: float, scale: float) -> None:
+    """``seq2seq_entmax_bisect`` against ``entmax_bisect``; ``seq2seq_entmax_backward`` at α
+    and ``seq2seq_entmax_alpha_backward`` against autograd through it with a learned α."""
+    logits = random(ROWS, KEYS, scale=scale)
+    weights = torch.empty(ROWS, KEYS)
+    kernels().seq2seq_entmax_bisect(
+        ROWS, KEYS, SPANS.data_ptr(), alpha, normalizers.BISECTION_ITERATIONS,
+        logits.data_ptr(), weights.data_ptr(), KEYS,
+    )  # fmt: skip
+    leaf, alpha_leaf = logits.double().requires_grad_(), torch.tensor(alpha).double()
+    alpha_leaf.requires_grad_()
+    want = normalizers.entmax_bisect(leaf[:, None], mask()[:, None], alpha_leaf)[:, 0]
+    torch.testing.assert_close(weights, want.detach().float(), rtol=1e-4, atol=1e-5)
+    assert (weights[~mask()] == 0).all() and (weights[0] == 0).all()
+    d_weights = random(ROWS, KEYS, seed=1)
+    want_logits, want_alpha = torch.autograd.grad(
+        (want * d_weights.double()).sum(), [leaf, alpha_leaf]
+    )
+    d_logits, d_alpha = torch.empty(ROWS, KEYS), torch.zeros(ROWS)
+    kernels().seq2seq_entmax_backward(
+        ROWS, KEYS, alpha, SPANS.data_ptr(), weights.data_ptr(), KEYS, d_weights.data_ptr(),
+        d_logits.data_ptr(),
+    )  # fmt: skip
+    kernels().seq2seq_entmax_alpha_backward(
+        ROWS, KEYS, alpha, SPANS.data_ptr(), weights.data_ptr(), KEYS, d_weights.data_ptr(),
+        d_alpha.data_ptr(),
+    )  # fmt: skip
+    torch.testing.assert_close(d_logits, want_logits.float(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(d_alpha.sum(), want_alpha.float(), rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", NORMALIZERS)
 def test_entmax_backward_is_each_normalizers_gradient(name: str) -> None:
     """``seq2seq_entmax_backward`` at the normalizer's α against autograd through the Python
@@ -255,7 +288,11 @@ def test_product_score_and_its_backward_against_autograd() -> None:
             StepAttention("product", 1.0, key_bias=True),
         ),
         (DotProductAttention(), AttentionParts(coverage=True), None),
-        (DotProductAttention(), AttentionParts(normalizer="entmax", alpha=1.3), None),
+        (
+            DotProductAttention(scaled=False),
+            AttentionParts(normalizer="entmax", alpha=1.3),
+            StepAttention("product", 1.0, "entmax_bisect", 1.3),
+        ),
     ],
 )
 def test_step_attention_names_the_twins_of_the_built_parts(

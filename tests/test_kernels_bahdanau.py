@@ -49,7 +49,7 @@ def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """``Recurrence`` with plain additive attention and softmax, as ``reference`` computes."""
     *attention, context_weight, weight_hh, bias_hh = inputs[5:]
     return Recurrence.apply(
-        *inputs[:5], *attention, None, context_weight, weight_hh, bias_hh, ADDITIVE
+        *inputs[:5], *attention, None, None, context_weight, weight_hh, bias_hh, ADDITIVE
     )
 
 
@@ -313,10 +313,17 @@ PARTS = {
     "key_bias": AttentionParts(key_bias=True, key_bias_positions=4),
     "sparsemax+key_bias": AttentionParts("sparsemax", key_bias=True, key_bias_positions=4),
     "entmax15+key_bias": AttentionParts("entmax15", key_bias=True, key_bias_positions=4),
+    "entmax_1.3": AttentionParts("entmax", alpha=1.3),
+    "learned_alpha+key_bias": AttentionParts(
+        "entmax", alpha="learnable", initial_alpha=1.6, key_bias=True, key_bias_positions=4
+    ),
     "local_m": AttentionParts(window="local_m", window_size=1),
     "sparsemax+local_m": AttentionParts("sparsemax", window="local_m", window_size=1),
     "local_m+key_bias": AttentionParts(
         window="local_m", window_size=1, key_bias=True, key_bias_positions=4
+    ),
+    "learned_alpha+local_m": AttentionParts(
+        "entmax", alpha="learnable", window="local_m", window_size=1
     ),
 }
 

@@ -5,8 +5,9 @@ The reference computes ``weights = normalize(score(q, k) / T)`` and ``context = 
 part, by the Python name it mirrors: the score (``additive_score`` for
 ``AdditiveAttention.score``, ``product_score`` for ``DotProductAttention.score`` and
 ``GeneralAttention.score``), the key bias (``key_bias`` for ``KeyBias.forward``), the
-normalizer (``softmax``, ``sparsemax``, ``entmax15``, and ``entmax_backward`` for the backward
-pass of each) and the context. ``forward`` and ``backward``
+normalizer (``softmax``, ``sparsemax``, ``entmax15``, ``entmax_bisect``, and
+``entmax_backward`` for the backward pass of each, ``entmax_alpha_backward`` for a learned α)
+and the context. ``forward`` and ``backward``
 run one decoder step's rows through them; ``step_attention`` reads a built attention module and
 says whether the parts cover it.
 
@@ -31,7 +32,7 @@ from seq2seq.attention import (
     MultiHeadAttention,
     has_formula_of,
 )
-from seq2seq.normalizers import Entmax15, Softmax, Sparsemax
+from seq2seq.normalizers import BISECTION_ITERATIONS, Entmax, Entmax15, Softmax, Sparsemax
 
 # The normalizer modules with a C twin -> the twin's name (``seq2seq_NAME``) and α, which picks
 # the Jacobian of the one backward pass (``entmax_backward``).
@@ -46,13 +47,14 @@ NORMALIZER_TWINS: dict[type, tuple[str, float]] = {
 class AttentionSource:
     """What a step's attention reads besides its queries, contiguous: keys (B, S, A or D) (the
     projected keys), memory (B, S, V), src_lens (B,) int64, and the parts' parameters: w_v (A,)
-    (additive scoring) and the key bias b (P,), or None."""
+    (additive scoring), the key bias b (P,) and a learned α (0-d), or None."""
 
     keys: Tensor
     memory: Tensor
     src_lens: Tensor
     score_weight: Tensor | None = None
     key_bias: Tensor | None = None
+    alpha: Tensor | None = None
 
     @staticmethod
     def of(
@@ -61,6 +63,7 @@ class AttentionSource:
         src_lens: Tensor,
         score_weight: Tensor | None,
         key_bias: Tensor | None,
+        alpha: Tensor | None = None,
     ) -> AttentionSource:
         """The tensors, made contiguous (and the lengths int64) once per batch."""
         return AttentionSource(
@@ -69,18 +72,21 @@ class AttentionSource:
             src_lens.to(torch.int64).contiguous(),
             None if score_weight is None else score_weight.contiguous(),
             None if key_bias is None else key_bias.contiguous(),
+            alpha,
         )
 
 
 @dataclass
 class AttentionGrads:
     """Where the backward passes add their gradients, zeros to start: keys and memory as the
-    source's, w_v's per row (R, A) (summed by the caller after all steps), the key bias's (P,)."""
+    source's, w_v's per row (R, A) and a learned α's per row (R,) (summed by the caller after
+    all steps), the key bias's (P,)."""
 
     d_keys: Tensor
     d_memory: Tensor
     d_score_weight: Tensor | None
     d_key_bias: Tensor | None
+    d_alpha: Tensor | None = None
 
     @staticmethod
     def zeros(source: AttentionSource, rows: int) -> AttentionGrads:
@@ -90,6 +96,7 @@ class AttentionGrads:
             torch.zeros_like(source.memory),
             None if score_weight is None else score_weight.new_zeros(rows, score_weight.numel()),
             None if key_bias is None else torch.zeros_like(key_bias),
+            None if source.alpha is None else source.keys.new_zeros(rows),
         )
 
 
@@ -107,6 +114,7 @@ class StepAttention:
     key_bias: bool = False
     window: str = "global"
     window_size: int = 0
+    learned_alpha: bool = False
 
     @property
     def projects_queries(self) -> bool:
@@ -182,8 +190,14 @@ class StepAttention:
                 rows, length, source.key_bias.numel(), source.key_bias.data_ptr(), spans,
                 logits.data_ptr(),
             )  # fmt: skip
-        normalize = getattr(kernels, f"seq2seq_{self.normalizer}")
-        normalize(rows, length, spans, logits.data_ptr(), weights, weights_stride)
+        if self.normalizer == "entmax_bisect":
+            kernels.seq2seq_entmax_bisect(
+                rows, length, spans, self.alpha, BISECTION_ITERATIONS, logits.data_ptr(),
+                weights, weights_stride,
+            )  # fmt: skip
+        else:
+            normalize = getattr(kernels, f"seq2seq_{self.normalizer}")
+            normalize(rows, length, spans, logits.data_ptr(), weights, weights_stride)
         kernels.seq2seq_attention_context(
             rows, group, length, source.memory.shape[2], weights, weights_stride, spans,
             source.memory.data_ptr(), context, context_stride,
@@ -220,6 +234,11 @@ class StepAttention:
             rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),
             d_logits.data_ptr(),
         )  # fmt: skip
+        if grads.d_alpha is not None:
+            kernels.seq2seq_entmax_alpha_backward(
+                rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),
+                grads.d_alpha.data_ptr(),
+            )  # fmt: skip
         if source.key_bias is not None:
             assert grads.d_key_bias is not None
             kernels.seq2seq_key_bias_backward(
@@ -246,7 +265,8 @@ def step_attention(
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
     of its parts has no twin yet (it then runs on the reference path): one head, a built-in
     score at a fixed temperature (additive without layer norm), no coverage, a normalizer of
-    ``NORMALIZER_TWINS``, with or without the key bias, and a global or local-m window."""
+    ``NORMALIZER_TWINS`` or α-entmax (fixed or learned α), with or without the key bias, and a
+    global or local-m window."""
     if not isinstance(attention, Attention) or attention.log_temperature is not None:
         return None
     if attention.coverage_weight is not None:
@@ -254,11 +274,16 @@ def step_attention(
     chosen: dict[str, Any] = {}
     parts = attention.normalization
     if parts is not None:
-        twin = NORMALIZER_TWINS.get(type(parts.normalizer))
-        window = parts.window
+        normalizer, window = parts.normalizer, parts.window
+        twin = NORMALIZER_TWINS.get(type(normalizer))
+        if isinstance(normalizer, Entmax):  # α-entmax: α read now (a learned one changes)
+            alpha = normalizer.alpha
+            twin = ("entmax_bisect", float(alpha.detach() if isinstance(alpha, Tensor) else alpha))
         if twin is None or (window is not None and window.kind != "local_m"):
             return None
         chosen = {"normalizer": twin[0], "alpha": twin[1], "key_bias": parts.key_bias is not None}
+        if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
+            chosen["learned_alpha"] = True
         if window is not None:
             chosen.update(window=window.kind, window_size=window.size)
     scale = 1.0 / attention.fixed_temperature

@@ -38,10 +38,10 @@ class Recurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), projected keys
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
     None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
-    W_ic (G, M) (the context's part of the cell's input weight), W_hh (G, H), b_hh (G,) or
-    None, and ``parts``, the attention's C twins (``attention_parts.StepAttention``) -> states
-    (B, T, H), contexts (B, T, M), attention weights (B, T, S). K is A for additive scoring, H
-    for a product's.
+    a learned α (0-d) or None, W_ic (G, M) (the context's part of the cell's input weight),
+    W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
+    (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
+    weights (B, T, S). K is A for additive scoring, H for a product's.
 
     With ``steps`` (a ``gru.Steps.packed``), input_gates are packed rows (N, G), step t's
     ``steps.batch_sizes[t]`` rows being the first sentences of the batch (sorted longest first,
@@ -65,6 +65,7 @@ class Recurrence(torch.autograd.Function):
         query_bias: Tensor | None,
         score_weight: Tensor | None,
         key_bias: Tensor | None,
+        alpha: Tensor | None,
         context_weight: Tensor,
         weight_hh: Tensor,
         bias_hh: Tensor | None,
@@ -83,7 +84,7 @@ class Recurrence(torch.autograd.Function):
         batch, size = initial.shape
         keys, key_size = projected_keys.shape[1], projected_keys.shape[2]
         memory_size = memory.shape[2]
-        source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias)
+        source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias, alpha)
         states = input_gates.new_empty(rows, size)
         contexts = input_gates.new_empty(rows, memory_size)
         weights = input_gates.new_empty(rows, keys)
@@ -142,7 +143,7 @@ class Recurrence(torch.autograd.Function):
             saved = [
                 saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
                 source.memory, source.src_lens, query_weight, query_bias, source.score_weight,
-                source.key_bias, context_weight, weight_hh, bias_hh,
+                source.key_bias, alpha, context_weight, weight_hh, bias_hh,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
@@ -158,10 +159,10 @@ class Recurrence(torch.autograd.Function):
         assert kernels is not None
         (
             saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys, memory,
-            src_lens, query_weight, query_bias, score_weight, key_bias, context_weight,
+            src_lens, query_weight, query_bias, score_weight, key_bias, alpha, context_weight,
             weight_hh, bias_hh,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
-        source = AttentionSource(projected_keys, memory, src_lens, score_weight, key_bias)
+        source = AttentionSource(projected_keys, memory, src_lens, score_weight, key_bias, alpha)
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
@@ -230,6 +231,7 @@ class Recurrence(torch.autograd.Function):
             None if query_bias is None else d_queries.sum(0),
             None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
             grads.d_key_bias,
+            None if grads.d_alpha is None else grads.d_alpha.sum().view_as(alpha),
             d_context_weight,
             d_weight_hh,
             None if bias_hh is None else d_recurrent.sum(0),
@@ -274,13 +276,15 @@ def attend(
     query_bias: Tensor | None,
     score_weight: Tensor | None,
     key_bias: Tensor | None = None,
+    alpha: Tensor | None = None,
     positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One decoding step's attention without autograd, through the same C parts: queries
     (R, H), projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M),
     weights (R, S). R is B, or B·K when K hypotheses of each sentence share its source (beam
     search: row b·K + k is hypothesis k of sentence b); positions (R,): each row's target step,
-    for a window centred on it. ``library.usable`` must hold."""
+    for a window centred on it. ``parts`` holds α's value (``alpha``, a learned α's tensor, has
+    no gradient here). ``library.usable`` must hold."""
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, (batch, keys, key_size) = queries.shape[0], projected_keys.shape

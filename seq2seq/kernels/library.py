@@ -247,6 +247,10 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         # rows, S, P, bias, spans, logits; rows, S, P, spans, d_logits, d_bias
         "seq2seq_key_bias": [i64, i64, i64, pointer, pointer, pointer],
         "seq2seq_key_bias_backward": [i64, i64, i64, pointer, pointer, pointer],
+        # rows, S, spans, alpha, iterations, logits, weights, weights' stride
+        "seq2seq_entmax_bisect": [i64, i64, pointer, real, i64, pointer, pointer, i64],
+        # rows, S, alpha, spans, weights, weights' stride, d_weights, d_alpha (rows,)
+        "seq2seq_entmax_alpha_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
         # rows, S, alpha, spans, weights, weights' stride, d_weights, d_logits
         "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
         # rows, group, S, V, weights, weights' stride, spans, values, context, its stride

@@ -68,6 +68,7 @@ from seq2seq.models.decoder import (
 )
 from seq2seq.models.encoder import RNNEncoder
 from seq2seq.models.model import Seq2Seq
+from seq2seq.normalizers import Entmax
 from seq2seq.search import GreedyTask
 
 # A token-gate table costs V / B steps' worth of the (B, E) @ (E, G) GEMMs it saves: built only
@@ -324,15 +325,21 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
 
     def attention_parameters(
         self,
-    ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
         """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
-        and the key bias (P,) or None: what ``bahdanau.Recurrence`` and ``attend`` read."""
+        the key bias (P,) and a learned α (0-d), or None: what ``bahdanau.Recurrence`` and
+        ``attend`` read."""
         attention = self.attention
         parts = attention.normalization
-        key_bias = None if parts is None or parts.key_bias is None else parts.key_bias.bias
+        key_bias = alpha = None
+        if parts is not None:
+            key_bias = None if parts.key_bias is None else parts.key_bias.bias
+            normalizer = parts.normalizer
+            if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
+                alpha = 1 + F.softplus(normalizer.raw_alpha)  # Entmax.alpha, with its gradient
         if not isinstance(attention, AdditiveAttention):
-            return None, None, None, key_bias
-        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, key_bias
+            return None, None, None, key_bias, alpha
+        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, key_bias, alpha
 
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""

@@ -8,6 +8,8 @@
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
+                 seq2seq_entmax_bisect     entmax_bisect (any alpha, fixed or learned)
+                 seq2seq_entmax_alpha_backward  the learned alpha's gradient
                  seq2seq_entmax_backward   entmax_backward with jacobian_weights (every α)
      context     seq2seq_attention_context Attention.forward's weights @ values
 
@@ -296,6 +298,78 @@ void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *restrict spans,
 void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
                       const float *restrict logits, float *restrict weights, int64_t w_stride) {
   thresholded(rows, S, spans, logits, weights, w_stride, 1);
+}
+
+/* entmax_bisect (_bisect_weights) for any alpha > 1: with x = (alpha - 1)(z - max z),
+   sum_s [x_s - tau]_+^(1 / (alpha - 1)) falls as tau rises, from >= 1 at tau = -1 to <= 1 at
+   tau = -n^(1 - alpha) (n keys in the span); `iterations` halvings of that interval keep the
+   last tau whose sum is >= 1, and the weights are divided by their sum, so that rows sum to 1
+   exactly. */
+void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict spans, float alpha,
+                           int64_t iterations, const float *restrict logits,
+                           float *restrict weights, int64_t w_stride) {
+#pragma omp parallel for schedule(static) if (rows * S * iterations >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1], len = end - first;
+    const float *restrict z = logits + r * S;
+    float *restrict p = weights + r * w_stride;
+    if (len > 0) {
+      const float exponent = 1.0f / (alpha - 1.0f);
+      float x[len], largest = z[first];
+      for (int64_t s = first + 1; s < end; ++s) largest = z[s] > largest ? z[s] : largest;
+      for (int64_t s = 0; s < len; ++s) x[s] = (z[first + s] - largest) * (alpha - 1.0f);
+      float low = -1.0f, width = 1.0f - __builtin_powf((float)len, 1.0f - alpha);
+      for (int64_t i = 0; i < iterations; ++i) {
+        width /= 2.0f;
+        const float middle = low + width;
+        float total = 0.0f;
+        for (int64_t s = 0; s < len; ++s) {
+          const float above = x[s] - middle;
+          total += above > 0.0f ? __builtin_powf(above, exponent) : 0.0f;
+        }
+        if (total >= 1.0f) low = middle;
+      }
+      float total = 0.0f;
+      for (int64_t s = 0; s < len; ++s) {
+        const float above = x[s] - low;
+        p[first + s] = above > 0.0f ? __builtin_powf(above, exponent) : 0.0f;
+        total += p[first + s];
+      }
+      total = total > 1.17549435e-38f ? total : 1.17549435e-38f; /* float's smallest normal */
+      for (int64_t s = first; s < end; ++s) p[s] /= total;
+    }
+    outside(first, end, S, p);
+  }
+}
+
+/* _EntmaxLearnedAlpha.backward's gradient with respect to alpha (Correia, Niculae and Martins,
+   2019, Proposition 1), one number per row (added into d_alpha (rows,), summed by the caller):
+   sum_i dp_i [(p_i - t_i) / (alpha - 1)^2 - (h_i - t_i sum_j h_j) / (alpha - 1)], with
+   t = s / sum(s), s_i = p_i^(2 - alpha) on the support and h_i = p_i log p_i. */
+void seq2seq_entmax_alpha_backward(int64_t rows, int64_t S, float alpha,
+                                   const int64_t *restrict spans, const float *restrict weights,
+                                   int64_t w_stride, const float *restrict d_weights,
+                                   float *restrict d_alpha) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+    const float *restrict p = weights + r * w_stride, *restrict dp = d_weights + r * S;
+    float total = 0.0f, entropy = 0.0f;
+    for (int64_t s = first; s < end; ++s) {
+      if (p[s] > 0.0f) {
+        total += __builtin_powf(p[s], 2.0f - alpha);
+        entropy += p[s] * __builtin_logf(p[s]);
+      }
+    }
+    const float a = alpha - 1.0f;
+    float gradient = 0.0f;
+    for (int64_t s = first; s < end; ++s) {
+      if (!(p[s] > 0.0f) || !(total > 0.0f)) continue; /* t_i = h_i = p_i = 0 */
+      const float t = __builtin_powf(p[s], 2.0f - alpha) / total;
+      const float h = p[s] * __builtin_logf(p[s]);
+      gradient += dp[s] * ((p[s] - t) / (a * a) - (h - t * entropy) / a);
+    }
+    d_alpha[r] += gradient;
+  }
 }
 
 /* entmax_backward with jacobian_weights: the one backward of every alpha >= 1 (Peters et al.,
