@@ -192,11 +192,13 @@ def test_context_and_its_backward() -> None:
         context.data_ptr(), 5,
     )  # fmt: skip
     torch.testing.assert_close(context, torch.bmm(weights[:, None], values)[:, 0])
+    d_weights_out = random(ROWS, KEYS, seed=4)  # the weights' own gradient, from a loss
     kernels().seq2seq_attention_context_backward(
         ROWS, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
-        d_context.data_ptr(), 5, d_weights.data_ptr(), d_values.data_ptr(),
+        d_context.data_ptr(), 5, d_weights_out.data_ptr(), KEYS, d_weights.data_ptr(),
+        d_values.data_ptr(),
     )  # fmt: skip
-    want_d_weights = torch.bmm(values, d_context[:, :, None])[:, :, 0] * mask()
+    want_d_weights = (torch.bmm(values, d_context[:, :, None])[:, :, 0] + d_weights_out) * mask()
     torch.testing.assert_close(d_weights, want_d_weights)
     torch.testing.assert_close(d_values, weights[:, :, None] * d_context[:, None, :])
 

@@ -120,6 +120,9 @@ def outputs_and_grads(
     loss = (states.sin() * ramp).sum()
     if use_contexts:
         loss = loss + (contexts * contexts.cos()).sum()
+    # A loss that reads the weights too (alignment, coverage): exp, so that no row's
+    # gradient is constant (a softmax ignores that).
+    loss = loss + weights.exp().sum()
     grads = torch.autograd.grad(loss, leaves)
     return [states.detach(), contexts.detach(), weights.detach(), *grads]
 
@@ -188,7 +191,7 @@ def test_the_decoder_trains_as_its_step_loop_does(bias: bool, cell_bias: bool) -
     results = []
     source, state = model.encode(src, src_lens)
     assert isinstance(model.decoder, FastBahdanauDecoder)
-    assert model.decoder.fused_recurrence_applies(source, state[0], False)
+    assert model.decoder.fused_recurrence_applies(source, state[0])
     for candidate in (model, reference_model):
         logits, weights = candidate(src, src_lens, tgt_in, need_weights=False)
         assert weights is None
@@ -211,7 +214,7 @@ def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
             source, state = model.encode(src, src_lens)
             if fused:
                 assert isinstance(model.decoder, FastBahdanauDecoder)
-                assert model.decoder.fused_recurrence_applies(source, state[0], True)
+                assert model.decoder.fused_recurrence_applies(source, state[0])
             results.append(model(src, src_lens, tgt_in))
     for got, want in zip(*results, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
@@ -232,17 +235,15 @@ def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bo
     model = make_bahdanau(**change)
     assert isinstance(model.decoder, FastBahdanauDecoder)
     source, state = model.encode(src, src_lens)
-    assert model.decoder.fused_recurrence_applies(source, state[0], False) is applies
-    # The weights would need a gradient the fused pass does not give them.
-    assert not model.decoder.fused_recurrence_applies(source, state[0], True)
+    assert model.decoder.fused_recurrence_applies(source, state[0]) is applies
     model.eval()
-    assert model.decoder.fused_recurrence_applies(source, state[0], False) is (
+    assert model.decoder.fused_recurrence_applies(source, state[0]) is (
         change.get("temperature") != "learnable" and "layer_norm" not in change
     )
     double = make_bahdanau(**change).double()
     assert isinstance(double.decoder, FastBahdanauDecoder)
     source, state = double.encode(src, src_lens)
-    assert not double.decoder.fused_recurrence_applies(source, state[0], False)
+    assert not double.decoder.fused_recurrence_applies(source, state[0])
 
 
 @pytest.mark.parametrize("group", [1, 3])  # one query per sentence (greedy), three (beam search)
@@ -364,11 +365,20 @@ def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
     for candidate in (model, reference_model):
         source, state = candidate.encode(src, src_lens)
         if candidate is model:
-            assert model.decoder.fused_recurrence_applies(source, state[0], need_weights=False)
+            assert model.decoder.fused_recurrence_applies(source, state[0])
         logits, targets = candidate.decoder.teacher_forced_logits(tgt_in, tgt_out, state, source)
         loss = F.cross_entropy(logits, targets, ignore_index=PAD, reduction="sum")
         grads = torch.autograd.grad(loss, list(candidate.parameters()))
         results.append([loss.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+    # Training with the weights in the loss (the alignment and coverage losses read them).
+    results = []
+    for candidate in (model, reference_model):
+        logits, weights = candidate(src, src_lens, tgt_in)
+        loss = logits.log_softmax(-1).sum() + (weights * weights.new_tensor(0.3).exp()).sum()
+        loss = loss + weights.square().sum()
+        results.append(torch.autograd.grad(loss, list(candidate.parameters())))
     for got, want in zip(*results, strict=True):
         torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
     model.eval()

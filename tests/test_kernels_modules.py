@@ -139,7 +139,7 @@ def test_the_kernels_run_where_they_apply() -> None:
         assert model.encoder.runs_fused(model.encoder.embedding.weight)
     source, state = bahdanau.encode(src, src_lens)
     assert isinstance(bahdanau.decoder, FastBahdanauDecoder)
-    assert bahdanau.decoder.fused_recurrence_applies(source, state[0], need_weights=False)
+    assert bahdanau.decoder.fused_recurrence_applies(source, state[0])
     source, state = luong.encode(src, src_lens)
     assert isinstance(luong.decoder, FastLuongDecoder)
     assert luong.decoder.cell_runs_fused(*luong.decoder.cell_parameters())

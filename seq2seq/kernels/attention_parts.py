@@ -215,20 +215,23 @@ class StepAttention:
         weights_stride: int,
         d_context: int,
         d_context_stride: int,
+        d_weights_out: tuple[int, int] | None,
         scratch: tuple[Tensor, Tensor],
         d_queries: int,
         grads: AttentionGrads,
     ) -> None:
         """The parts' backward passes in reverse, for training's rows (row r is sentence r):
-        from d_context (R, V) write d_queries (R, A or D) and add into ``grads``. ``scratch``
+        from d_context (R, V), and the weights' own gradient where a loss reads them
+        (``d_weights_out``: its address and row stride, or None), write d_queries (R, A or D) and
+        add into ``grads``. ``scratch``
         is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients; ``spans``
         the forward pass's."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
             rows, length, source.memory.shape[2], weights, weights_stride, spans,
-            source.memory.data_ptr(), d_context, d_context_stride, d_weights.data_ptr(),
-            grads.d_memory.data_ptr(),
+            source.memory.data_ptr(), d_context, d_context_stride,
+            *(d_weights_out or (None, 0)), d_weights.data_ptr(), grads.d_memory.data_ptr(),
         )  # fmt: skip
         kernels.seq2seq_entmax_backward(
             rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),

@@ -41,7 +41,8 @@ class Recurrence(torch.autograd.Function):
     a learned α (0-d) or None, W_ic (G, M) (the context's part of the cell's input weight),
     W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
     (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
-    weights (B, T, S). K is A for additive scoring, H for a product's.
+    weights (B, T, S), each with its gradient (a loss may read the weights: alignment,
+    coverage). K is A for additive scoring, H for a product's.
 
     With ``steps`` (a ``gru.Steps.packed``), input_gates are packed rows (N, G), step t's
     ``steps.batch_sizes[t]`` rows being the first sentences of the batch (sorted longest first,
@@ -49,8 +50,8 @@ class Recurrence(torch.autograd.Function):
     sentence's steps end with it, and no step computes padding.
 
     Step t: q = W_q s_{t-1} + b_q (additive) or s_{t-1}; weights = normalize(score(q, k)) over
-    the valid keys; c_t = weights @ memory; s_t = GRU(input_gates_t + W_ic c_t, s_{t-1}). The
-    weights are an output without a gradient. ``library.usable`` must hold for the tensors.
+    the valid keys; c_t = weights @ memory; s_t = GRU(input_gates_t + W_ic c_t, s_{t-1}).
+    ``library.usable`` must hold for the tensors.
     """
 
     @staticmethod
@@ -138,7 +139,6 @@ class Recurrence(torch.autograd.Function):
         outputs: tuple[Tensor, ...] = (states, contexts, weights)
         if padded_shape is not None:  # (B·T, ·) -> (B, T, ·)
             outputs = tuple(output.view(*padded_shape, -1) for output in outputs)
-        ctx.mark_non_differentiable(outputs[2])
         if needs_grad:
             saved = [
                 saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
@@ -153,7 +153,10 @@ class Recurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(
-        ctx: FunctionCtx, d_states: Tensor | None, d_contexts: Tensor | None, _: Tensor | None
+        ctx: FunctionCtx,
+        d_states: Tensor | None,
+        d_contexts: Tensor | None,
+        d_weights: Tensor | None,
     ) -> tuple[Tensor | None, ...]:
         kernels = library()
         assert kernels is not None
@@ -172,6 +175,8 @@ class Recurrence(torch.autograd.Function):
         d_states = _contiguous_or_zeros(d_states, (rows, size), memory).view(rows, size)
         d_contexts = _contiguous_or_zeros(d_contexts, (rows, memory_size), memory)
         d_contexts = d_contexts.view(rows, memory_size)
+        if d_weights is not None:  # a loss read the weights: (rows, S)
+            d_weights = d_weights.contiguous().view(rows, keys)
         d_state = memory.new_zeros(batch, size)  # dL/ds_t from the steps after t
         d_input_gates = memory.new_empty(rows, gates)
         d_recurrent = memory.new_empty(steps.rows, gates)  # in the steps' order, as saved
@@ -204,7 +209,8 @@ class Recurrence(torch.autograd.Function):
                 kernels, active, 0 if saved_queries is None else saved_queries[done].data_ptr(),
                 source, spans.data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(),
-                _row(weights, start), stride * keys, d_context.data_ptr(), memory_size, scratch,
+                _row(weights, start), stride * keys, d_context.data_ptr(), memory_size,
+                None if d_weights is None else (_row(d_weights, start), stride * keys), scratch,
                 d_queries[done].data_ptr(), grads,
             )  # fmt: skip
             if query_weight is not None:  # dL/ds_{t-1} += d_q @ W_q: (b, A) @ (A, H)

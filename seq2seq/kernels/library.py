@@ -231,7 +231,7 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
     """The signatures of ``csrc/attention.c``'s parts (its comments say what each argument is)."""
     i64, pointer, real = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     context = [i64, i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
-    context_backward = [i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
+    context_backward = [i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64, pointer, i64]
     signatures: dict[str, list[Any]] = {
         # rows, group, S, lengths, spans; rows, group, S, D, lengths, centres, spans
         "seq2seq_global_window": [i64, i64, i64, pointer, pointer],
@@ -255,7 +255,8 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
         # rows, group, S, V, weights, weights' stride, spans, values, context, its stride
         "seq2seq_attention_context": context,
-        # rows, S, V, weights, stride, spans, values, d_context, stride, d_weights, d_values
+        # rows, S, V, weights, stride, spans, values, d_context, stride, the weights' own
+        # gradient or NULL, stride, d_weights, d_values
         "seq2seq_attention_context_backward": [*context_backward, pointer, pointer],
     }
     for normalizer in ("softmax", "sparsemax", "entmax15"):

@@ -347,13 +347,11 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             return False
         return usable(*(p for p in self.attention_parameters() if p is not None))
 
-    def fused_recurrence_applies(
-        self, source: EncodedSource, hidden: Tensor, need_weights: bool
-    ) -> bool:
+    def fused_recurrence_applies(self, source: EncodedSource, hidden: Tensor) -> bool:
         """Whether teacher forcing runs as ``bahdanau.Recurrence``'s one autograd node: a GRU,
-        an attention whose parts have C twins, one length per sentence, the weights not needing
-        a gradient (they are an output without one there), and tensors the C kernels take."""
-        if self.is_lstm or (need_weights and torch.is_grad_enabled()):
+        an attention whose parts have C twins, one length per sentence, and tensors the C
+        kernels take (the weights, when wanted, come with their gradient)."""
+        if self.is_lstm:
             return False
         return self.fused_attention_applies(source, hidden.shape[0]) and usable(
             hidden, self.cell.weight_hh
@@ -404,7 +402,7 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
         input_gates = self.embedding_gates(embedded, embedding_weight)
         parts = self.step_parts()
-        if parts is not None and self.fused_recurrence_applies(source, state[0], need_weights):
+        if parts is not None and self.fused_recurrence_applies(source, state[0]):
             # (B, T, H), (B, T, M), (B, T, S)
             states, step_contexts, attention_weights = FusedRecurrence.apply(
                 input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
@@ -435,7 +433,7 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         longest target first, so that each step of the loop runs only the sentences that have
         not ended; the embedding's GEMM and the output layer skip the padding too."""
         parts = self.step_parts()
-        if parts is None or not self.fused_recurrence_applies(source, state[0], need_weights=False):
+        if parts is None or not self.fused_recurrence_applies(source, state[0]):
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         order = packed.sorted_indices  # (B,) longest target first

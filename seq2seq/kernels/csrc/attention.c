@@ -29,6 +29,7 @@
    The backward passes run in training only (group 1: row r is sentence r), and add into the
    gradients of keys and values: a row's sentence is its own, so threads never add into one
    place. */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vector_math.h"
@@ -426,12 +427,15 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
   }
 }
 
-/* dp_s = dc . v_s (written into d_weights (rows, S)), dv_s += p_s dc (added). */
+/* dp_s = dc . v_s (written into d_weights (rows, S)) plus the weights' own gradient where they
+   are an output that a loss reads (d_weights_out at its row stride, or NULL), dv_s += p_s dc
+   (added). */
 void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
                                         const float *restrict weights, int64_t w_stride,
                                         const int64_t *restrict spans,
                                         const float *restrict values,
                                         const float *restrict d_context, int64_t dc_stride,
+                                        const float *restrict d_weights_out, int64_t dwo_stride,
                                         float *restrict d_weights, float *restrict d_values) {
 #pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
@@ -448,7 +452,7 @@ void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
         dot += dc[j] * v_s[j];
         dv_s[j] += weight * dc[j];
       }
-      dp[s] = dot;
+      dp[s] = d_weights_out == NULL ? dot : dot + d_weights_out[r * dwo_stride + s];
     }
     outside(first, end, S, dp);
   }
