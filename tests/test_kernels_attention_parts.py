@@ -182,6 +182,47 @@ def test_windows_give_the_keys_of_the_modules_mask(size: int) -> None:
         torch.testing.assert_close(weights, expected.float(), rtol=1e-5, atol=2e-6)
 
 
+def test_coverage_terms_and_their_backward_against_autograd() -> None:
+    """``seq2seq_additive_coverage`` (keys k_s + c_s w_c, AdditiveAttention.preactivations) and
+    ``seq2seq_coverage`` (logits + γ c_s, Attention.covered_logits), with their backward
+    passes, against autograd."""
+    size, valid = 5, mask()
+    keys, coverage = random(ROWS, KEYS, size), random(ROWS, KEYS, seed=1).abs()
+    w_c, gamma = random(size, seed=2), 0.7
+    covered = torch.zeros(ROWS, KEYS, size)
+    kernels().seq2seq_additive_coverage(
+        ROWS, 1, KEYS, size, SPANS.data_ptr(), keys.data_ptr(), coverage.data_ptr(),
+        w_c.data_ptr(), covered.data_ptr(),
+    )  # fmt: skip
+    leaves = [x.double().requires_grad_() for x in (keys, coverage, w_c)]
+    want = leaves[0] + leaves[1][:, :, None] * leaves[2]  # (R, S, A)
+    torch.testing.assert_close(covered[valid], want.detach().float()[valid])
+    d_covered = random(ROWS, KEYS, size, seed=3) * valid[:, :, None]
+    grads = torch.autograd.grad((want * d_covered.double()).sum(), leaves)
+    d_keys, d_coverage = torch.zeros(ROWS, KEYS, size), torch.empty(ROWS, KEYS)
+    d_w_c = torch.zeros(ROWS, size)
+    kernels().seq2seq_additive_coverage_backward(
+        ROWS, KEYS, size, SPANS.data_ptr(), coverage.data_ptr(), w_c.data_ptr(),
+        d_covered.data_ptr(), d_keys.data_ptr(), d_coverage.data_ptr(), d_w_c.data_ptr(),
+    )  # fmt: skip
+    for got, expected in zip((d_keys, d_coverage, d_w_c.sum(0)), grads, strict=True):
+        torch.testing.assert_close(got, expected.float(), rtol=1e-5, atol=1e-5)
+    logits = random(ROWS, KEYS, seed=4)
+    got_logits = logits.clone()
+    kernels().seq2seq_coverage(
+        ROWS, KEYS, SPANS.data_ptr(), gamma, coverage.data_ptr(), got_logits.data_ptr()
+    )
+    torch.testing.assert_close(got_logits[valid], (logits + gamma * coverage)[valid])
+    d_logits = random(ROWS, KEYS, seed=5) * valid
+    d_gamma = torch.zeros(ROWS)
+    kernels().seq2seq_coverage_backward(
+        ROWS, KEYS, SPANS.data_ptr(), gamma, coverage.data_ptr(), d_logits.data_ptr(),
+        d_coverage.data_ptr(), d_gamma.data_ptr(),
+    )  # fmt: skip
+    torch.testing.assert_close(d_coverage, gamma * d_logits)
+    torch.testing.assert_close(d_gamma.sum(), (coverage * d_logits).sum())
+
+
 def test_context_and_its_backward() -> None:
     weights = normalize("sparsemax", random(ROWS, KEYS, scale=3.0))
     values, d_context = random(ROWS, KEYS, 5, seed=2), random(ROWS, 5, seed=3)
@@ -289,7 +330,16 @@ def test_product_score_and_its_backward_against_autograd() -> None:
             AttentionParts(key_bias=True, key_bias_positions=5),
             StepAttention("product", 1.0, key_bias=True),
         ),
-        (DotProductAttention(), AttentionParts(coverage=True), None),
+        (
+            DotProductAttention(),
+            AttentionParts(coverage=True),
+            StepAttention("product", 0.5, coverage="logits"),
+        ),
+        (
+            AdditiveAttention(4, 4, 6),
+            AttentionParts(coverage=True),
+            StepAttention("additive", 1.0, coverage="additive"),
+        ),
         (
             DotProductAttention(scaled=False),
             AttentionParts(normalizer="entmax", alpha=1.3),

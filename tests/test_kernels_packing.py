@@ -125,7 +125,9 @@ def test_the_loss_on_packed_rows_equals_the_padded_loss(
         (["model=lstm", "model.decoder=luong"], False),
         (["model.decoder=bahdanau", "attention=additive"], True),
         (["model.decoder=bahdanau", "attention=dot"], True),
-        (["model.decoder=bahdanau", "attention.coverage=true"], False),  # no C twin yet
+        (["model.decoder=bahdanau", "attention.coverage=true"], True),
+        # No C twin yet: local-p's window.
+        (["model.decoder=bahdanau", "attention.window=local_p", "attention.window_size=2"], False),
         (["model.decoder=bahdanau", "model.kernels=off"], False),
     ],
     ids=[
@@ -135,6 +137,7 @@ def test_the_loss_on_packed_rows_equals_the_padded_loss(
         "bahdanau",
         "bahdanau-dot",
         "bahdanau-coverage",
+        "bahdanau-local-p",
         "bahdanau-unfused",
     ],
 )

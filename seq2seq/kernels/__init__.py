@@ -58,8 +58,8 @@ def accelerate(model: nn.Module) -> nn.Module:
     function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
     is said once. The Bahdanau decoder's C loop composes its attention from the parts' C twins
     (``attention_parts``: each scoring function at a fixed temperature; softmax, sparsemax,
-    entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows). An
-    RNN decoder whose attention has a part without a twin yet (local-p, coverage), and every
+    entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows;
+    coverage). An RNN decoder whose attention has a part without a twin yet (local-p), and every
     Luong decoder with other parts than global softmax, keeps the reference decoder whole; so
     does an input-fed decoder, whose cell waits for each step's attention. (A learned
     temperature or additive layer norm, whose twins are still to come, runs the reference

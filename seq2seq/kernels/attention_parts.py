@@ -47,7 +47,8 @@ NORMALIZER_TWINS: dict[type, tuple[str, float]] = {
 class AttentionSource:
     """What a step's attention reads besides its queries, contiguous: keys (B, S, A or D) (the
     projected keys), memory (B, S, V), src_lens (B,) int64, and the parts' parameters: w_v (A,)
-    (additive scoring), the key bias b (P,) and a learned α (0-d), or None."""
+    (additive scoring), the key bias b (P,), a learned α (0-d) and the coverage weight (w_c (A,)
+    inside an additive score, γ (0-d) on the logits of any other), or None."""
 
     keys: Tensor
     memory: Tensor
@@ -55,6 +56,7 @@ class AttentionSource:
     score_weight: Tensor | None = None
     key_bias: Tensor | None = None
     alpha: Tensor | None = None
+    coverage_weight: Tensor | None = None
 
     @staticmethod
     def of(
@@ -64,6 +66,7 @@ class AttentionSource:
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None = None,
+        coverage_weight: Tensor | None = None,
     ) -> AttentionSource:
         """The tensors, made contiguous (and the lengths int64) once per batch."""
         return AttentionSource(
@@ -73,20 +76,22 @@ class AttentionSource:
             None if score_weight is None else score_weight.contiguous(),
             None if key_bias is None else key_bias.contiguous(),
             alpha,
+            None if coverage_weight is None else coverage_weight.detach().contiguous(),
         )
 
 
 @dataclass
 class AttentionGrads:
     """Where the backward passes add their gradients, zeros to start: keys and memory as the
-    source's, w_v's per row (R, A) and a learned α's per row (R,) (summed by the caller after
-    all steps), the key bias's (P,)."""
+    source's, w_v's per row (R, A), a learned α's per row (R,) and the coverage weight's per
+    row (R, A) or (R,) (summed by the caller after all steps), the key bias's (P,)."""
 
     d_keys: Tensor
     d_memory: Tensor
     d_score_weight: Tensor | None
     d_key_bias: Tensor | None
     d_alpha: Tensor | None = None
+    d_coverage_weight: Tensor | None = None
 
     @staticmethod
     def zeros(source: AttentionSource, rows: int) -> AttentionGrads:
@@ -97,6 +102,7 @@ class AttentionGrads:
             None if score_weight is None else score_weight.new_zeros(rows, score_weight.numel()),
             None if key_bias is None else torch.zeros_like(key_bias),
             None if source.alpha is None else source.keys.new_zeros(rows),
+            None if (w := source.coverage_weight) is None else w.new_zeros(rows, *w.shape),
         )
 
 
@@ -105,7 +111,8 @@ class StepAttention:
     """Which C twins compute an attention: ``score`` is ``"additive"`` (q = W_q s + b, keys
     W_k h, w_v) or ``"product"`` (q = s, keys the projected keys), each times ``scale`` (1 / T;
     a product's 1 / √D too when scaled); ``key_bias`` whether b_s is added (``KeyBias``);
-    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``."""
+    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``; ``coverage``
+    ``"additive"`` (w_c c_s inside the tanh), ``"logits"`` (γ c_s added) or ``""``."""
 
     score: str
     scale: float
@@ -115,6 +122,7 @@ class StepAttention:
     window: str = "global"
     window_size: int = 0
     learned_alpha: bool = False
+    coverage: str = ""
 
     @property
     def projects_queries(self) -> bool:
@@ -167,22 +175,37 @@ class StepAttention:
         weights_stride: int,
         context: int,
         context_stride: int,
+        coverage: Tensor | None = None,
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
         (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
         rows per sentence, row r reading the keys of ``spans`` (R, 2) (``spans()``).
         ``saved_scores`` (R, S, A) receives what the additive score's backward reads, or is
-        None."""
+        None; ``coverage`` (R, S) is what each row attended so far (a model with coverage)."""
         _, length, size = source.keys.shape
         if self.score == "additive":
             assert source.score_weight is not None  # an additive StepAttention has w_v
+            keys, key_group = source.keys, group
+            if self.coverage == "additive":  # the keys k_s + c_s w_c, per row
+                assert coverage is not None and source.coverage_weight is not None
+                keys, key_group = keys.new_empty(rows, length, size), 1
+                kernels.seq2seq_additive_coverage(
+                    rows, group, length, size, spans, source.keys.data_ptr(),
+                    coverage.data_ptr(), source.coverage_weight.data_ptr(), keys.data_ptr(),
+                )  # fmt: skip
             kernels.seq2seq_additive_score(
-                rows, group, length, size, self.scale, queries, source.keys.data_ptr(),
+                rows, key_group, length, size, self.scale, queries, keys.data_ptr(),
                 source.score_weight.data_ptr(), spans, saved_scores, logits.data_ptr(),
             )  # fmt: skip
         else:
             kernels.seq2seq_product_score(
                 rows, group, length, size, self.scale, queries, source.keys.data_ptr(), spans,
+                logits.data_ptr(),
+            )  # fmt: skip
+        if self.coverage == "logits":
+            assert coverage is not None and source.coverage_weight is not None
+            kernels.seq2seq_coverage(
+                rows, length, spans, float(source.coverage_weight), coverage.data_ptr(),
                 logits.data_ptr(),
             )  # fmt: skip
         if source.key_bias is not None:
@@ -219,13 +242,16 @@ class StepAttention:
         scratch: tuple[Tensor, Tensor],
         d_queries: int,
         grads: AttentionGrads,
+        coverage: Tensor | None = None,
+        d_coverage: Tensor | None = None,
     ) -> None:
         """The parts' backward passes in reverse, for training's rows (row r is sentence r):
         from d_context (R, V), and the weights' own gradient where a loss reads them
         (``d_weights_out``: its address and row stride, or None), write d_queries (R, A or D) and
         add into ``grads``. ``scratch``
         is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients; ``spans``
-        the forward pass's."""
+        and ``coverage`` the forward pass's, whose gradient is written to ``d_coverage``
+        (R, S)."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
@@ -248,13 +274,36 @@ class StepAttention:
                 rows, length, source.key_bias.numel(), spans, d_logits.data_ptr(),
                 grads.d_key_bias.data_ptr(),
             )  # fmt: skip
+        covering: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        if self.coverage:
+            w, d_w = source.coverage_weight, grads.d_coverage_weight
+            assert coverage is not None and d_coverage is not None
+            assert w is not None and d_w is not None
+            covering = (coverage, d_coverage, w, d_w)
+        if self.coverage == "logits" and covering is not None:
+            coverage, d_coverage, w, d_w = covering
+            kernels.seq2seq_coverage_backward(
+                rows, length, spans, float(w), coverage.data_ptr(), d_logits.data_ptr(),
+                d_coverage.data_ptr(), d_w.data_ptr(),
+            )  # fmt: skip
         if self.score == "additive":
             assert source.score_weight is not None and grads.d_score_weight is not None
+            # With coverage the score read per-row keys k_s + c_s w_c: their gradient goes
+            # through the coverage term into the keys'.
+            additive_covering = covering if self.coverage == "additive" else None
+            d_keys = grads.d_keys if additive_covering is None else torch.zeros(rows, length, size)
             kernels.seq2seq_additive_score_backward(
                 rows, length, size, self.scale, saved_scores, source.score_weight.data_ptr(),
-                spans, d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
+                spans, d_logits.data_ptr(), d_queries, d_keys.data_ptr(),
                 grads.d_score_weight.data_ptr(),
             )  # fmt: skip
+            if additive_covering is not None:
+                coverage, d_coverage, w, d_w = additive_covering
+                kernels.seq2seq_additive_coverage_backward(
+                    rows, length, size, spans, coverage.data_ptr(), w.data_ptr(),
+                    d_keys.data_ptr(), grads.d_keys.data_ptr(), d_coverage.data_ptr(),
+                    d_w.data_ptr(),
+                )  # fmt: skip
         else:
             kernels.seq2seq_product_score_backward(
                 rows, length, size, self.scale, queries, source.keys.data_ptr(), spans,
@@ -267,13 +316,13 @@ def step_attention(
 ) -> StepAttention | None:
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
     of its parts has no twin yet (it then runs on the reference path): one head, a built-in
-    score at a fixed temperature (additive without layer norm), no coverage, a normalizer of
+    score at a fixed temperature (additive without layer norm), with or without coverage, a
+    normalizer of
     ``NORMALIZER_TWINS`` or α-entmax (fixed or learned α), with or without the key bias, and a
     global or local-m window."""
     if not isinstance(attention, Attention) or attention.log_temperature is not None:
         return None
-    if attention.coverage_weight is not None:
-        return None
+    coverage_weight = attention.coverage_weight
     chosen: dict[str, Any] = {}
     parts = attention.normalization
     if parts is not None:
@@ -289,6 +338,8 @@ def step_attention(
             chosen["learned_alpha"] = True
         if window is not None:
             chosen.update(window=window.kind, window_size=window.size)
+    if coverage_weight is not None:  # w_c (A,) inside an additive score, else γ on the logits
+        chosen["coverage"] = "additive" if coverage_weight.dim() == 1 else "logits"
     scale = 1.0 / attention.fixed_temperature
     if has_formula_of(attention, AdditiveAttention):
         assert isinstance(attention, AdditiveAttention)

@@ -38,7 +38,9 @@ class Recurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), projected keys
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
     None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
-    a learned α (0-d) or None, W_ic (G, M) (the context's part of the cell's input weight),
+    a learned α (0-d) or None, the coverage weight (w_c (A,) or γ (0-d)) and the coverage
+    before the first step (B, S) or None each, W_ic (G, M) (the context's part of the cell's
+    input weight),
     W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
     (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
     weights (B, T, S), each with its gradient (a loss may read the weights: alignment,
@@ -67,6 +69,8 @@ class Recurrence(torch.autograd.Function):
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
+        coverage_weight: Tensor | None,
+        initial_coverage: Tensor | None,
         context_weight: Tensor,
         weight_hh: Tensor,
         bias_hh: Tensor | None,
@@ -85,7 +89,9 @@ class Recurrence(torch.autograd.Function):
         batch, size = initial.shape
         keys, key_size = projected_keys.shape[1], projected_keys.shape[2]
         memory_size = memory.shape[2]
-        source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias, alpha)
+        source = AttentionSource.of(
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+        )
         states = input_gates.new_empty(rows, size)
         contexts = input_gates.new_empty(rows, memory_size)
         weights = input_gates.new_empty(rows, keys)
@@ -98,6 +104,12 @@ class Recurrence(torch.autograd.Function):
         elif needs_grad:
             saved_queries = input_gates.new_empty(steps.rows, size)
         saved_cells = input_gates.new_empty(steps.rows, 5 * size) if needs_grad else None
+        # What each sentence attended so far (B, S), updated after every step, and per visited
+        # row the coverage its step read, for the backward pass.
+        coverage = saved_coverage = None
+        if initial_coverage is not None:
+            coverage = initial_coverage.clone(memory_format=torch.contiguous_format)
+            saved_coverage = input_gates.new_empty(steps.rows, keys) if needs_grad else None
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         query = input_gates.new_empty(batch, key_size) if parts.projects_queries else state
         logits = input_gates.new_empty(batch, keys)  # scratch: a step's scores
@@ -113,6 +125,8 @@ class Recurrence(torch.autograd.Function):
             if parts.needs_positions:
                 positions = torch.full((batch,), t, dtype=torch.int64)
                 step_spans.append(parts.spans(kernels, batch, 1, source, positions))
+            if saved_coverage is not None and coverage is not None:
+                saved_coverage[done : done + active] = coverage[:active]
             if query_weight is not None:  # q = W_q s_{t-1} + b_q: (b, H) -> (b, A)
                 _linear_into(query[:active], state[:active], query_weight, query_bias)
             elif saved_queries is not None:
@@ -121,7 +135,10 @@ class Recurrence(torch.autograd.Function):
                 kernels, active, 1, query.data_ptr(), source, step_spans[-1].data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(), logits,
                 _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
+                None if coverage is None else coverage[:active],
             )  # fmt: skip
+            if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
+                coverage[:active] += _rows(weights, start, stride, active)
             # W_ie e + b_ih + W_ic c: (b, G) + (b, M) @ (M, G)
             torch.addmm(
                 _rows(input_gates, start, stride, active),
@@ -143,7 +160,8 @@ class Recurrence(torch.autograd.Function):
             saved = [
                 saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
                 source.memory, source.src_lens, query_weight, query_bias, source.score_weight,
-                source.key_bias, alpha, context_weight, weight_hh, bias_hh,
+                source.key_bias, alpha, coverage_weight, saved_coverage, context_weight,
+                weight_hh, bias_hh,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
@@ -162,10 +180,12 @@ class Recurrence(torch.autograd.Function):
         assert kernels is not None
         (
             saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys, memory,
-            src_lens, query_weight, query_bias, score_weight, key_bias, alpha, context_weight,
-            weight_hh, bias_hh,
+            src_lens, query_weight, query_bias, score_weight, key_bias, alpha, coverage_weight,
+            saved_coverage, context_weight, weight_hh, bias_hh,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
-        source = AttentionSource(projected_keys, memory, src_lens, score_weight, key_bias, alpha)
+        source = AttentionSource.of(
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+        )
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
@@ -184,6 +204,12 @@ class Recurrence(torch.autograd.Function):
         d_context = memory.new_empty(batch, memory_size)
         scratch = (memory.new_empty(batch, keys), memory.new_empty(batch, keys))
         grads = AttentionGrads.zeros(source, batch)  # w_v's per sentence, summed below
+        # dL/dc_{t+1} while step t is undone (c_{t+1} = c_t + a_t: a_t's gradient too), and
+        # the part a step's own score adds.
+        d_coverage = d_step_coverage = None
+        if saved_coverage is not None:
+            d_coverage = memory.new_zeros(batch, keys)
+            d_step_coverage = memory.new_empty(batch, keys)
         step_spans: list[Tensor] = ctx.step_spans  # type: ignore[attr-defined]
         done = steps.rows
         stride = steps.stride
@@ -205,14 +231,24 @@ class Recurrence(torch.autograd.Function):
                 context_weight,
                 out=d_context[:active],
             )
+            # The weights' own gradient: a loss's, and the later steps' through the coverage.
+            d_weights_out = None if d_weights is None else (_row(d_weights, start), stride * keys)
+            if d_coverage is not None:
+                d_step = d_coverage[:active].clone()  # (b, S)
+                if d_weights is not None:
+                    d_step += _rows(d_weights, start, stride, active)
+                d_weights_out = (d_step.data_ptr(), keys)
             parts.backward(
                 kernels, active, 0 if saved_queries is None else saved_queries[done].data_ptr(),
                 source, spans.data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(),
                 _row(weights, start), stride * keys, d_context.data_ptr(), memory_size,
-                None if d_weights is None else (_row(d_weights, start), stride * keys), scratch,
-                d_queries[done].data_ptr(), grads,
+                d_weights_out, scratch, d_queries[done].data_ptr(), grads,
+                None if saved_coverage is None else saved_coverage[done : done + active],
+                None if d_step_coverage is None else d_step_coverage[:active],
             )  # fmt: skip
+            if d_coverage is not None and d_step_coverage is not None:
+                d_coverage[:active] += d_step_coverage[:active]
             if query_weight is not None:  # dL/ds_{t-1} += d_q @ W_q: (b, A) @ (A, H)
                 d_state[:active].addmm_(d_queries[done : done + active], query_weight)
             else:  # q = s_{t-1}
@@ -238,6 +274,8 @@ class Recurrence(torch.autograd.Function):
             None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
             grads.d_key_bias,
             None if grads.d_alpha is None else grads.d_alpha.sum().view_as(alpha),
+            None if grads.d_coverage_weight is None else grads.d_coverage_weight.sum(0),
+            d_coverage,
             d_context_weight,
             d_weight_hh,
             None if bias_hh is None else d_recurrent.sum(0),
@@ -283,18 +321,23 @@ def attend(
     score_weight: Tensor | None,
     key_bias: Tensor | None = None,
     alpha: Tensor | None = None,
+    coverage_weight: Tensor | None = None,
     positions: Tensor | None = None,
+    coverage: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One decoding step's attention without autograd, through the same C parts: queries
     (R, H), projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M),
     weights (R, S). R is B, or B·K when K hypotheses of each sentence share its source (beam
     search: row b·K + k is hypothesis k of sentence b); positions (R,): each row's target step,
-    for a window centred on it. ``parts`` holds α's value (``alpha``, a learned α's tensor, has
+    for a window centred on it; coverage (R, S): what each row attended so far, for a model
+    with coverage. ``parts`` holds α's value (``alpha``, a learned α's tensor, has
     no gradient here). ``library.usable`` must hold."""
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, (batch, keys, key_size) = queries.shape[0], projected_keys.shape
-    source = AttentionSource.of(projected_keys, memory, src_lens, score_weight, key_bias)
+    source = AttentionSource.of(
+        projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+    )
     if query_weight is not None:  # (R, H) -> (R, A)
         projected_queries = queries.new_empty(rows, key_size)
         _linear_into(projected_queries, queries, query_weight, query_bias)
@@ -306,6 +349,6 @@ def attend(
     parts.forward(
         kernels, rows, rows // batch, projected_queries.data_ptr(), source, spans.data_ptr(), None,
         queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
-        memory.shape[2],
+        memory.shape[2], None if coverage is None else coverage.contiguous(),
     )  # fmt: skip
     return contexts, weights

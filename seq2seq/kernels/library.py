@@ -244,6 +244,13 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
         # rows, S, D, scale, q, keys, spans, d_logits, d_q, d_keys
         "seq2seq_product_score_backward": [i64, i64, i64, real, *[pointer] * 6],
+        # rows, group, S, A, spans, keys, coverage, w_c, covered; rows, S, A, spans, coverage,
+        # w_c, d_covered, d_keys, d_coverage, d_w_c
+        "seq2seq_additive_coverage": [i64, i64, i64, i64, *[pointer] * 5],
+        "seq2seq_additive_coverage_backward": [i64, i64, i64, *[pointer] * 7],
+        # rows, S, spans, gamma, coverage, logits; the same, d_logits, d_coverage, d_gamma
+        "seq2seq_coverage": [i64, i64, pointer, real, pointer, pointer],
+        "seq2seq_coverage_backward": [i64, i64, pointer, real, *[pointer] * 4],
         # rows, S, P, bias, spans, logits; rows, S, P, spans, d_logits, d_bias
         "seq2seq_key_bias": [i64, i64, i64, pointer, pointer, pointer],
         "seq2seq_key_bias_backward": [i64, i64, i64, pointer, pointer, pointer],

@@ -71,6 +71,11 @@ from seq2seq.models.model import Seq2Seq
 from seq2seq.normalizers import Entmax
 from seq2seq.search import GreedyTask
 
+# W_q, b_q, w_v, the key bias, a learned α, the coverage weight: each a tensor or None.
+AttentionParameters = tuple[
+    Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None
+]
+
 # A token-gate table costs V / B steps' worth of the (B, E) @ (E, G) GEMMs it saves: built only
 # for vocabularies of at most this many tokens per sentence of the batch (the reverse task's 54
 # at B = 64; not a 16k subword vocabulary).
@@ -323,13 +328,12 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """The C parts that compute this decoder's attention, or None (``step_attention``)."""
         return step_attention(self.attention, self.cell.hidden_size)
 
-    def attention_parameters(
-        self,
-    ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
+    def attention_parameters(self) -> AttentionParameters:
         """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
-        the key bias (P,) and a learned α (0-d), or None: what ``bahdanau.Recurrence`` and
-        ``attend`` read."""
+        the key bias (P,), a learned α (0-d) and the coverage weight (w_c or γ), or None each:
+        what ``bahdanau.Recurrence`` and ``attend`` read, in their order."""
         attention = self.attention
+        coverage_weight = attention.coverage_weight
         parts = attention.normalization
         key_bias = alpha = None
         if parts is not None:
@@ -338,8 +342,9 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
                 alpha = 1 + F.softplus(normalizer.raw_alpha)  # Entmax.alpha, with its gradient
         if not isinstance(attention, AdditiveAttention):
-            return None, None, None, key_bias, alpha
-        return attention.W_q.weight, attention.W_q.bias, attention.w_v.weight, key_bias, alpha
+            return None, None, None, key_bias, alpha, coverage_weight
+        additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
+        return *additive, key_bias, alpha, coverage_weight
 
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
@@ -371,26 +376,31 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         weights: Tensor | None
         parts = self.step_parts()
         steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
+        coverage = self.coverage_of(state)  # (B, S): what steps < t attended, or None
         if fused_step and parts is not None and self.fused_attention_applies(source, len(state[0])):
             # Decoding: the attention's C parts too. (B, M), (B, S)
             context, weights = fused_attend(
                 parts, state[0], source.projected_keys, source.memory, source.src_lens,
-                *self.attention_parameters(), positions=steps,
+                *self.attention_parameters(), positions=steps, coverage=coverage,
             )  # fmt: skip
         else:
             query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
             positions = None if steps is None else steps[:, None]  # (B, 1)
+            covered = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
             # (B, 1, M), (B, 1, S)
-            context, weights = self.attend(query, source, need_weights, positions)
+            context, weights = self.attend(query, source, need_weights, positions, covered)
             context = context[:, 0]  # (B, M)
             weights = None if weights is None else weights[:, 0]  # (B, S)
+        if coverage is not None:
+            assert weights is not None  # attend returns them with coverage
+            coverage = coverage + weights
         if not fused_step:
             new_state = self.cpu_cell(context, input_gates, state, context_weight)
         else:
             # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
             gates = torch.addmm(input_gates, context, context_weight.t())
             new_state = self.cell_gates(gates, state)
-        return self.advance(new_state, state), context, weights
+        return self.advance(new_state, state, coverage=coverage), context, weights
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -406,7 +416,8 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             # (B, T, H), (B, T, M), (B, T, S)
             states, step_contexts, attention_weights = FusedRecurrence.apply(
                 input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
-                *self.attention_parameters(), context_weight, self.cell.weight_hh,
+                *self.attention_parameters(), self.coverage_of(state), context_weight,
+                self.cell.weight_hh,
                 self.cell.bias_hh, parts,
             )  # fmt: skip
             logits = self.output(states, step_contexts, embedded)  # (B, T, V)
@@ -441,11 +452,13 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
         embedding_weight, context_weight = self.split_input_weight()
         input_gates = self.embedding_gates(embedded, embedding_weight)  # (N, G)
+        coverage = self.coverage_of(state)  # (B, S) or None
+        coverage = None if coverage is None else coverage.index_select(0, order)
         # (N, H), (N, M)
         states, contexts, _ = FusedRecurrence.apply(
             input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
-            source.src_lens, *self.attention_parameters(), context_weight, self.cell.weight_hh,
-            self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
+            source.src_lens, *self.attention_parameters(), coverage, context_weight,
+            self.cell.weight_hh, self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
         return self.output(states, contexts, embedded), targets  # (N, V), (N,)
 

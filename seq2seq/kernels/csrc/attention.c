@@ -2,6 +2,8 @@
 
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
                  seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
+     coverage    seq2seq_additive_coverage AdditiveAttention.preactivations' w_c c term
+                 seq2seq_coverage          Attention.covered_logits (gamma c)
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
                  seq2seq_local_window      LocalWindow.forward's in_window (local-m's centres)
                  seq2seq_global_window     the padding mask of every other attention
@@ -71,8 +73,9 @@ void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, f
 /* With e_s = 2 scale w_v . u_s, u = sigmoid(2x): de_s/dx = 4 scale w_v u (1 - u) and
    de_s/dw_v = 2 scale u. The last differs from the true score's scale tanh(x) by scale, the
    constant's share, which adds scale * sum_s d_logits_s: 0, since every normalizer's backward
-   pass gives each row logit gradients that sum to 0 (the weights sum to 1 whatever the shift). Writes d_q (rows, A); adds into d_keys (rows, S, A) and d_w_v (rows, A),
-   each row's part of w_v's gradient (the caller sums the rows once, after all steps). */
+   pass gives each row logit gradients that sum to 0 (the weights sum to 1 whatever the shift).
+   Writes d_q (rows, A); adds into d_keys (rows, S, A) and d_w_v (rows, A), each row's part of
+   w_v's gradient (the caller sums the rows once, after all steps). */
 void seq2seq_additive_score_backward(int64_t rows, int64_t S, int64_t A, float scale,
                                      const float *restrict saved, const float *restrict w_v,
                                      const int64_t *restrict spans,
@@ -147,6 +150,84 @@ void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float sc
 static inline void outside(int64_t first, int64_t end, int64_t S, float *restrict row) {
   for (int64_t s = 0; s < first; ++s) row[s] = 0.0f;
   for (int64_t s = end; s < S; ++s) row[s] = 0.0f;
+}
+
+/* ---- Coverage (Tu et al., 2016; See et al., 2017) ----------------------------------------- */
+
+/* AdditiveAttention.preactivations' coverage term (See et al., eq. 11): the keys row r scores
+   are k_s + c_s w_c, c (rows, S) the attention its sentence paid so far, written per row into
+   covered (rows, S, A), which seq2seq_additive_score then reads with group 1. */
+void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
+                               const int64_t *restrict spans, const float *restrict keys,
+                               const float *restrict coverage, const float *restrict w_c,
+                               float *restrict covered) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
+    for (int64_t s = first; s < end; ++s) {
+      const float c = coverage[r * S + s];
+      const float *restrict k_s = keys + (b * S + s) * A;
+      float *restrict out = covered + (r * S + s) * A;
+#pragma omp simd
+      for (int64_t j = 0; j < A; ++j) out[j] = k_s[j] + c * w_c[j];
+    }
+  }
+}
+
+/* From the covered keys' gradient d_covered (rows, S, A): d_keys += it (row r is sentence r),
+   d_coverage_s = d_covered_s . w_c (written, rows x S), d_w_c += sum_s c_s d_covered_s (row
+   r's part, rows x A). */
+void seq2seq_additive_coverage_backward(int64_t rows, int64_t S, int64_t A,
+                                        const int64_t *restrict spans,
+                                        const float *restrict coverage,
+                                        const float *restrict w_c,
+                                        const float *restrict d_covered, float *restrict d_keys,
+                                        float *restrict d_coverage, float *restrict d_w_c) {
+#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+    float *restrict dwc_r = d_w_c + r * A;
+    for (int64_t s = 0; s < S; ++s) d_coverage[r * S + s] = 0.0f;
+    for (int64_t s = first; s < end; ++s) {
+      const float c = coverage[r * S + s];
+      const float *restrict g = d_covered + (r * S + s) * A;
+      float *restrict dk_s = d_keys + (r * S + s) * A;
+      float along = 0.0f;
+#pragma omp simd reduction(+ : along)
+      for (int64_t j = 0; j < A; ++j) {
+        dk_s[j] += g[j];
+        dwc_r[j] += c * g[j];
+        along += g[j] * w_c[j];
+      }
+      d_coverage[r * S + s] = along;
+    }
+  }
+}
+
+/* Attention.covered_logits for every other score: e_s += gamma c_s. */
+void seq2seq_coverage(int64_t rows, int64_t S, const int64_t *restrict spans, float gamma,
+                      const float *restrict coverage, float *restrict logits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t s = spans[2 * r]; s < spans[2 * r + 1]; ++s) {
+      logits[r * S + s] += gamma * coverage[r * S + s];
+    }
+  }
+}
+
+/* d_coverage_s = gamma de_s (written, rows x S); d_gamma[r] += sum_s c_s de_s. */
+void seq2seq_coverage_backward(int64_t rows, int64_t S, const int64_t *restrict spans,
+                               float gamma, const float *restrict coverage,
+                               const float *restrict d_logits, float *restrict d_coverage,
+                               float *restrict d_gamma) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float along = 0.0f;
+    for (int64_t s = 0; s < S; ++s) d_coverage[r * S + s] = 0.0f;
+    for (int64_t s = spans[2 * r]; s < spans[2 * r + 1]; ++s) {
+      d_coverage[r * S + s] = gamma * d_logits[r * S + s];
+      along += coverage[r * S + s] * d_logits[r * S + s];
+    }
+    d_gamma[r] += along;
+  }
 }
 
 /* ---- Positions (seq2seq/positions.py) ------------------------------------------------------ */
