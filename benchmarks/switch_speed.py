@@ -32,6 +32,7 @@ from seq2seq.training.loss import DecoderLoss
 
 BAHDANAU: tuple[str, ...] = ()
 LUONG = ("model.decoder=luong", "attention=dot")
+TRANSFORMER = ("model=transformer",)
 # (decoder's default, its settings): each setting's overrides, added to the default's.
 SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
     BAHDANAU: [
@@ -49,12 +50,20 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("attention.window=local_p", "attention.window_size=3"),
         ("attention.key_bias=true",),
         ("attention.coverage=true",),
+        ("attention=scaled_dot", "attention.coverage=true", "attention.normalizer=entmax15"),
+        ("attention.normalizer=entmax", "attention.alpha=learnable"),
     ],
     LUONG: [
         (),
         ("model.kernels=off",),
         ("attention.normalizer=sparsemax",),
         ("model.input_feeding=true",),
+    ],
+    # Not a target of issue 68: the normalizers against SDPA's fused softmax.
+    TRANSFORMER: [
+        (),
+        ("attention.normalizer=sparsemax",),
+        ("attention.normalizer=entmax15",),
     ],
 }
 VOCABULARY = 54  # the reverse task's
@@ -113,8 +122,8 @@ def measure(rounds: int, steps: int, searches: int) -> list[dict[str, Any]]:
                     [mean_seconds(getattr(setting, kind), count) for setting in built]
                 )
         for index, extra in enumerate(settings):
-            row: dict[str, Any] = {"decoder": "luong" if default else "bahdanau",
-                                   "setting": " ".join(extra) or "(default)"}  # fmt: skip
+            decoder = {BAHDANAU: "bahdanau", LUONG: "luong", TRANSFORMER: "transformer"}[default]
+            row: dict[str, Any] = {"decoder": decoder, "setting": " ".join(extra) or "(default)"}
             for kind, per_round in times.items():
                 median = statistics.median(round_[index] for round_ in per_round)
                 base = statistics.median(round_[0] for round_ in per_round)

@@ -1,0 +1,32 @@
+"""benchmarks/switch_speed.py: every setting it times is a config train.py accepts, and one
+setting's step and searches run; the table shows what was measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.step_benchmark import compose, random_batch
+from benchmarks.switch_speed import SETTINGS, VOCABULARY, Setting, markdown
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[*default, *extra] for default, settings in SETTINGS.items() for extra in settings],
+    ids=lambda overrides: " ".join(overrides) or "default",
+)
+def test_every_setting_composes(overrides: list[str]) -> None:
+    compose([*overrides, "trainer=cpu"])
+
+
+def test_a_setting_trains_and_decodes_and_the_table_shows_it() -> None:
+    batch = random_batch(4, 6, VOCABULARY, "cpu")
+    setting = Setting(["attention=scaled_dot", "attention.normalizer=sparsemax"], batch)
+    before = [p.detach().clone() for p in setting.model.parameters()]
+    setting.train()
+    assert any(not p.equal(q) for p, q in zip(setting.model.parameters(), before, strict=True))
+    setting.greedy()
+    setting.beam5()
+    row = {"decoder": "bahdanau", "setting": "attention=scaled_dot", "train_ms": 1.5}
+    row |= {"train_ratio": 1.2, "greedy_ms": 2, "greedy_ratio": 1, "beam5_ms": 3}
+    table = markdown([{**row, "beam5_ratio": 0.9}])
+    assert "| bahdanau | `attention=scaled_dot` | 1.5 | 1.2 | 2 | 1 | 3 | 0.9 |" in table
