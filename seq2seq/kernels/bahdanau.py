@@ -40,8 +40,7 @@ class Recurrence(torch.autograd.Function):
     None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
     a learned α (0-d) or None, the coverage weight (w_c (A,) or γ (0-d)) and the coverage
     before the first step (B, S) or None each, W_ic (G, M) (the context's part of the cell's
-    input weight),
-    W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
+    input weight), W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
     (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
     weights (B, T, S), each with its gradient (a loss may read the weights: alignment,
     coverage). K is A for additive scoring, H for a product's.

@@ -12,7 +12,8 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
 
 - ``FastRNNEncoder``: a GRU over the packed real tokens through the C recurrence (``gru``).
 - ``FastBahdanauDecoder``: where its attention's parts have C twins (``attention_parts``: every
-  built-in score at a fixed temperature; softmax, sparsemax, entmax15), teacher forcing as one C
+  built-in score at a fixed temperature, every normalizer, the key bias, local-m, coverage),
+  teacher forcing as one C
   loop over the steps composing them (``bahdanau.Recurrence``; training over the packed real
   tokens only), and each decoding step's attention and cell in C; otherwise the steps split the
   cell's input projection,
