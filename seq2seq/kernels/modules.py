@@ -13,12 +13,10 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
 - ``FastRNNEncoder``: a GRU over the packed real tokens through the C recurrence (``gru``).
 - ``FastBahdanauDecoder``: where its attention's parts have C twins (``attention_parts``: every
   built-in score at a fixed temperature, every normalizer, the key bias, local-m, coverage),
-  teacher forcing as one C
-  loop over the steps composing them (``bahdanau.Recurrence``; training over the packed real
-  tokens only), and each decoding step's attention and cell in C; otherwise the steps split the
-  cell's input projection,
-  ``W_ih [e; c] = W_ie e + W_ic c``, so the embedding part of all T steps is one GEMM before
-  the loop.
+  teacher forcing as one C loop over the steps composing them (``bahdanau.Recurrence``;
+  training over the packed real tokens only), and each decoding step's attention and cell in
+  C; otherwise the steps split the cell's input projection, ``W_ih [e; c] = W_ie e + W_ic c``,
+  so the embedding part of all T steps is one GEMM before the loop.
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
   real tokens, with dot, scaled-dot and general attention from the packed rows
   (``PackedProductAttention``); decoding steps with the attention and cell in C, from tables
