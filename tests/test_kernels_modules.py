@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.attention import AdditiveAttention
-from seq2seq.kernels import accelerate, is_accelerated, reference
+from seq2seq.kernels import accelerate, is_accelerated, reference, reference_path
 from seq2seq.kernels.library import blas_sgemm, library, unavailable_reason
 from seq2seq.kernels.modules import (
     ACCELERATED,
@@ -345,3 +345,16 @@ def test_luong_cell_is_one_cudnn_buffer_on_the_gpu(
         torch.testing.assert_close(state[name].cpu(), value)
     model.cpu()  # back on the CPU: plain, separate tensors again
     assert len({p.data_ptr() for p in model.decoder.cell_parameters()}) == len(cell_params)
+
+
+def test_reference_path_runs_the_reference_modules_and_restores_the_accelerated_ones() -> None:
+    """What the explorer's forward hooks need: inside the block, the reference classes; after
+    it, the model as it was (accelerated, or not)."""
+    model = accelerate(make_model("additive", False, "bahdanau"))
+    with reference_path(model) as inside:
+        assert inside is model and not is_accelerated(model)
+    assert is_accelerated(model)
+    plain = make_model("additive", False, "bahdanau")
+    with reference_path(plain):
+        assert not is_accelerated(plain)
+    assert not is_accelerated(plain)

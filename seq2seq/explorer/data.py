@@ -35,6 +35,7 @@ from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
 from seq2seq.data.tokenization import BOS_ID, encode_batch
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator, token_ids
+from seq2seq.kernels import reference_path
 from seq2seq.models.transformer import Transformer, TransformerEncoderLayer
 from seq2seq.positions import LocalWindow
 
@@ -289,7 +290,9 @@ def window_size(translator: Translator) -> int:
 def window_centres(translator: Translator, source: str, target: str) -> list[float]:
     """p_t of each target step of the teacher-forced ``target`` after ``source``, what a local
     window is centred on (Luong's eq. 9 for local-p, t for local-m): a forward hook reads the
-    window's inputs and asks it for its centres; it is removed before returning."""
+    window's inputs and asks it for its centres; it is removed before returning. The model runs
+    on its reference path meanwhile: the C kernels compute the same window without calling the
+    module."""
     captured: list[Tensor] = []
 
     def hook(module: LocalWindow, args: Any, kwargs: Any, output: Any) -> None:
@@ -299,7 +302,8 @@ def window_centres(translator: Translator, source: str, target: str) -> list[flo
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in window_modules(translator)]
     try:
-        [forced] = translator.force_decode([source], [target])
+        with reference_path(translator.model):
+            [forced] = translator.force_decode([source], [target])
     finally:
         for handle in handles:
             handle.remove()

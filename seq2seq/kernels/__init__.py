@@ -23,8 +23,10 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 
 from torch import nn
 
@@ -43,6 +45,7 @@ __all__ = [
     "accelerate",
     "is_accelerated",
     "reference",
+    "reference_path",
     "unavailable_reason",
     "usable",
 ]
@@ -120,6 +123,19 @@ def reference(model: nn.Module) -> nn.Module:
             if type(module) is accelerated:
                 module.__class__ = plain
     return model
+
+
+@contextlib.contextmanager
+def reference_path(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` on its reference modules for the ``with`` block, accelerated again after if it
+    was: for what reads the modules' own calls (forward hooks), which the C paths do not make."""
+    accelerated = is_accelerated(model)
+    reference(model)
+    try:
+        yield model
+    finally:
+        if accelerated:
+            accelerate(model)
 
 
 def is_accelerated(model: nn.Module) -> bool:
