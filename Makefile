@@ -33,7 +33,7 @@ test-slow: install-dev  ## run the slow end-to-end tests only (CI runs them afte
 notebooks: install-dev  ## notebooks/*.ipynb from their .py scripts (jupytext), executed with outputs, to commit
 	cd notebooks && $(SCRIPTS)/jupytext --sync *.py && $(SCRIPTS)/jupyter execute --inplace *.ipynb && rm -rf runs
 
-screenshot:  ## the README's explorer picture from PAGE (an explore.py page), as the browser tests draw it
+screenshot: install-dev  ## the README's explorer picture from PAGE (an explore.py page), as the browser tests draw it
 	$(PYTHON) -m tests.explorer_pages $(PAGE) docs/explorer.png '.panel rect.cell[data-row="3"][data-col="2"]'
 
 lint: install-dev  ## ruff lint and format check
@@ -55,7 +55,7 @@ typecheck: install-dev  ## mypy over the package
 
 check: lint typecheck test  ## everything CI and review expect (test runs imports and deps)
 
-toy-data:  ## write the toy task's splits to data/toy
+toy-data: install  ## write the toy task's splits to data/toy
 	$(PYTHON) scripts/make_toy_data.py --out data/toy
 
 clean:  ## remove caches (not runs: outputs/ and multirun/ are yours)
