@@ -163,17 +163,25 @@ def test_an_installed_wheel_trains_translates_and_explores_outside_the_checkout(
     tmp_path: Path,
 ) -> None:
     """pip install of a built wheel (not editable) in a fresh venv, used from another directory:
-    its configs travel inside it. The venv sees the system's packages for torch and the rest;
-    its own seq2seq, from the wheel, comes first."""
+    its configs travel inside it. The venv sees this environment's packages for torch and the
+    rest (a .pth file: CI's environment is itself a venv, whose packages --system-site-packages
+    would not show); its own seq2seq, from the wheel, comes first."""
     import subprocess
     import sys
+    import sysconfig
 
     root = Path(__file__).resolve().parents[1]
     wheels, venv, elsewhere = tmp_path / "wheels", tmp_path / "venv", tmp_path / "elsewhere"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(wheels), str(root)], check=True, timeout=600)  # fmt: skip
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    inner = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    outer = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (Path(inner) / "outer_environment.pth").write_text("\n".join(sorted(outer)) + "\n")
     [wheel] = wheels.glob("seq2seq-*.whl")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
     elsewhere.mkdir()
