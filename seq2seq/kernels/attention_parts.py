@@ -1,15 +1,15 @@
 """One attention step as ``csrc/attention.c`` composes it from the parts' C twins.
 
-The reference computes ``weights = normalize(score(q, k) / T)`` and ``context = weights @ v``
-(``seq2seq.attention.Attention.forward``). ``StepAttention`` names which twin computes each
-part, by the Python name it mirrors: the score (``additive_score`` for
+The reference computes ``weights = normalize(window(score(q, k) / T + coverage + b))`` and
+``context = weights @ v`` (``seq2seq.attention.Attention.forward``). ``StepAttention`` names which
+twin computes each part, by the Python name it mirrors: the score (``additive_score`` for
 ``AdditiveAttention.score``, ``product_score`` for ``DotProductAttention.score`` and
-``GeneralAttention.score``), the key bias (``key_bias`` for ``KeyBias.forward``), the
-normalizer (``softmax``, ``sparsemax``, ``entmax15``, ``entmax_bisect``, and
-``entmax_backward`` for the backward pass of each, ``entmax_alpha_backward`` for a learned α)
-and the context. ``forward`` and ``backward``
-run one decoder step's rows through them; ``step_attention`` reads a built attention module and
-says whether the parts cover it.
+``GeneralAttention.score``), coverage (``additive_coverage``, ``coverage``), the key bias
+(``key_bias`` for ``KeyBias.forward``), the window (``global_window``, ``local_window``), the
+normalizer (``softmax``, ``sparsemax``, ``entmax15``, ``entmax_bisect``; ``entmax_backward`` for
+the backward pass of each, ``entmax_alpha_backward`` for a learned α) and the context.
+``forward`` and ``backward`` run one decoder step's rows through them; ``step_attention`` reads
+a built attention module and says whether the parts cover it.
 
 Shape legend: R rows (queries) of the step, B sentences, S source length, A additive attention
 size, D query size of product scoring, V value size (the memory's M).
