@@ -34,7 +34,8 @@ def canonical(name: str) -> str:
 
 
 def requirement_name(requirement: str) -> str:
-    return canonical(re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0])
+    """The distribution a requirement names, as ``require_extra`` reads it, canonicalised."""
+    return canonical(errors.requirement_name(requirement))
 
 
 CORE = {requirement_name(requirement) for requirement in PROJECT["dependencies"]}
