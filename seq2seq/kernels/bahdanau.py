@@ -16,7 +16,7 @@ are unchanged.
 so: a GRU cell, an attention whose parts have C twins (``attention_parts.step_attention``), and
 tensors ``library.usable`` accepts. ``attend(...)`` is one decoding step's attention through the
 same parts, without autograd (``FastBahdanauDecoder.gates_step`` when
-``fused_attention_applies``), for greedy and beam search.
+``fused_attention``), for greedy and beam search.
 
 Shape legend: B batch, S source length, T target length, H decoder hidden size, M memory size
 (encoder output), A attention hidden size, K key size (A, or H for product scoring), G gates

@@ -345,21 +345,35 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
         return *additive, key_bias, alpha, coverage_weight
 
+    def fused_attention(
+        self, source: EncodedSource, rows: int
+    ) -> tuple[StepAttention, AttentionParameters] | None:
+        """The C parts and what they read of the attention (``attention_parameters``), where
+        ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries; else None.
+        Read once per call: a decoding step asks once, not once to check and once to run."""
+        parts = self.step_parts()
+        if parts is None or not self.fused_attention_source(source, rows):
+            return None
+        parameters = self.attention_parameters()
+        return (parts, parameters) if usable(*(p for p in parameters if p is not None)) else None
+
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
-        if self.step_parts() is None or not self.fused_attention_source(source, rows):
-            return False
-        return usable(*(p for p in self.attention_parameters() if p is not None))
+        return self.fused_attention(source, rows) is not None
+
+    def fused_recurrence(
+        self, source: EncodedSource, hidden: Tensor
+    ) -> tuple[StepAttention, AttentionParameters] | None:
+        """``fused_attention`` where teacher forcing runs as ``bahdanau.Recurrence``'s one
+        autograd node: a GRU, an attention whose parts have C twins, one length per sentence,
+        and tensors the C kernels take (the weights, when wanted, come with their gradient)."""
+        if self.is_lstm or not usable(hidden, self.cell.weight_hh):
+            return None
+        return self.fused_attention(source, hidden.shape[0])
 
     def fused_recurrence_applies(self, source: EncodedSource, hidden: Tensor) -> bool:
-        """Whether teacher forcing runs as ``bahdanau.Recurrence``'s one autograd node: a GRU,
-        an attention whose parts have C twins, one length per sentence, and tensors the C
-        kernels take (the weights, when wanted, come with their gradient)."""
-        if self.is_lstm:
-            return False
-        return self.fused_attention_applies(source, hidden.shape[0]) and usable(
-            hidden, self.cell.weight_hh
-        )
+        """Whether ``fused_recurrence`` applies."""
+        return self.fused_recurrence(source, hidden) is not None
 
     def gates_step(
         self,
@@ -373,14 +387,15 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
         fused_step = self.fused_step_applies(state[0])
         weights: Tensor | None
-        parts = self.step_parts()
+        fused = self.fused_attention(source, len(state[0])) if fused_step else None
         steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
         coverage = self.coverage_of(state)  # (B, S): what steps < t attended, or None
-        if fused_step and parts is not None and self.fused_attention_applies(source, len(state[0])):
+        if fused is not None:
+            parts, parameters = fused
             # Decoding: the attention's C parts too. (B, M), (B, S)
             context, weights = fused_attend(
                 parts, state[0], source.projected_keys, source.memory, source.src_lens,
-                *self.attention_parameters(), positions=steps, coverage=coverage,
+                *parameters, positions=steps, coverage=coverage,
             )  # fmt: skip
         else:
             query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
@@ -410,13 +425,13 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         embedding_weight, context_weight = self.split_input_weight()
         # Every step's embedding part in one GEMM: (B, T, E) @ (E, G) -> (B, T, G).
         input_gates = self.embedding_gates(embedded, embedding_weight)
-        parts = self.step_parts()
-        if parts is not None and self.fused_recurrence_applies(source, state[0]):
+        fused = self.fused_recurrence(source, state[0])
+        if fused is not None:
+            parts, parameters = fused
             # (B, T, H), (B, T, M), (B, T, S)
             states, step_contexts, attention_weights = FusedRecurrence.apply(
                 input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
-                *self.attention_parameters(), self.coverage_of(state), context_weight,
-                self.cell.weight_hh,
+                *parameters, self.coverage_of(state), context_weight, self.cell.weight_hh,
                 self.cell.bias_hh, parts,
             )  # fmt: skip
             logits = self.output(states, step_contexts, embedded)  # (B, T, V)
@@ -442,9 +457,10 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """Over the N real target tokens where the recurrence runs in C: the batch is sorted
         longest target first, so that each step of the loop runs only the sentences that have
         not ended; the embedding's GEMM and the output layer skip the padding too."""
-        parts = self.step_parts()
-        if parts is None or not self.fused_recurrence_applies(source, state[0]):
+        fused = self.fused_recurrence(source, state[0])
+        if fused is None:
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
+        parts, parameters = fused
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         order = packed.sorted_indices  # (B,) longest target first
         source = source.index_select(order)
@@ -456,7 +472,7 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         # (N, H), (N, M)
         states, contexts, _ = FusedRecurrence.apply(
             input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
-            source.src_lens, *self.attention_parameters(), coverage, context_weight,
+            source.src_lens, *parameters, coverage, context_weight,
             self.cell.weight_hh, self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
         return self.output(states, contexts, embedded), targets  # (N, V), (N,)
