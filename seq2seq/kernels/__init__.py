@@ -69,6 +69,7 @@ def accelerate(model: nn.Module) -> nn.Module:
     attention inside the accelerated decoder's step loop.)
     """
     reference_only: set[int] = set()
+    # The attentions a Bahdanau decoder's C loop composes (step_attention read once each).
     composed = {id(m.attention) for m in model.modules() if composes_parts(m)}
     for module in model.modules():
         if isinstance(module, Attention | MultiHeadAttention) and id(module) not in composed:
@@ -83,7 +84,7 @@ def accelerate(model: nn.Module) -> nn.Module:
         has_parts = (
             isinstance(attention, Attention | MultiHeadAttention) and attention.normalization
         )
-        if has_parts and not composes_parts(module):
+        if has_parts and id(attention) not in composed:
             reference_only.update(id(part) for part in module.modules())
         if getattr(module, "input_feeding", False):
             say_once(
