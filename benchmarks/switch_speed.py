@@ -56,8 +56,17 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
     LUONG: [
         (),
         ("model.kernels=off",),
+        ("attention=scaled_dot",),
+        ("attention=general",),
+        ("attention=additive",),
         ("attention.normalizer=sparsemax",),
+        ("attention.normalizer=entmax15",),
+        ("attention.normalizer=entmax", "attention.alpha=learnable"),
+        ("attention.window=local_m", "attention.window_size=3"),
+        ("attention.key_bias=true",),
+        ("attention.coverage=true",),
         ("model.input_feeding=true",),
+        ("model.input_feeding=true", "attention.normalizer=sparsemax"),
     ],
     # Not a target of issue 68: the normalizers against SDPA's fused softmax.
     TRANSFORMER: [
@@ -108,10 +117,17 @@ def mean_seconds(action: Callable[[], None], repeats: int) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-def measure(rounds: int, steps: int, searches: int) -> list[dict[str, Any]]:
+DECODERS = {BAHDANAU: "bahdanau", LUONG: "luong", TRANSFORMER: "transformer"}
+
+
+def measure(
+    rounds: int, steps: int, searches: int, decoders: Sequence[str] = tuple(DECODERS.values())
+) -> list[dict[str, Any]]:
     batch = random_batch(BATCH, LENGTH, VOCABULARY, "cpu")
     rows = []
     for default, settings in SETTINGS.items():
+        if DECODERS[default] not in decoders:
+            continue
         built = [Setting([*default, *extra], batch) for extra in settings]
         for setting in built:  # warm-up: the library's build, allocator, first-call costs
             setting.train(), setting.greedy(), setting.beam5()
@@ -122,8 +138,10 @@ def measure(rounds: int, steps: int, searches: int) -> list[dict[str, Any]]:
                     [mean_seconds(getattr(setting, kind), count) for setting in built]
                 )
         for index, extra in enumerate(settings):
-            decoder = {BAHDANAU: "bahdanau", LUONG: "luong", TRANSFORMER: "transformer"}[default]
-            row: dict[str, Any] = {"decoder": decoder, "setting": " ".join(extra) or "(default)"}
+            row: dict[str, Any] = {
+                "decoder": DECODERS[default],
+                "setting": " ".join(extra) or "(default)",
+            }
             for kind, per_round in times.items():
                 median = statistics.median(round_[index] for round_ in per_round)
                 base = statistics.median(round_[0] for round_ in per_round)
@@ -152,10 +170,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int_at_least(1), default=5, help="alternations (5)")
     parser.add_argument("--steps", type=int_at_least(1), default=5, help="per round (5)")
     parser.add_argument("--searches", type=int_at_least(1), default=3, help="per round (3)")
+    parser.add_argument(
+        "--decoders", nargs="+", choices=list(DECODERS.values()), default=list(DECODERS.values()),
+        help="the decoders whose settings to measure (all)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    rows = measure(args.rounds, args.steps, args.searches)
+    rows = measure(args.rounds, args.steps, args.searches, args.decoders)
     report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
     print(markdown(rows))
     if args.out is not None:

@@ -202,7 +202,7 @@ def test_coverage_terms_and_their_backward_against_autograd() -> None:
     d_keys, d_coverage = torch.zeros(ROWS, KEYS, size), torch.empty(ROWS, KEYS)
     d_w_c = torch.zeros(ROWS, size)
     kernels().seq2seq_additive_coverage_backward(
-        ROWS, KEYS, size, SPANS.data_ptr(), coverage.data_ptr(), w_c.data_ptr(),
+        ROWS, 1, KEYS, size, SPANS.data_ptr(), coverage.data_ptr(), w_c.data_ptr(),
         d_covered.data_ptr(), d_keys.data_ptr(), d_coverage.data_ptr(), d_w_c.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_keys, d_coverage, d_w_c.sum(0)), grads, strict=True):
@@ -223,39 +223,57 @@ def test_coverage_terms_and_their_backward_against_autograd() -> None:
     torch.testing.assert_close(d_gamma.sum(), (coverage * d_logits).sum())
 
 
-def test_context_and_its_backward() -> None:
+# Rows per sentence: one (training's steps), or several that read one sentence's keys and add
+# into its gradients (all the target steps of a sentence at once, beam search's hypotheses).
+GROUPS = [1, 3]
+
+
+def sentence_of_rows(group: int) -> Tensor:
+    """Row r's sentence, r / group: (R,)."""
+    return torch.arange(ROWS) // group
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_context_and_its_backward(group: int) -> None:
     weights = normalize("sparsemax", random(ROWS, KEYS, scale=3.0))
-    values, d_context = random(ROWS, KEYS, 5, seed=2), random(ROWS, 5, seed=3)
+    values, d_context = random(ROWS // group, KEYS, 5, seed=2), random(ROWS, 5, seed=3)
     context, d_weights = torch.empty(ROWS, 5), torch.empty(ROWS, KEYS)
-    d_values = torch.zeros(ROWS, KEYS, 5)
+    d_values = torch.zeros(ROWS // group, KEYS, 5)
     kernels().seq2seq_attention_context(
-        ROWS, 1, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
+        ROWS, group, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
         context.data_ptr(), 5,
     )  # fmt: skip
-    torch.testing.assert_close(context, torch.bmm(weights[:, None], values)[:, 0])
+    rows_values = values[sentence_of_rows(group)]  # (R, S, V)
+    torch.testing.assert_close(context, torch.bmm(weights[:, None], rows_values)[:, 0])
     d_weights_out = random(ROWS, KEYS, seed=4)  # the weights' own gradient, from a loss
     kernels().seq2seq_attention_context_backward(
-        ROWS, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
+        ROWS, group, KEYS, 5, weights.data_ptr(), KEYS, SPANS.data_ptr(), values.data_ptr(),
         d_context.data_ptr(), 5, d_weights_out.data_ptr(), KEYS, d_weights.data_ptr(),
         d_values.data_ptr(),
     )  # fmt: skip
-    want_d_weights = (torch.bmm(values, d_context[:, :, None])[:, :, 0] + d_weights_out) * mask()
-    torch.testing.assert_close(d_weights, want_d_weights)
-    torch.testing.assert_close(d_values, weights[:, :, None] * d_context[:, None, :])
+    want_d_weights = torch.bmm(rows_values, d_context[:, :, None])[:, :, 0] + d_weights_out
+    torch.testing.assert_close(d_weights, want_d_weights * mask())
+    want_d_values = torch.zeros_like(d_values).index_add_(
+        0, sentence_of_rows(group), weights[:, :, None] * d_context[:, None, :]
+    )  # (B, S, V): each sentence's rows added
+    torch.testing.assert_close(d_values, want_d_values)
 
 
-def test_additive_score_and_its_backward_against_autograd() -> None:
+@pytest.mark.parametrize("group", GROUPS)
+def test_additive_score_and_its_backward_against_autograd(group: int) -> None:
     """scale · w_v · tanh(q + k), up to a constant per row (the sigmoid form): compared after
     a softmax, which that constant does not change, and through its gradients."""
-    size, scale = 9, 0.5
-    q, keys, w_v = random(ROWS, size), random(ROWS, KEYS, size, seed=1), random(size, seed=2)
+    size, scale, sentences = 9, 0.5, ROWS // group
+    q, w_v = random(ROWS, size), random(size, seed=2)
+    keys = random(sentences, KEYS, size, seed=1)
     logits, saved = torch.empty(ROWS, KEYS), torch.empty(ROWS, KEYS, size)
     kernels().seq2seq_additive_score(
-        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), w_v.data_ptr(),
+        ROWS, group, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), w_v.data_ptr(),
         SPANS.data_ptr(), saved.data_ptr(), logits.data_ptr(),
     )  # fmt: skip
     leaves = [x.double().requires_grad_() for x in (q, keys, w_v)]
-    want = scale * torch.tanh(leaves[0][:, None] + leaves[1]) @ leaves[2]  # (R, S)
+    rows_keys = leaves[1][sentence_of_rows(group)]  # (R, S, A)
+    want = scale * torch.tanh(leaves[0][:, None] + rows_keys) @ leaves[2]  # (R, S)
     shift = scale * w_v.sum()  # the sigmoid form's constant
     valid = mask()
     torch.testing.assert_close(logits[valid], (want.detach().float() + shift)[valid])
@@ -267,34 +285,36 @@ def test_additive_score_and_its_backward_against_autograd() -> None:
     grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
     d_q, d_keys, d_w_v = (
         torch.empty(ROWS, size),
-        torch.zeros(ROWS, KEYS, size),
+        torch.zeros(sentences, KEYS, size),
         torch.zeros(ROWS, size),
     )
     kernels().seq2seq_additive_score_backward(
-        ROWS, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), SPANS.data_ptr(),
+        ROWS, group, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), SPANS.data_ptr(),
         d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(), d_w_v.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys, d_w_v.sum(0)), grads, strict=True):
         torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
 
 
-def test_product_score_and_its_backward_against_autograd() -> None:
+@pytest.mark.parametrize("group", GROUPS)
+def test_product_score_and_its_backward_against_autograd(group: int) -> None:
     size, scale = 8, 8**-0.5
-    q, keys = random(ROWS, size), random(ROWS, KEYS, size, seed=1)
+    q, keys = random(ROWS, size), random(ROWS // group, KEYS, size, seed=1)
     logits = torch.empty(ROWS, KEYS)
     kernels().seq2seq_product_score(
-        ROWS, 1, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
+        ROWS, group, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
         logits.data_ptr(),
     )  # fmt: skip
     leaves = [x.double().requires_grad_() for x in (q, keys)]
-    want = scale * torch.bmm(leaves[1], leaves[0][:, :, None])[:, :, 0]  # (R, S)
+    rows_keys = leaves[1][sentence_of_rows(group)]  # (R, S, D)
+    want = scale * torch.bmm(rows_keys, leaves[0][:, :, None])[:, :, 0]  # (R, S)
     valid = mask()
     torch.testing.assert_close(logits[valid], want.detach().float()[valid])
     d_logits = random(ROWS, KEYS, seed=3) * valid
     grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
-    d_q, d_keys = torch.empty(ROWS, size), torch.zeros(ROWS, KEYS, size)
+    d_q, d_keys = torch.empty(ROWS, size), torch.zeros(ROWS // group, KEYS, size)
     kernels().seq2seq_product_score_backward(
-        ROWS, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
+        ROWS, group, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), SPANS.data_ptr(),
         d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys), grads, strict=True):

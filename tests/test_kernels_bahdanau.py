@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from allpairspy import AllPairs
 from torch import Tensor, nn
 
 from seq2seq.attention import (
@@ -31,10 +32,10 @@ from seq2seq.attention import (
 )
 from seq2seq.kernels import accelerate, library
 from seq2seq.kernels import reference as to_reference
-from seq2seq.kernels.attention_parts import StepAttention
-from seq2seq.kernels.bahdanau import Recurrence, attend
-from seq2seq.kernels.modules import FastBahdanauDecoder
-from seq2seq.models.decoder import BahdanauDecoder
+from seq2seq.kernels.attention_parts import StepAttention, attend
+from seq2seq.kernels.bahdanau import Recurrence
+from seq2seq.kernels.modules import FastBahdanauDecoder, FastDecoder
+from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
 from seq2seq.models.model import Seq2Seq
 from seq2seq.search import beam_search, greedy_search
 from tests.test_model import BOS, EOS, PAD, make_batch
@@ -345,29 +346,82 @@ PARTS = {
 }
 
 
-def make_composed(scoring: str, parts: str) -> Seq2Seq:
-    """An accelerated Bahdanau model (hidden and memory size 16, so that dot products need no
-    key projection) with ``scoring`` and ``parts``, in training mode, its parts composed; a key
-    bias starts random (at 0 it would not show in the forward pass)."""
+DECODERS = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
+
+
+def make_composed(
+    scoring: str, parts: AttentionParts, decoder: str = "bahdanau", input_feeding: bool = False
+) -> Seq2Seq:
+    """An accelerated model (hidden and memory size 16, so that dot products need no key
+    projection) with ``scoring``, ``parts`` and ``decoder``, in training mode, its parts
+    composed; a key bias starts random (at 0 it would not show in the forward pass)."""
     torch.manual_seed(0)
     model = Seq2Seq(
         src_vocab_size=13, tgt_vocab_size=11, attention=SCORING[scoring], embedding_size=8,
-        hidden_size=16, encoder_hidden_size=8, dropout=0.0, decoder=BahdanauDecoder,
-        attention_parts=PARTS[parts],
+        hidden_size=16, encoder_hidden_size=8, dropout=0.0, decoder=DECODERS[decoder],
+        attention_parts=parts, input_feeding=input_feeding,
     ).train()  # fmt: skip
     for name, parameter in model.named_parameters():
         if name.endswith(("key_bias.bias", "coverage_weight")):
             torch.nn.init.normal_(parameter)
     accelerate(model)
-    assert isinstance(model.decoder, FastBahdanauDecoder) and model.decoder.step_parts()
+    assert isinstance(model.decoder, FastDecoder) and model.decoder.step_parts()
     return model
 
 
+@pytest.mark.parametrize("decoder", list(DECODERS))
 @pytest.mark.parametrize("parts", list(PARTS))
 @pytest.mark.parametrize("scoring", list(SCORING))
 def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
-    scoring: str, parts: str
+    scoring: str, parts: str, decoder: str
 ) -> None:
+    """Each part with each scoring function, in both decoders."""
+    assert_composed_matches_the_reference(make_composed(scoring, PARTS[parts], decoder))
+
+
+def pairwise_parts() -> list[Any]:
+    """A covering set of every pair of the attention's choices (allpairspy): decoder, scoring,
+    normalizer, window, key bias, coverage and input feeding (the Luong decoder's only) ->
+    (decoder, scoring, parts, input_feeding) cases."""
+    normalizers: dict[str, dict[str, Any]] = {
+        "softmax": {},
+        "sparsemax": {"normalizer": "sparsemax"},
+        "entmax15": {"normalizer": "entmax15"},
+        "entmax_1.3": {"normalizer": "entmax", "alpha": 1.3},
+        "learned_alpha": {"normalizer": "entmax", "alpha": "learnable", "initial_alpha": 1.6},
+    }
+    choices = [
+        list(DECODERS), list(SCORING), list(normalizers), ["global", "local_m"],
+        [False, True], [False, True], [False, True],
+    ]  # fmt: skip
+
+    def valid(row: list[Any]) -> bool:
+        return not (len(row) > 6 and row[6] and row[0] != "luong")
+
+    cases = []
+    for decoder, scoring, normalizer, window, key_bias, coverage, feeding in AllPairs(
+        choices, filter_func=valid
+    ):
+        parts = AttentionParts(
+            **normalizers[normalizer], window=window, window_size=1 if window != "global" else None,
+            key_bias=key_bias, key_bias_positions=4 if key_bias else None, coverage=coverage,
+        )  # fmt: skip
+        named = (key_bias, "key_bias"), (coverage, "coverage"), (feeding, "input_feeding")
+        name = "-".join([decoder, scoring, normalizer, window, *(n for on, n in named if on)])
+        cases.append(pytest.param(decoder, scoring, parts, feeding, id=name))
+    return cases
+
+
+@pytest.mark.parametrize(("decoder", "scoring", "parts", "input_feeding"), pairwise_parts())
+def test_every_pair_of_choices_trains_and_decodes_as_the_reference(
+    decoder: str, scoring: str, parts: AttentionParts, input_feeding: bool
+) -> None:
+    """Every pair of choices at least once (a generated covering set, not a hand-picked one)."""
+    model = make_composed(scoring, parts, decoder, input_feeding)
+    assert_composed_matches_the_reference(model)
+
+
+def assert_composed_matches_the_reference(model: Seq2Seq) -> None:
     """Kernels auto against off from the same weights: the teacher-forced loss (over the real
     tokens, as training computes it) and every parameter's gradient in float32 against the
     reference in float64; validation's weights, exactly 0 where the reference's are; greedy
@@ -375,14 +429,19 @@ def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
     src, src_lens, tgt_in = make_batch()
     tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), EOS)], dim=1)
     tgt_out[1, 3:] = PAD  # sentences of mixed lengths
-    model = make_composed(scoring, parts)
     reference_model = to_reference(copy.deepcopy(model).double())
+    decoder = model.decoder
+    assert isinstance(decoder, FastDecoder)
     results = []
     for candidate in (model, reference_model):
         source, state = candidate.encode(src, src_lens)
         if candidate is model:
-            assert model.decoder.fused_recurrence_applies(source, state[0])
+            assert decoder.fused_attention_applies(source, len(src))
+            if isinstance(decoder, FastBahdanauDecoder):
+                assert decoder.fused_recurrence_applies(source, state[0])
         logits, targets = candidate.decoder.teacher_forced_logits(tgt_in, tgt_out, state, source)
+        if candidate is model:  # the attention ran through the parts' C twins
+            assert graph_has(logits, ("PartsAttention", "Recurrence", "PackedProductAttention"))
         loss = F.cross_entropy(logits, targets, ignore_index=PAD, reduction="sum")
         grads = torch.autograd.grad(loss, list(candidate.parameters()))
         results.append([loss.detach(), *grads])
@@ -402,10 +461,34 @@ def test_every_scoring_and_part_trains_and_decodes_as_the_reference(
         _, weights = model(src, src_lens, tgt_in)
         _, want_weights = reference_model.eval()(src, src_lens, tgt_in)
     torch.testing.assert_close(weights, want_weights.float(), rtol=1e-4, atol=1e-5)
-    assert torch.equal(weights == 0, want_weights == 0) or "max" not in parts
-    assert (weights[1, :, 2:] == 0).all()  # sentence 1's padding
-    if "local_m" in parts:  # window 1 around p_t = min(t, S_b - 1): step 4 of sentence 0
+    # The masking contract: exact zeros where the reference has them (a sparse normalizer's,
+    # a window's), at sentence 1's padding, and within local-m's window 1 around
+    # p_t = min(t, S_b - 1) (step 4 of sentence 0).
+    assert torch.equal(weights == 0, want_weights == 0) or not has_exact_zeros(model)
+    assert (weights[1, :, 2:] == 0).all()
+    window = getattr(model.decoder.attention.normalization, "window", None)
+    if window is not None:
         assert (weights[0, 4, :3] == 0).all() and (weights[0, 4, 3:] > 0).any()
-    decoder = model.decoder
-    assert isinstance(decoder, FastBahdanauDecoder)
     assert_searches_agree(model, lambda source, state: decoder.fused_attention_applies(source, 3))
+
+
+def has_exact_zeros(model: Seq2Seq) -> bool:
+    """Whether the weights' zeros are exact by construction (a sparse normalizer or a window)
+    rather than a softmax's underflow, which float32 and float64 reach at different logits."""
+    parts = model.decoder.attention.normalization
+    return parts is not None and (parts.window is not None or parts.alpha != 1.0)
+
+
+def graph_has(output: Tensor, names: tuple[str, ...]) -> bool:
+    """Whether ``output``'s autograd graph has a node whose class name starts with one of
+    ``names``."""
+    seen, pending = set(), [output.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__.startswith(names):
+            return True
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return False

@@ -176,10 +176,14 @@ def test_an_input_fed_decoder_computes_the_score_and_parts_on_every_path(
 ) -> None:
     """Input feeding (the Luong decoder's cell reads the last attentional vector): training,
     validation, greedy and beam search (the vector reordered with the beams) compute the scoring
-    function's own weights; with the kernels on, the decoder stands aside for the reference."""
+    function's own weights; with the kernels on, the decoder steps its cell as the reference does
+    and attends through the C parts, or stands aside whole where a part has no twin (a scoring
+    function's own formula with other parts)."""
     overrides = ["model.input_feeding=true", *PARTS.get(part, [])]
     model, reference = models("luong", scoring, kernels, overrides)
-    assert model.decoder.input_feeding and type(model.decoder) is LuongDecoder
+    assert model.decoder.input_feeding
+    stands_aside = kernels == "off" or (scoring == SUBCLASS and part != "none")
+    assert (type(model.decoder) is LuongDecoder) is stands_aside
     assert_attention_follows_score(model, reference, "luong")
 
 
@@ -233,13 +237,13 @@ def test_the_kernels_say_once_why_they_stand_aside(caplog: pytest.LogCaptureFixt
     assert any("CosineByHand is not one of this package's scoring functions" in m for m in messages)
 
 
-def test_the_kernels_say_why_an_input_fed_decoder_runs_the_reference(
+def test_the_kernels_say_how_an_input_fed_decoder_steps(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     say_once.cache_clear()
     with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
         model, _ = models("luong", "dot", "auto", ["model.input_feeding=true"])
-    assert is_accelerated(model.encoder) and not is_accelerated(model.decoder)
+    assert is_accelerated(model.encoder) and is_accelerated(model.decoder)
     assert any("input_feeding=true" in record.getMessage() for record in caplog.records)
 
 

@@ -12,7 +12,9 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 - ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of its
   Python function by name (``additive_score``, ``product_score``, ``softmax``, ``sparsemax``,
   ``entmax15``, ``entmax_backward``, the context), and ``StepAttention``, which composes them;
-- ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node;
+- ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node
+  (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
+  every decoding step's);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one call;
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
@@ -34,7 +36,7 @@ from seq2seq.attention import Attention, MultiHeadAttention, own_formula
 from seq2seq.kernels.attention_parts import step_attention
 from seq2seq.kernels.library import unavailable_reason, usable
 from seq2seq.kernels.modules import ACCELERATED
-from seq2seq.models.decoder import BahdanauDecoder
+from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
 
 KERNEL_CHOICES = ("auto", "off")
 
@@ -59,17 +61,17 @@ def accelerate(model: nn.Module) -> nn.Module:
     state dicts, checkpoints and bundles do not change. Only the exact reference classes are
     swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and a scoring
     function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
-    is said once. The Bahdanau decoder's C loop composes its attention from the parts' C twins
+    is said once. Both RNN decoders compose their attention from the parts' C twins
     (``attention_parts``: each scoring function at a fixed temperature; softmax, sparsemax,
     entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows;
-    coverage). An RNN decoder whose attention has a part without a twin yet (local-p), and every
-    Luong decoder with other parts than global softmax, keeps the reference decoder whole; so
-    does an input-fed decoder, whose cell waits for each step's attention. (A learned
-    temperature or additive layer norm, whose twins are still to come, runs the reference
-    attention inside the accelerated decoder's step loop.)
+    coverage): the Bahdanau decoder in its C loop, the Luong decoder over all its target steps
+    at once. A decoder whose attention has a part without a twin yet (local-p, a learned
+    temperature, additive layer norm, several heads) keeps the reference decoder whole. An
+    input-fed Luong decoder steps its cell as the reference does (each step waits for the
+    attention of the one before), with its attention through the C parts.
     """
     reference_only: set[int] = set()
-    # The attentions a Bahdanau decoder's C loop composes (step_attention read once each).
+    # The attentions a decoder composes from the C twins (step_attention read once each).
     composed = {id(m.attention) for m in model.modules() if composes_parts(m)}
     for module in model.modules():
         if isinstance(module, Attention | MultiHeadAttention) and id(module) not in composed:
@@ -81,8 +83,9 @@ def accelerate(model: nn.Module) -> nn.Module:
                     "training, validation and decoding."
                 )
         attention = getattr(module, "attention", None)
-        has_parts = (
-            isinstance(attention, Attention | MultiHeadAttention) and attention.normalization
+        has_parts = isinstance(attention, Attention | MultiHeadAttention) and (
+            attention.normalization is not None
+            or getattr(attention, "coverage_weight", None) is not None
         )
         if has_parts and id(attention) not in composed:
             reference_only.update(id(part) for part in module.modules())
@@ -90,10 +93,9 @@ def accelerate(model: nn.Module) -> nn.Module:
             say_once(
                 "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "
                 "reads the attention of the step before, so its cell cannot run over all steps in "
-                "one call, which is what its C kernels do: the decoder runs on the reference path "
-                "(the encoder keeps its kernels)."
+                "one call, which is what its C kernels do: the decoder steps one target position "
+                "at a time, its attention through the C parts, its cell through PyTorch."
             )
-            reference_only.update(id(part) for part in module.modules())
     for module in model.modules():
         accelerated = ACCELERATED.get(type(module))
         if accelerated is not None and id(module) not in reference_only:
@@ -102,10 +104,9 @@ def accelerate(model: nn.Module) -> nn.Module:
 
 
 def composes_parts(decoder: nn.Module) -> bool:
-    """Whether ``decoder``'s C loop composes its attention's parts from their C twins: the
-    Bahdanau decoder, where ``attention_parts.step_attention`` covers them. The Luong decoder's C
-    paths compute global softmax attention only."""
-    if not isinstance(decoder, BahdanauDecoder):
+    """Whether ``decoder`` is an RNN decoder whose attention's parts all have C twins
+    (``attention_parts.step_attention``)."""
+    if not isinstance(decoder, BahdanauDecoder | LuongDecoder):
         return False
     return step_attention(decoder.attention, decoder.cell.hidden_size) is not None
 

@@ -9,7 +9,9 @@ twin computes each part, by the Python name it mirrors: the score (``additive_sc
 normalizer (``softmax``, ``sparsemax``, ``entmax15``, ``entmax_bisect``; ``entmax_backward`` for
 the backward pass of each, ``entmax_alpha_backward`` for a learned α) and the context.
 ``forward`` and ``backward`` run one decoder step's rows through them; ``step_attention`` reads
-a built attention module and says whether the parts cover it.
+a built attention module and says whether the parts cover it. ``attend`` is one call of the
+attention for any rows (a decoding step's, or all the target steps of a Luong decoder at once),
+with its gradient (``PartsAttention``).
 
 Shape legend: R rows (queries) of the step, B sentences, S source length, A additive attention
 size, D query size of product scoring, V value size (the memory's M).
@@ -22,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from seq2seq.attention import (
     AdditiveAttention,
@@ -32,6 +36,7 @@ from seq2seq.attention import (
     MultiHeadAttention,
     has_formula_of,
 )
+from seq2seq.kernels.library import library
 from seq2seq.normalizers import BISECTION_ITERATIONS, Entmax, Entmax15, Softmax, Sparsemax
 
 # The normalizer modules with a C twin -> the twin's name (``seq2seq_NAME``) and α, which picks
@@ -244,18 +249,18 @@ class StepAttention:
         grads: AttentionGrads,
         coverage: Tensor | None = None,
         d_coverage: Tensor | None = None,
+        group: int = 1,
     ) -> None:
-        """The parts' backward passes in reverse, for training's rows (row r is sentence r):
-        from d_context (R, V), and the weights' own gradient where a loss reads them
-        (``d_weights_out``: its address and row stride, or None), write d_queries (R, A or D) and
-        add into ``grads``. ``scratch``
-        is two (R', S) buffers, R' >= R, for the weights' and the logits' gradients; ``spans``
-        and ``coverage`` the forward pass's, whose gradient is written to ``d_coverage``
-        (R, S)."""
+        """The parts' backward passes in reverse, for the rows of ``forward``, ``group`` of them
+        per sentence: from d_context (R, V), and the weights' own gradient where a loss reads
+        them (``d_weights_out``: its address and row stride, or None), write d_queries (R, A or
+        D) and add into ``grads``. ``scratch`` is two (R', S) buffers, R' >= R, for the weights'
+        and the logits' gradients; ``spans`` and ``coverage`` the forward pass's, whose gradient
+        is written to ``d_coverage`` (R, S)."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
-            rows, length, source.memory.shape[2], weights, weights_stride, spans,
+            rows, group, length, source.memory.shape[2], weights, weights_stride, spans,
             source.memory.data_ptr(), d_context, d_context_stride,
             *(d_weights_out or (None, 0)), d_weights.data_ptr(), grads.d_memory.data_ptr(),
         )  # fmt: skip
@@ -288,25 +293,27 @@ class StepAttention:
             )  # fmt: skip
         if self.score == "additive":
             assert source.score_weight is not None and grads.d_score_weight is not None
-            # With coverage the score read per-row keys k_s + c_s w_c: their gradient goes
-            # through the coverage term into the keys'.
+            # With coverage the score read per-row keys k_s + c_s w_c (group 1): their gradient
+            # goes through the coverage term into the keys'.
             additive_covering = covering if self.coverage == "additive" else None
-            d_keys = grads.d_keys if additive_covering is None else torch.zeros(rows, length, size)
+            d_keys, key_group = grads.d_keys, group
+            if additive_covering is not None:
+                d_keys, key_group = torch.zeros(rows, length, size), 1
             kernels.seq2seq_additive_score_backward(
-                rows, length, size, self.scale, saved_scores, source.score_weight.data_ptr(),
-                spans, d_logits.data_ptr(), d_queries, d_keys.data_ptr(),
-                grads.d_score_weight.data_ptr(),
+                rows, key_group, length, size, self.scale, saved_scores,
+                source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
+                d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
             )  # fmt: skip
             if additive_covering is not None:
                 coverage, d_coverage, w, d_w = additive_covering
                 kernels.seq2seq_additive_coverage_backward(
-                    rows, length, size, spans, coverage.data_ptr(), w.data_ptr(),
+                    rows, group, length, size, spans, coverage.data_ptr(), w.data_ptr(),
                     d_keys.data_ptr(), grads.d_keys.data_ptr(), d_coverage.data_ptr(),
                     d_w.data_ptr(),
                 )  # fmt: skip
         else:
             kernels.seq2seq_product_score_backward(
-                rows, length, size, self.scale, queries, source.keys.data_ptr(), spans,
+                rows, group, length, size, self.scale, queries, source.keys.data_ptr(), spans,
                 d_logits.data_ptr(), d_queries, grads.d_keys.data_ptr(),
             )  # fmt: skip
 
@@ -354,3 +361,153 @@ def step_attention(
     if has_formula_of(attention, GeneralAttention):
         return StepAttention("product", scale, **chosen)
     return None
+
+
+class PartsAttention(torch.autograd.Function):
+    """queries (R, A or D) (additive scoring's already projected), projected keys (B, S, K),
+    memory (B, S, M), src_lens (B,), w_v (1, A) or None, the key bias (P,) or None, a learned
+    α (0-d) or None, the coverage weight (w_c (A,) or γ (0-d)) or None, the coverage (R, S) or
+    None, spans (R, 2) (``StepAttention.spans``), ``parts`` and ``group``, the rows per sentence
+    (row r reads sentence r / group) -> contexts (R, M), weights (R, S), each with its gradient.
+    ``library.usable`` must hold for the tensors."""
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        queries: Tensor,
+        projected_keys: Tensor,
+        memory: Tensor,
+        src_lens: Tensor,
+        score_weight: Tensor | None,
+        key_bias: Tensor | None,
+        alpha: Tensor | None,
+        coverage_weight: Tensor | None,
+        coverage: Tensor | None,
+        spans: Tensor,
+        parts: StepAttention,
+        group: int,
+    ) -> tuple[Tensor, Tensor]:
+        kernels = library()
+        assert kernels is not None  # usable() checked it
+        rows, (_, keys, key_size) = queries.shape[0], projected_keys.shape
+        memory_size = memory.shape[2]
+        queries = queries.contiguous()
+        coverage = None if coverage is None else coverage.contiguous()
+        source = AttentionSource.of(
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+        )
+        needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
+        # What the additive score's backward reads: sigmoid(2x) of every (row, key) pair.
+        saved_scores = None
+        if needs_grad and parts.projects_queries:
+            saved_scores = queries.new_empty(rows, keys, key_size)
+        weights = queries.new_empty(rows, keys)
+        contexts = queries.new_empty(rows, memory_size)
+        parts.forward(
+            kernels, rows, group, queries.data_ptr(), source, spans.data_ptr(),
+            None if saved_scores is None else saved_scores.data_ptr(),
+            queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
+            memory_size, coverage,
+        )  # fmt: skip
+        if needs_grad:
+            saved = [
+                queries, source.keys, source.memory, source.src_lens, source.score_weight,
+                source.key_bias, alpha, coverage_weight, coverage, spans, saved_scores, weights,
+            ]  # fmt: skip
+            ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not these parts'
+        ctx.parts, ctx.group = parts, group  # type: ignore[attr-defined]
+        return contexts, weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: FunctionCtx, d_contexts: Tensor | None, d_weights: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        kernels = library()
+        assert kernels is not None
+        (
+            queries, keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
+            coverage, spans, saved_scores, weights,
+        ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
+        parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
+        source = AttentionSource.of(
+            keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+        )
+        rows, length = weights.shape
+        memory_size = memory.shape[2]
+        d_contexts = (
+            memory.new_zeros(rows, memory_size) if d_contexts is None else d_contexts.contiguous()
+        )
+        d_weights_out = None
+        if d_weights is not None:  # a loss read the weights: (R, S)
+            d_weights = d_weights.contiguous()
+            d_weights_out = (d_weights.data_ptr(), length)
+        grads = AttentionGrads.zeros(source, rows)  # w_v's per row, summed below
+        d_queries = torch.empty_like(queries)
+        d_coverage = None if coverage is None else torch.empty_like(coverage)
+        parts.backward(
+            kernels, rows, queries.data_ptr(), source, spans.data_ptr(),
+            None if saved_scores is None else saved_scores.data_ptr(), weights.data_ptr(),
+            length, d_contexts.data_ptr(), memory_size, d_weights_out,
+            (memory.new_empty(rows, length), memory.new_empty(rows, length)),
+            d_queries.data_ptr(), grads, coverage, d_coverage,
+            ctx.group,  # type: ignore[attr-defined]
+        )  # fmt: skip
+        d_score_weight, d_alpha, d_weight = (
+            grads.d_score_weight,
+            grads.d_alpha,
+            grads.d_coverage_weight,
+        )
+        return (
+            d_queries,
+            grads.d_keys,
+            grads.d_memory,
+            None,
+            None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
+            grads.d_key_bias,
+            None if d_alpha is None else d_alpha.sum().view_as(alpha),
+            None if d_weight is None else d_weight.sum(0).view_as(coverage_weight),
+            d_coverage,
+            None,
+            None,
+            None,
+        )
+
+
+def attend(
+    parts: StepAttention,
+    queries: Tensor,
+    projected_keys: Tensor,
+    memory: Tensor,
+    src_lens: Tensor,
+    query_weight: Tensor | None,
+    query_bias: Tensor | None,
+    score_weight: Tensor | None,
+    key_bias: Tensor | None = None,
+    alpha: Tensor | None = None,
+    coverage_weight: Tensor | None = None,
+    positions: Tensor | None = None,
+    coverage: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The attention of R queries through the C parts, differentiable: queries (R, H),
+    projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M), weights
+    (R, S). R is B·G, G consecutive rows per sentence (row r reads sentence r / G): one query
+    each (a training or greedy step), K hypotheses each (beam search), or T target steps each
+    (a Luong decoder's teacher forcing). W_q and b_q project additive queries (else None: a
+    product's query is the state); positions (R,): each row's target step, for a window
+    centred on it; coverage (R, S): what each row attended so far, for a model with coverage.
+    ``parts`` holds α's value (a learned one's tensor ``alpha`` takes the gradient).
+    ``library.usable`` must hold."""
+    kernels = library()
+    assert kernels is not None  # usable() checked it
+    rows, batch = queries.shape[0], projected_keys.shape[0]
+    group = rows // batch
+    if query_weight is not None:  # (R, H) -> (R, A)
+        queries = F.linear(queries, query_weight, query_bias)
+    source = AttentionSource.of(projected_keys, memory, src_lens, None, None)
+    spans = parts.spans(kernels, rows, group, source, positions)
+    result: tuple[Tensor, Tensor] = PartsAttention.apply(
+        queries, source.keys, source.memory, source.src_lens, score_weight, key_bias, alpha,
+        coverage_weight, coverage, spans, parts, group,
+    )  # fmt: skip
+    return result

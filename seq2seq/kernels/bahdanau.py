@@ -14,9 +14,8 @@ are unchanged.
 
 ``Recurrence.apply(...)`` applies where ``FastBahdanauDecoder.fused_recurrence_applies`` says
 so: a GRU cell, an attention whose parts have C twins (``attention_parts.step_attention``), and
-tensors ``library.usable`` accepts. ``attend(...)`` is one decoding step's attention through the
-same parts, without autograd (``FastBahdanauDecoder.gates_step`` when
-``fused_attention``), for greedy and beam search.
+tensors ``library.usable`` accepts. A decoding step's attention goes through the same parts
+(``attention_parts.attend``).
 
 Shape legend: B batch, S source length, T target length, H decoder hidden size, M memory size
 (encoder output), A attention hidden size, K key size (A, or H for product scoring), G gates
@@ -307,47 +306,3 @@ def _rows(tensor: Tensor, start: int, stride: int, count: int) -> Tensor:
 def _contiguous_or_zeros(grad: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """An output's gradient, contiguous; zeros where the output was not used (autograd's None)."""
     return like.new_zeros(shape) if grad is None else grad.contiguous()
-
-
-def attend(
-    parts: StepAttention,
-    queries: Tensor,
-    projected_keys: Tensor,
-    memory: Tensor,
-    src_lens: Tensor,
-    query_weight: Tensor | None,
-    query_bias: Tensor | None,
-    score_weight: Tensor | None,
-    key_bias: Tensor | None = None,
-    alpha: Tensor | None = None,
-    coverage_weight: Tensor | None = None,
-    positions: Tensor | None = None,
-    coverage: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """One decoding step's attention without autograd, through the same C parts: queries
-    (R, H), projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M),
-    weights (R, S). R is B, or B·K when K hypotheses of each sentence share its source (beam
-    search: row b·K + k is hypothesis k of sentence b); positions (R,): each row's target step,
-    for a window centred on it; coverage (R, S): what each row attended so far, for a model
-    with coverage. ``parts`` holds α's value (``alpha``, a learned α's tensor, has
-    no gradient here). ``library.usable`` must hold."""
-    kernels = library()
-    assert kernels is not None  # usable() checked it
-    rows, (batch, keys, key_size) = queries.shape[0], projected_keys.shape
-    source = AttentionSource.of(
-        projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
-    )
-    if query_weight is not None:  # (R, H) -> (R, A)
-        projected_queries = queries.new_empty(rows, key_size)
-        _linear_into(projected_queries, queries, query_weight, query_bias)
-    else:
-        projected_queries = queries.contiguous()
-    weights = queries.new_empty(rows, keys)
-    contexts = queries.new_empty(rows, memory.shape[2])
-    spans = parts.spans(kernels, rows, rows // batch, source, positions)
-    parts.forward(
-        kernels, rows, rows // batch, projected_queries.data_ptr(), source, spans.data_ptr(), None,
-        queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
-        memory.shape[2], None if coverage is None else coverage.contiguous(),
-    )  # fmt: skip
-    return contexts, weights

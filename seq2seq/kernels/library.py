@@ -231,23 +231,22 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
     """The signatures of ``csrc/attention.c``'s parts (its comments say what each argument is)."""
     i64, pointer, real = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     context = [i64, i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64]
-    context_backward = [i64, i64, i64, pointer, i64, pointer, pointer, pointer, i64, pointer, i64]
     signatures: dict[str, list[Any]] = {
         # rows, group, S, lengths, spans; rows, group, S, D, lengths, centres, spans
         "seq2seq_global_window": [i64, i64, i64, pointer, pointer],
         "seq2seq_local_window": [i64, i64, i64, i64, pointer, pointer, pointer],
         # rows, group, S, A, scale, q, keys, w_v, spans, saved, logits
         "seq2seq_additive_score": [i64, i64, i64, i64, real, *[pointer] * 6],
-        # rows, S, A, scale, saved, w_v, spans, d_logits, d_q, d_keys, d_w_v
-        "seq2seq_additive_score_backward": [i64, i64, i64, real, *[pointer] * 7],
+        # rows, group, S, A, scale, saved, w_v, spans, d_logits, d_q, d_keys, d_w_v
+        "seq2seq_additive_score_backward": [i64, i64, i64, i64, real, *[pointer] * 7],
         # rows, group, S, D, scale, q, keys, spans, logits
         "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
-        # rows, S, D, scale, q, keys, spans, d_logits, d_q, d_keys
-        "seq2seq_product_score_backward": [i64, i64, i64, real, *[pointer] * 6],
-        # rows, group, S, A, spans, keys, coverage, w_c, covered; rows, S, A, spans, coverage,
+        # rows, group, S, D, scale, q, keys, spans, d_logits, d_q, d_keys
+        "seq2seq_product_score_backward": [i64, i64, i64, i64, real, *[pointer] * 6],
+        # rows, group, S, A, spans, keys, coverage, w_c, covered; the same without keys, then
         # w_c, d_covered, d_keys, d_coverage, d_w_c
         "seq2seq_additive_coverage": [i64, i64, i64, i64, *[pointer] * 5],
-        "seq2seq_additive_coverage_backward": [i64, i64, i64, *[pointer] * 7],
+        "seq2seq_additive_coverage_backward": [i64, i64, i64, i64, *[pointer] * 7],
         # rows, S, spans, gamma, coverage, logits; the same, d_logits, d_coverage, d_gamma
         "seq2seq_coverage": [i64, i64, pointer, real, pointer, pointer],
         "seq2seq_coverage_backward": [i64, i64, pointer, real, *[pointer] * 4],
@@ -262,9 +261,9 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         "seq2seq_entmax_backward": [i64, i64, real, pointer, pointer, i64, pointer, pointer],
         # rows, group, S, V, weights, weights' stride, spans, values, context, its stride
         "seq2seq_attention_context": context,
-        # rows, S, V, weights, stride, spans, values, d_context, stride, the weights' own
-        # gradient or NULL, stride, d_weights, d_values
-        "seq2seq_attention_context_backward": [*context_backward, pointer, pointer],
+        # rows, group, S, V, weights, stride, spans, values, d_context, stride, the weights'
+        # own gradient or NULL, stride, d_weights, d_values
+        "seq2seq_attention_context_backward": [*context, pointer, i64, pointer, pointer],
     }
     for normalizer in ("softmax", "sparsemax", "entmax15"):
         # rows, S, spans, logits, weights, weights' stride

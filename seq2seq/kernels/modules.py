@@ -50,8 +50,8 @@ from seq2seq.attention import (
     scores_as,
 )
 from seq2seq.kernels.attention_parts import StepAttention, step_attention
+from seq2seq.kernels.attention_parts import attend as parts_attend
 from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
-from seq2seq.kernels.bahdanau import attend as fused_attend
 from seq2seq.kernels.dropout import Dropout
 from seq2seq.kernels.greedy import luong_greedy
 from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
@@ -82,16 +82,18 @@ TABLE_TOKENS_PER_SENTENCE = 8
 
 
 def product_scale(attention: Attention | MultiHeadAttention, query_size: int) -> float | None:
-    """c when the softmax's logits are ``c · q · project_keys(k)`` for queries of this size
-    (dot-product and general scoring at a fixed temperature), else None: what
-    ``seq2seq.kernels.product_attention`` computes. A subclass with its own ``score`` is neither
-    (``scores_as``)."""
+    """c when the weights are the softmax of ``c · q · project_keys(k)`` over every real key for
+    queries of this size (dot-product and general scoring at a fixed temperature, with no other
+    part), else None: what ``seq2seq.kernels.product_attention`` computes. A subclass with its
+    own ``score`` is neither (``scores_as``)."""
     is_dot = scores_as(attention, DotProductAttention)
     if not (is_dot or scores_as(attention, GeneralAttention)):
         return None
     assert isinstance(attention, Attention)  # scores_as checked
     if attention.log_temperature is not None:
         return None
+    if attention.normalization is not None or attention.coverage_weight is not None:
+        return None  # parts: attention_parts composes them
     if is_dot:
         assert isinstance(attention, DotProductAttention)
         scale = 1 / query_size**0.5 if attention.scaled else 1.0
@@ -279,6 +281,76 @@ class FastDecoder(AttentionDecoder):
             return False  # a ragged query count: attend's error says what is wrong
         return usable(source.memory, source.projected_keys)
 
+    def step_parts(self) -> StepAttention | None:
+        """The C parts that compute this decoder's attention, or None (``step_attention``)."""
+        return step_attention(self.attention, self.cell.hidden_size)
+
+    def attention_parameters(self) -> AttentionParameters:
+        """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
+        the key bias (P,), a learned α (0-d) and the coverage weight (w_c or γ), or None each:
+        what ``bahdanau.Recurrence`` and ``attend`` read, in their order."""
+        attention = self.attention
+        coverage_weight = attention.coverage_weight
+        parts = attention.normalization
+        key_bias = alpha = None
+        if parts is not None:
+            key_bias = None if parts.key_bias is None else parts.key_bias.bias
+            normalizer = parts.normalizer
+            if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
+                alpha = 1 + F.softplus(normalizer.raw_alpha)  # Entmax.alpha, with its gradient
+        if not isinstance(attention, AdditiveAttention):
+            return None, None, None, key_bias, alpha, coverage_weight
+        additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
+        return *additive, key_bias, alpha, coverage_weight
+
+    def fused_attention(
+        self, source: EncodedSource, rows: int
+    ) -> tuple[StepAttention, AttentionParameters] | None:
+        """The C parts and what they read of the attention (``attention_parameters``), where
+        ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries; else None.
+        Read once per call: a decoding step asks once, not once to check and once to run."""
+        parts = self.step_parts()
+        if parts is None or not self.fused_attention_source(source, rows):
+            return None
+        parameters = self.attention_parameters()
+        return (parts, parameters) if usable(*(p for p in parameters if p is not None)) else None
+
+    def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
+        """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
+        return self.fused_attention(source, rows) is not None
+
+    def attend(
+        self,
+        queries: Tensor,
+        source: EncodedSource,
+        need_weights: bool = True,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The reference's ``attend`` through the attention's C parts where they compute it
+        (``fused_attention``), with its gradient: queries (R, Tq, H) -> contexts (R, Tq, M),
+        weights (R, Tq, S) or None. Hypothesis r's Tq queries are rows r·Tq .. r·Tq + Tq - 1 of
+        its sentence, r / (R / B): (R·Tq) rows, (R / B)·Tq per sentence."""
+        rows, num_queries, size = queries.shape
+        fused = None
+        if source.memory.device.type == "cpu" and usable(queries):
+            fused = self.fused_attention(source, rows)
+        if fused is None:
+            return super().attend(queries, source, need_weights, positions, coverage)
+        parts, parameters = fused
+        flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
+        flat_coverage = None if coverage is None else coverage.reshape(rows * num_queries, -1)
+        # (R·Tq, M), (R·Tq, S)
+        contexts, weights = parts_attend(
+            parts, queries.reshape(rows * num_queries, size), source.projected_keys,
+            source.memory, source.src_lens, *parameters, positions=flat_positions,
+            coverage=flat_coverage,
+        )  # fmt: skip
+        contexts = contexts.view(rows, num_queries, -1)  # (R, Tq, M)
+        if not (need_weights or coverage is not None):
+            return contexts, None
+        return contexts, weights.view(rows, num_queries, -1)  # (R, Tq, S)
+
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
         ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the
@@ -323,44 +395,6 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """
         return self.cell.weight_ih.split([self.embedding_size, self.memory_size], dim=1)
 
-    def step_parts(self) -> StepAttention | None:
-        """The C parts that compute this decoder's attention, or None (``step_attention``)."""
-        return step_attention(self.attention, self.cell.hidden_size)
-
-    def attention_parameters(self) -> AttentionParameters:
-        """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
-        the key bias (P,), a learned α (0-d) and the coverage weight (w_c or γ), or None each:
-        what ``bahdanau.Recurrence`` and ``attend`` read, in their order."""
-        attention = self.attention
-        coverage_weight = attention.coverage_weight
-        parts = attention.normalization
-        key_bias = alpha = None
-        if parts is not None:
-            key_bias = None if parts.key_bias is None else parts.key_bias.bias
-            normalizer = parts.normalizer
-            if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
-                alpha = 1 + F.softplus(normalizer.raw_alpha)  # Entmax.alpha, with its gradient
-        if not isinstance(attention, AdditiveAttention):
-            return None, None, None, key_bias, alpha, coverage_weight
-        additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
-        return *additive, key_bias, alpha, coverage_weight
-
-    def fused_attention(
-        self, source: EncodedSource, rows: int
-    ) -> tuple[StepAttention, AttentionParameters] | None:
-        """The C parts and what they read of the attention (``attention_parameters``), where
-        ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries; else None.
-        Read once per call: a decoding step asks once, not once to check and once to run."""
-        parts = self.step_parts()
-        if parts is None or not self.fused_attention_source(source, rows):
-            return None
-        parameters = self.attention_parameters()
-        return (parts, parameters) if usable(*(p for p in parameters if p is not None)) else None
-
-    def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
-        """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
-        return self.fused_attention(source, rows) is not None
-
     def fused_recurrence(
         self, source: EncodedSource, hidden: Tensor
     ) -> tuple[StepAttention, AttentionParameters] | None:
@@ -386,25 +420,15 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         """``step`` from the previous token's ``embedding_gates`` (B, G) -> new state, context
         (B, M), weights (B, S). ``context_weight`` is ``split_input_weight()[1]``."""
         fused_step = self.fused_step_applies(state[0])
-        weights: Tensor | None
-        fused = self.fused_attention(source, len(state[0])) if fused_step else None
         steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
         coverage = self.coverage_of(state)  # (B, S): what steps < t attended, or None
-        if fused is not None:
-            parts, parameters = fused
-            # Decoding: the attention's C parts too. (B, M), (B, S)
-            context, weights = fused_attend(
-                parts, state[0], source.projected_keys, source.memory, source.src_lens,
-                *parameters, positions=steps, coverage=coverage,
-            )  # fmt: skip
-        else:
-            query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
-            positions = None if steps is None else steps[:, None]  # (B, 1)
-            covered = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
-            # (B, 1, M), (B, 1, S)
-            context, weights = self.attend(query, source, need_weights, positions, covered)
-            context = context[:, 0]  # (B, M)
-            weights = None if weights is None else weights[:, 0]  # (B, S)
+        query = state[0][:, None, :]  # (B, 1, H): the previous state asks where to look
+        positions = None if steps is None else steps[:, None]  # (B, 1)
+        covered = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
+        # (B, 1, M), (B, 1, S): the attention's C parts where they apply (``attend``)
+        context, weights = self.attend(query, source, need_weights, positions, covered)
+        context = context[:, 0]  # (B, M)
+        weights = None if weights is None else weights[:, 0]  # (B, S)
         if coverage is not None:
             assert weights is not None  # attend returns them with coverage
             coverage = coverage + weights
@@ -617,15 +641,22 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        if source.memory.device.type != "cpu" or not isinstance(source, DecodingSource):
+        """The reference's step with the tables, and the attention in C (``product_attend`` for
+        plain product scoring, ``attend``'s parts otherwise); an input-fed decoder or one with
+        coverage steps as the reference does, its attention through ``attend``."""
+        if not isinstance(source, DecodingSource) or source.memory.device.type != "cpu":
+            return super().decode_step(prev_tokens, state, source)
+        if self.is_sequential:
             return super().decode_step(prev_tokens, state, source)
         self.build_tables(source)
+        steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
         if source.token_gates is None:
-            state = self.step_cell(self.dropout(self.embedding(prev_tokens)), state)  # (B, E) in
+            embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+            cell_state = self.step_cell(embedded, state)
         else:
             # (B, G) rows of the table, then the gates (see ``cell_gates``).
-            state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
-        query = state[0]  # (B, H)
+            cell_state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
+        state, query = self.advance(cell_state, state), cell_state[0]  # query: (B, H)
         # When decoding, the weights average ``attentional_memory`` instead of the memory:
         # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
         # which leaves no concatenation and only the W_c2 h GEMM per step.
@@ -638,8 +669,11 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
                 query, source.projected_keys, values, source.src_lens, scale
             )
         else:
+            positions = None if steps is None else steps[:, None]  # (B, 1)
             # (B, 1, M) or (B, 1, H), and (B, 1, S)
-            step_averaged, step_weights = self.attend_values(query[:, None, :], source, values)
+            step_averaged, step_weights = self.attend_values(
+                query[:, None, :], source, values, positions
+            )
             averaged, weights = step_averaged[:, 0], step_weights[:, 0]
         if source.attentional_memory is None:
             return self.output(query, averaged), state, weights
@@ -650,14 +684,13 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         return self.output_layer(self.dropout(attentional)), state, weights
 
     def attend_values(
-        self, queries: Tensor, source: EncodedSource, values: Tensor
+        self, queries: Tensor, source: EncodedSource, values: Tensor, positions: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """``attend`` with ``values`` (B, S, D) in place of the memory as what the weights
-        average: contexts (R, Tq, D), weights (R, Tq, S)."""
-        if values is source.memory:
-            context, weights = self.attend(queries, source)
-        else:
-            context, weights = self.attend(queries, replace_memory(source, values))
+        average: contexts (R, Tq, D), weights (R, Tq, S); positions (R, Tq) or None."""
+        if values is not source.memory:
+            source = replace_memory(source, values)
+        context, weights = self.attend(queries, source, positions=positions)
         assert weights is not None  # asked for by default
         return context, weights
 
@@ -670,7 +703,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         rows too, each over its sentence's keys (``PackedProductAttention``); other scoring
         reads the states back on the padded grid, one (B, T, S) product."""
         params = self.cell_parameters()
-        if not self.cell_runs_fused(*params):
+        if self.is_sequential or not self.cell_runs_fused(*params):
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
@@ -684,8 +717,10 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
                 packed.row_sentences(), scale,
             )  # fmt: skip
         else:
-            # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M)
-            padded, _ = self.attend(packed.pad(hiddens), source, need_weights=False)
+            # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M): the
+            # attention's C parts where they apply (``attend``), all T steps in one call.
+            positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
+            padded, _ = self.attend(packed.pad(hiddens), source, False, positions)
             contexts = packed.select(padded)
         return self.output(hiddens, contexts), targets  # (N, V), (N,)
 
@@ -699,6 +734,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         self.build_tables(source)
         if not isinstance(source, DecodingSource) or not self.fused_step_applies(query):
             return None
+        if self.is_sequential or self.counts_steps:
+            return None  # luong_greedy's state is the cell's only
         table, values = source.token_gates, source.attentional_memory
         if table is None or values is None or (self.dropout.training and self.dropout.p > 0):
             return None

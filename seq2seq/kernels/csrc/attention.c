@@ -28,8 +28,8 @@
    scratch, meaningful within the span only; weights are (rows, S) at a row stride given in
    floats, exactly 0 outside the span and everywhere in a row with an empty span (the masking
    contract of masked_softmax), which then also gets a zero context and gradient.
-   The backward passes run in training only (group 1: row r is sentence r), and add into the
-   gradients of keys and values: a row's sentence is its own, so threads never add into one
+   The backward passes run in training, and add into the gradients of keys and values: each
+   thread takes whole sentences (all `group` rows of each), so threads never add into one
    place. */
 #include <stddef.h>
 #include <stdint.h>
@@ -74,29 +74,33 @@ void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, f
    de_s/dw_v = 2 scale u. The last differs from the true score's scale tanh(x) by scale, the
    constant's share, which adds scale * sum_s d_logits_s: 0, since every normalizer's backward
    pass gives each row logit gradients that sum to 0 (the weights sum to 1 whatever the shift).
-   Writes d_q (rows, A); adds into d_keys (rows, S, A) and d_w_v (rows, A), each row's part of
-   w_v's gradient (the caller sums the rows once, after all steps). */
-void seq2seq_additive_score_backward(int64_t rows, int64_t S, int64_t A, float scale,
-                                     const float *restrict saved, const float *restrict w_v,
-                                     const int64_t *restrict spans,
+   Writes d_q (rows, A); adds into d_keys (sentences, S, A), row r's into sentence r / group's,
+   and d_w_v (rows, A), each row's part of w_v's gradient (the caller sums the rows once, after
+   all steps). */
+void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
+                                     float scale, const float *restrict saved,
+                                     const float *restrict w_v, const int64_t *restrict spans,
                                      const float *restrict d_logits, float *restrict d_q,
                                      float *restrict d_keys, float *restrict d_w_v) {
+  /* Over sentences: a sentence's rows add into its keys' gradient, from one thread. */
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
-    float *restrict dq_r = d_q + r * A;
-    float *restrict dwv_r = d_w_v + r * A;
-    for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
-    for (int64_t s = first; s < end; ++s) {
-      const float d_score = scale * d_logits[r * S + s];
-      const float *restrict u = saved + (r * S + s) * A;
-      float *restrict dk_s = d_keys + (r * S + s) * A;
+  for (int64_t b = 0; b < rows / group; ++b) {
+    for (int64_t r = b * group; r < (b + 1) * group; ++r) {
+      const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+      float *restrict dq_r = d_q + r * A;
+      float *restrict dwv_r = d_w_v + r * A;
+      for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
+      for (int64_t s = first; s < end; ++s) {
+        const float d_score = scale * d_logits[r * S + s];
+        const float *restrict u = saved + (r * S + s) * A;
+        float *restrict dk_s = d_keys + (b * S + s) * A;
 #pragma omp simd
-      for (int64_t j = 0; j < A; ++j) {
-        const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
-        dq_r[j] += dx;
-        dk_s[j] += dx;
-        dwv_r[j] += 2.0f * d_score * u[j];
+        for (int64_t j = 0; j < A; ++j) {
+          const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
+          dq_r[j] += dx;
+          dk_s[j] += dx;
+          dwv_r[j] += 2.0f * d_score * u[j];
+        }
       }
     }
   }
@@ -122,25 +126,29 @@ void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, fl
   }
 }
 
-/* dq = scale sum_s de_s k_s (written), dk_s += scale de_s q (added). */
-void seq2seq_product_score_backward(int64_t rows, int64_t S, int64_t D, float scale,
-                                    const float *restrict q, const float *restrict keys,
-                                    const int64_t *restrict spans, const float *restrict d_logits,
-                                    float *restrict d_q, float *restrict d_keys) {
+/* dq = scale sum_s de_s k_s (written), dk_s += scale de_s q (added into row r's sentence,
+   r / group). */
+void seq2seq_product_score_backward(int64_t rows, int64_t group, int64_t S, int64_t D,
+                                    float scale, const float *restrict q,
+                                    const float *restrict keys, const int64_t *restrict spans,
+                                    const float *restrict d_logits, float *restrict d_q,
+                                    float *restrict d_keys) {
 #pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
-    const float *restrict q_r = q + r * D;
-    float *restrict dq_r = d_q + r * D;
-    for (int64_t j = 0; j < D; ++j) dq_r[j] = 0.0f;
-    for (int64_t s = first; s < end; ++s) {
-      const float a = scale * d_logits[r * S + s];
-      const float *restrict k_s = keys + (r * S + s) * D;
-      float *restrict dk_s = d_keys + (r * S + s) * D;
+  for (int64_t b = 0; b < rows / group; ++b) {
+    for (int64_t r = b * group; r < (b + 1) * group; ++r) {
+      const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+      const float *restrict q_r = q + r * D;
+      float *restrict dq_r = d_q + r * D;
+      for (int64_t j = 0; j < D; ++j) dq_r[j] = 0.0f;
+      for (int64_t s = first; s < end; ++s) {
+        const float a = scale * d_logits[r * S + s];
+        const float *restrict k_s = keys + (b * S + s) * D;
+        float *restrict dk_s = d_keys + (b * S + s) * D;
 #pragma omp simd
-      for (int64_t j = 0; j < D; ++j) {
-        dq_r[j] += a * k_s[j];
-        dk_s[j] += a * q_r[j];
+        for (int64_t j = 0; j < D; ++j) {
+          dq_r[j] += a * k_s[j];
+          dk_s[j] += a * q_r[j];
+        }
       }
     }
   }
@@ -174,32 +182,34 @@ void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A
   }
 }
 
-/* From the covered keys' gradient d_covered (rows, S, A): d_keys += it (row r is sentence r),
-   d_coverage_s = d_covered_s . w_c (written, rows x S), d_w_c += sum_s c_s d_covered_s (row
-   r's part, rows x A). */
-void seq2seq_additive_coverage_backward(int64_t rows, int64_t S, int64_t A,
+/* From the covered keys' gradient d_covered (rows, S, A): d_keys += it (into row r's sentence,
+   r / group), d_coverage_s = d_covered_s . w_c (written, rows x S), d_w_c += sum_s c_s
+   d_covered_s (row r's part, rows x A). */
+void seq2seq_additive_coverage_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
                                         const int64_t *restrict spans,
                                         const float *restrict coverage,
                                         const float *restrict w_c,
                                         const float *restrict d_covered, float *restrict d_keys,
                                         float *restrict d_coverage, float *restrict d_w_c) {
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
-    float *restrict dwc_r = d_w_c + r * A;
-    for (int64_t s = 0; s < S; ++s) d_coverage[r * S + s] = 0.0f;
-    for (int64_t s = first; s < end; ++s) {
-      const float c = coverage[r * S + s];
-      const float *restrict g = d_covered + (r * S + s) * A;
-      float *restrict dk_s = d_keys + (r * S + s) * A;
-      float along = 0.0f;
+  for (int64_t b = 0; b < rows / group; ++b) {
+    for (int64_t r = b * group; r < (b + 1) * group; ++r) {
+      const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+      float *restrict dwc_r = d_w_c + r * A;
+      for (int64_t s = 0; s < S; ++s) d_coverage[r * S + s] = 0.0f;
+      for (int64_t s = first; s < end; ++s) {
+        const float c = coverage[r * S + s];
+        const float *restrict g = d_covered + (r * S + s) * A;
+        float *restrict dk_s = d_keys + (b * S + s) * A;
+        float along = 0.0f;
 #pragma omp simd reduction(+ : along)
-      for (int64_t j = 0; j < A; ++j) {
-        dk_s[j] += g[j];
-        dwc_r[j] += c * g[j];
-        along += g[j] * w_c[j];
+        for (int64_t j = 0; j < A; ++j) {
+          dk_s[j] += g[j];
+          dwc_r[j] += c * g[j];
+          along += g[j] * w_c[j];
+        }
+        d_coverage[r * S + s] = along;
       }
-      d_coverage[r * S + s] = along;
     }
   }
 }
@@ -510,8 +520,8 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
 
 /* dp_s = dc . v_s (written into d_weights (rows, S)) plus the weights' own gradient where they
    are an output that a loss reads (d_weights_out at its row stride, or NULL), dv_s += p_s dc
-   (added). */
-void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
+   (added into row r's sentence, r / group). */
+void seq2seq_attention_context_backward(int64_t rows, int64_t group, int64_t S, int64_t V,
                                         const float *restrict weights, int64_t w_stride,
                                         const int64_t *restrict spans,
                                         const float *restrict values,
@@ -519,22 +529,24 @@ void seq2seq_attention_context_backward(int64_t rows, int64_t S, int64_t V,
                                         const float *restrict d_weights_out, int64_t dwo_stride,
                                         float *restrict d_weights, float *restrict d_values) {
 #pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t first = spans[2 * r], end = spans[2 * r + 1];
-    const float *restrict p = weights + r * w_stride, *restrict dc = d_context + r * dc_stride;
-    float *restrict dp = d_weights + r * S;
-    for (int64_t s = first; s < end; ++s) {
-      const float *restrict v_s = values + (r * S + s) * V;
-      float *restrict dv_s = d_values + (r * S + s) * V;
-      const float weight = p[s];
-      float dot = 0.0f;
+  for (int64_t b = 0; b < rows / group; ++b) {
+    for (int64_t r = b * group; r < (b + 1) * group; ++r) {
+      const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+      const float *restrict p = weights + r * w_stride, *restrict dc = d_context + r * dc_stride;
+      float *restrict dp = d_weights + r * S;
+      for (int64_t s = first; s < end; ++s) {
+        const float *restrict v_s = values + (b * S + s) * V;
+        float *restrict dv_s = d_values + (b * S + s) * V;
+        const float weight = p[s];
+        float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j < V; ++j) {
-        dot += dc[j] * v_s[j];
-        dv_s[j] += weight * dc[j];
+        for (int64_t j = 0; j < V; ++j) {
+          dot += dc[j] * v_s[j];
+          dv_s[j] += weight * dc[j];
+        }
+        dp[s] = d_weights_out == NULL ? dot : dot + d_weights_out[r * dwo_stride + s];
       }
-      dp[s] = d_weights_out == NULL ? dot : dot + d_weights_out[r * dwo_stride + s];
+      outside(first, end, S, dp);
     }
-    outside(first, end, S, dp);
   }
 }
