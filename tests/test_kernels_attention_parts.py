@@ -338,7 +338,11 @@ def test_product_score_and_its_backward_against_autograd(group: int) -> None:
         ),
         (GeneralAttention(4, 4, temperature=4.0), AttentionParts(), StepAttention("product", 0.25)),
         (AdditiveAttention(4, 4, 6, layer_norm=True), AttentionParts(), None),
-        (DotProductAttention(temperature="learnable"), AttentionParts(), None),
+        (
+            DotProductAttention(temperature="learnable"),  # T = exp(0) = 1 to start
+            AttentionParts(),
+            StepAttention("product", 0.5, learned_temperature=True),
+        ),
         (
             DotProductAttention(scaled=False),
             AttentionParts(window="local_m", window_size=2),

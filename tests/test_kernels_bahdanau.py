@@ -56,6 +56,7 @@ def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         None,
         None,
         None,
+        None,
         context_weight,
         weight_hh,
         bias_hh,
@@ -235,7 +236,7 @@ def test_without_autograd_the_weights_come_from_the_fused_pass() -> None:
     [
         ({}, True),
         ({"layer_norm": True}, False),
-        ({"temperature": "learnable"}, False),
+        ({"temperature": "learnable"}, True),
         ({"temperature": 2.0}, True),
         ({"dropout": 0.2}, False),  # in training; evaluation has no dropout to apply
     ],
@@ -247,9 +248,7 @@ def test_the_fused_path_applies_only_to_the_plain_form(change: dict, applies: bo
     source, state = model.encode(src, src_lens)
     assert model.decoder.fused_recurrence_applies(source, state[0]) is applies
     model.eval()
-    assert model.decoder.fused_recurrence_applies(source, state[0]) is (
-        change.get("temperature") != "learnable" and "layer_norm" not in change
-    )
+    assert model.decoder.fused_recurrence_applies(source, state[0]) is ("layer_norm" not in change)
     double = make_bahdanau(**change).double()
     assert isinstance(double.decoder, FastBahdanauDecoder)
     source, state = double.encode(src, src_lens)
@@ -313,6 +312,12 @@ SCORING = {
     "general": GeneralAttention,
     "additive_T2": partial(AdditiveAttention, num_hiddens=12, temperature=2.0),
     "scaled_dot_T0.5": partial(DotProductAttention, temperature=0.5),
+    "additive_learned_T": partial(
+        AdditiveAttention, num_hiddens=12, temperature="learnable", initial_temperature=0.7
+    ),
+    "general_learned_T": partial(
+        GeneralAttention, temperature="learnable", initial_temperature=1.5
+    ),
 }
 
 

@@ -52,8 +52,9 @@ NORMALIZER_TWINS: dict[type, tuple[str, float]] = {
 class AttentionSource:
     """What a step's attention reads besides its queries, contiguous: keys (B, S, A or D) (the
     projected keys), memory (B, S, V), src_lens (B,) int64, and the parts' parameters: w_v (A,)
-    (additive scoring), the key bias b (P,), a learned α (0-d) and the coverage weight (w_c (A,)
-    inside an additive score, γ (0-d) on the logits of any other), or None."""
+    (additive scoring), the key bias b (P,), a learned α (0-d), the coverage weight (w_c (A,)
+    inside an additive score, γ (0-d) on the logits of any other) and a learned temperature T
+    (0-d), or None."""
 
     keys: Tensor
     memory: Tensor
@@ -62,6 +63,7 @@ class AttentionSource:
     key_bias: Tensor | None = None
     alpha: Tensor | None = None
     coverage_weight: Tensor | None = None
+    temperature: Tensor | None = None
 
     @staticmethod
     def of(
@@ -72,6 +74,7 @@ class AttentionSource:
         key_bias: Tensor | None,
         alpha: Tensor | None = None,
         coverage_weight: Tensor | None = None,
+        temperature: Tensor | None = None,
     ) -> AttentionSource:
         """The tensors, made contiguous (and the lengths int64) once per batch."""
         return AttentionSource(
@@ -82,14 +85,17 @@ class AttentionSource:
             None if key_bias is None else key_bias.contiguous(),
             alpha,
             None if coverage_weight is None else coverage_weight.detach().contiguous(),
+            temperature,
         )
 
 
 @dataclass
 class AttentionGrads:
     """Where the backward passes add their gradients, zeros to start: keys and memory as the
-    source's, w_v's per row (R, A), a learned α's per row (R,) and the coverage weight's per
-    row (R, A) or (R,) (summed by the caller after all steps), the key bias's (P,)."""
+    source's, w_v's per row (R, A), a learned α's per row (R,), the coverage weight's per
+    row (R, A) or (R,) and a learned temperature's per row (R,), as
+    ``seq2seq_temperature_backward`` leaves it (summed by the caller after all steps), the key
+    bias's (P,)."""
 
     d_keys: Tensor
     d_memory: Tensor
@@ -97,6 +103,7 @@ class AttentionGrads:
     d_key_bias: Tensor | None
     d_alpha: Tensor | None = None
     d_coverage_weight: Tensor | None = None
+    d_temperature: Tensor | None = None
 
     @staticmethod
     def zeros(source: AttentionSource, rows: int) -> AttentionGrads:
@@ -108,6 +115,7 @@ class AttentionGrads:
             None if key_bias is None else torch.zeros_like(key_bias),
             None if source.alpha is None else source.keys.new_zeros(rows),
             None if (w := source.coverage_weight) is None else w.new_zeros(rows, *w.shape),
+            None if source.temperature is None else source.keys.new_zeros(rows),
         )
 
 
@@ -116,7 +124,8 @@ class StepAttention:
     """Which C twins compute an attention: ``score`` is ``"additive"`` (q = W_q s + b, keys
     W_k h, w_v) or ``"product"`` (q = s, keys the projected keys), each times ``scale`` (1 / T;
     a product's 1 / √D too when scaled); ``key_bias`` whether b_s is added (``KeyBias``);
-    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``; ``coverage``
+    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``; ``scale`` read from a
+    learned temperature at this call where ``learned_temperature``; ``coverage``
     ``"additive"`` (w_c c_s inside the tanh), ``"logits"`` (γ c_s added) or ``""``."""
 
     score: str
@@ -128,6 +137,7 @@ class StepAttention:
     window_size: int = 0
     learned_alpha: bool = False
     coverage: str = ""
+    learned_temperature: bool = False
 
     @property
     def projects_queries(self) -> bool:
@@ -181,12 +191,15 @@ class StepAttention:
         context: int,
         context_stride: int,
         coverage: Tensor | None = None,
+        saved_logits: Tensor | None = None,
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
         (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
         rows per sentence, row r reading the keys of ``spans`` (R, 2) (``spans()``).
         ``saved_scores`` (R, S, A) receives what the additive score's backward reads, or is
-        None; ``coverage`` (R, S) is what each row attended so far (a model with coverage)."""
+        None; ``coverage`` (R, S) is what each row attended so far (a model with coverage);
+        ``saved_logits`` (R, S) receives the score's logits, what a learned temperature's
+        gradient reads, or is None."""
         _, length, size = source.keys.shape
         if self.score == "additive":
             assert source.score_weight is not None  # an additive StepAttention has w_v
@@ -207,6 +220,8 @@ class StepAttention:
                 rows, group, length, size, self.scale, queries, source.keys.data_ptr(), spans,
                 logits.data_ptr(),
             )  # fmt: skip
+        if saved_logits is not None:
+            saved_logits.copy_(logits[:rows])
         if self.coverage == "logits":
             assert coverage is not None and source.coverage_weight is not None
             kernels.seq2seq_coverage(
@@ -250,13 +265,15 @@ class StepAttention:
         coverage: Tensor | None = None,
         d_coverage: Tensor | None = None,
         group: int = 1,
+        saved_logits: Tensor | None = None,
     ) -> None:
         """The parts' backward passes in reverse, for the rows of ``forward``, ``group`` of them
         per sentence: from d_context (R, V), and the weights' own gradient where a loss reads
         them (``d_weights_out``: its address and row stride, or None), write d_queries (R, A or
         D) and add into ``grads``. ``scratch`` is two (R', S) buffers, R' >= R, for the weights'
         and the logits' gradients; ``spans`` and ``coverage`` the forward pass's, whose gradient
-        is written to ``d_coverage`` (R, S)."""
+        is written to ``d_coverage`` (R, S), and ``saved_logits`` what it saved for a learned
+        temperature."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
@@ -272,6 +289,12 @@ class StepAttention:
             kernels.seq2seq_entmax_alpha_backward(
                 rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),
                 grads.d_alpha.data_ptr(),
+            )  # fmt: skip
+        if grads.d_temperature is not None:
+            assert saved_logits is not None  # forward saved them
+            kernels.seq2seq_temperature_backward(
+                rows, length, spans, saved_logits.data_ptr(), d_logits.data_ptr(),
+                grads.d_temperature.data_ptr(),
             )  # fmt: skip
         if source.key_bias is not None:
             assert grads.d_key_bias is not None
@@ -327,7 +350,7 @@ def step_attention(
     normalizer of
     ``NORMALIZER_TWINS`` or α-entmax (fixed or learned α), with or without the key bias, and a
     global or local-m window."""
-    if not isinstance(attention, Attention) or attention.log_temperature is not None:
+    if not isinstance(attention, Attention):
         return None
     coverage_weight = attention.coverage_weight
     chosen: dict[str, Any] = {}
@@ -347,7 +370,10 @@ def step_attention(
             chosen.update(window=window.kind, window_size=window.size)
     if coverage_weight is not None:  # w_c (A,) inside an additive score, else γ on the logits
         chosen["coverage"] = "additive" if coverage_weight.dim() == 1 else "logits"
-    scale = 1.0 / attention.fixed_temperature
+    temperature = attention.temperature  # T, read now where it is learned
+    scale = 1.0 / float(temperature.detach() if isinstance(temperature, Tensor) else temperature)
+    if attention.log_temperature is not None:
+        chosen["learned_temperature"] = True
     if has_formula_of(attention, AdditiveAttention):
         assert isinstance(attention, AdditiveAttention)
         if attention.layer_norm is not None:
@@ -366,9 +392,10 @@ def step_attention(
 class PartsAttention(torch.autograd.Function):
     """queries (R, A or D) (additive scoring's already projected), projected keys (B, S, K),
     memory (B, S, M), src_lens (B,), w_v (1, A) or None, the key bias (P,) or None, a learned
-    α (0-d) or None, the coverage weight (w_c (A,) or γ (0-d)) or None, the coverage (R, S) or
-    None, spans (R, 2) (``StepAttention.spans``), ``parts`` and ``group``, the rows per sentence
-    (row r reads sentence r / group) -> contexts (R, M), weights (R, S), each with its gradient.
+    α (0-d) or None, a learned temperature T (0-d) or None, the coverage weight (w_c (A,) or γ
+    (0-d)) or None, the coverage (R, S) or None, spans (R, 2) (``StepAttention.spans``),
+    ``parts`` and ``group``, the rows per sentence (row r reads sentence r / group) -> contexts
+    (R, M), weights (R, S), each with its gradient.
     ``library.usable`` must hold for the tensors."""
 
     @staticmethod
@@ -381,6 +408,7 @@ class PartsAttention(torch.autograd.Function):
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
+        temperature: Tensor | None,
         coverage_weight: Tensor | None,
         coverage: Tensor | None,
         spans: Tensor,
@@ -394,25 +422,30 @@ class PartsAttention(torch.autograd.Function):
         queries = queries.contiguous()
         coverage = None if coverage is None else coverage.contiguous()
         source = AttentionSource.of(
-            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
-        )
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
+            temperature,
+        )  # fmt: skip
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
-        # What the additive score's backward reads: sigmoid(2x) of every (row, key) pair.
-        saved_scores = None
+        # What the additive score's backward reads: sigmoid(2x) of every (row, key) pair; and
+        # a learned temperature's: the score's logits.
+        saved_scores = saved_logits = None
         if needs_grad and parts.projects_queries:
             saved_scores = queries.new_empty(rows, keys, key_size)
+        if needs_grad and parts.learned_temperature:
+            saved_logits = queries.new_empty(rows, keys)
         weights = queries.new_empty(rows, keys)
         contexts = queries.new_empty(rows, memory_size)
         parts.forward(
             kernels, rows, group, queries.data_ptr(), source, spans.data_ptr(),
             None if saved_scores is None else saved_scores.data_ptr(),
             queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
-            memory_size, coverage,
+            memory_size, coverage, saved_logits,
         )  # fmt: skip
         if needs_grad:
             saved = [
                 queries, source.keys, source.memory, source.src_lens, source.score_weight,
-                source.key_bias, alpha, coverage_weight, coverage, spans, saved_scores, weights,
+                source.key_bias, alpha, temperature, coverage_weight, coverage, spans,
+                saved_scores, saved_logits, weights,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not these parts'
         ctx.parts, ctx.group = parts, group  # type: ignore[attr-defined]
@@ -426,12 +459,12 @@ class PartsAttention(torch.autograd.Function):
         kernels = library()
         assert kernels is not None
         (
-            queries, keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
-            coverage, spans, saved_scores, weights,
+            queries, keys, memory, src_lens, score_weight, key_bias, alpha, temperature,
+            coverage_weight, coverage, spans, saved_scores, saved_logits, weights,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         source = AttentionSource.of(
-            keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
+            keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight, temperature
         )
         rows, length = weights.shape
         memory_size = memory.shape[2]
@@ -451,7 +484,7 @@ class PartsAttention(torch.autograd.Function):
             length, d_contexts.data_ptr(), memory_size, d_weights_out,
             (memory.new_empty(rows, length), memory.new_empty(rows, length)),
             d_queries.data_ptr(), grads, coverage, d_coverage,
-            ctx.group,  # type: ignore[attr-defined]
+            ctx.group, saved_logits,  # type: ignore[attr-defined]
         )  # fmt: skip
         d_score_weight, d_alpha, d_weight = (
             grads.d_score_weight,
@@ -466,12 +499,21 @@ class PartsAttention(torch.autograd.Function):
             None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
             grads.d_key_bias,
             None if d_alpha is None else d_alpha.sum().view_as(alpha),
+            temperature_gradient(grads.d_temperature, temperature),
             None if d_weight is None else d_weight.sum(0).view_as(coverage_weight),
             d_coverage,
             None,
             None,
             None,
         )
+
+
+def temperature_gradient(per_row: Tensor | None, temperature: Tensor | None) -> Tensor | None:
+    """dL/dT from ``seq2seq_temperature_backward``'s rows (R,), each Σ_s de_s e_s: the logits
+    e = score / T give dL/dT = -Σ de e / T."""
+    if per_row is None or temperature is None:
+        return None
+    return (-per_row.sum() / temperature.detach()).view_as(temperature)
 
 
 def attend(
@@ -485,6 +527,7 @@ def attend(
     score_weight: Tensor | None,
     key_bias: Tensor | None = None,
     alpha: Tensor | None = None,
+    temperature: Tensor | None = None,
     coverage_weight: Tensor | None = None,
     positions: Tensor | None = None,
     coverage: Tensor | None = None,
@@ -496,7 +539,8 @@ def attend(
     (a Luong decoder's teacher forcing). W_q and b_q project additive queries (else None: a
     product's query is the state); positions (R,): each row's target step, for a window
     centred on it; coverage (R, S): what each row attended so far, for a model with coverage.
-    ``parts`` holds α's value (a learned one's tensor ``alpha`` takes the gradient).
+    ``parts`` holds α's and T's values (a learned one's tensor, ``alpha`` or ``temperature``,
+    takes the gradient).
     ``library.usable`` must hold."""
     kernels = library()
     assert kernels is not None  # usable() checked it
@@ -508,6 +552,6 @@ def attend(
     spans = parts.spans(kernels, rows, group, source, positions)
     result: tuple[Tensor, Tensor] = PartsAttention.apply(
         queries, source.keys, source.memory, source.src_lens, score_weight, key_bias, alpha,
-        coverage_weight, coverage, spans, parts, group,
+        temperature, coverage_weight, coverage, spans, parts, group,
     )  # fmt: skip
     return result

@@ -28,7 +28,12 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from seq2seq.kernels.attention_parts import AttentionGrads, AttentionSource, StepAttention
+from seq2seq.kernels.attention_parts import (
+    AttentionGrads,
+    AttentionSource,
+    StepAttention,
+    temperature_gradient,
+)
 from seq2seq.kernels.gru import Steps
 from seq2seq.kernels.library import FLOAT_BYTES, library
 
@@ -37,9 +42,10 @@ class Recurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), projected keys
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
     None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
-    a learned α (0-d) or None, the coverage weight (w_c (A,) or γ (0-d)) and the coverage
-    before the first step (B, S) or None each, W_ic (G, M) (the context's part of the cell's
-    input weight), W_hh (G, H), b_hh (G,) or None, and ``parts``, the attention's C twins
+    a learned α (0-d) or None, a learned temperature (0-d) or None, the coverage weight (w_c
+    (A,) or γ (0-d)) and the coverage before the first step (B, S) or None each, W_ic (G, M)
+    (the context's part of the cell's input weight), W_hh (G, H), b_hh (G,) or None, and
+    ``parts``, the attention's C twins
     (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
     weights (B, T, S), each with its gradient (a loss may read the weights: alignment,
     coverage). K is A for additive scoring, H for a product's.
@@ -67,6 +73,7 @@ class Recurrence(torch.autograd.Function):
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
+        temperature: Tensor | None,
         coverage_weight: Tensor | None,
         initial_coverage: Tensor | None,
         context_weight: Tensor,
@@ -88,8 +95,9 @@ class Recurrence(torch.autograd.Function):
         keys, key_size = projected_keys.shape[1], projected_keys.shape[2]
         memory_size = memory.shape[2]
         source = AttentionSource.of(
-            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
-        )
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
+            temperature,
+        )  # fmt: skip
         states = input_gates.new_empty(rows, size)
         contexts = input_gates.new_empty(rows, memory_size)
         weights = input_gates.new_empty(rows, keys)
@@ -102,6 +110,10 @@ class Recurrence(torch.autograd.Function):
         elif needs_grad:
             saved_queries = input_gates.new_empty(steps.rows, size)
         saved_cells = input_gates.new_empty(steps.rows, 5 * size) if needs_grad else None
+        # A learned temperature's gradient reads each visited row's logits from the score.
+        saved_logits = None
+        if needs_grad and parts.learned_temperature:
+            saved_logits = input_gates.new_empty(steps.rows, keys)
         # What each sentence attended so far (B, S), updated after every step, and per visited
         # row the coverage its step read, for the backward pass.
         coverage = saved_coverage = None
@@ -134,6 +146,7 @@ class Recurrence(torch.autograd.Function):
                 None if saved_scores is None else saved_scores[done].data_ptr(), logits,
                 _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
                 None if coverage is None else coverage[:active],
+                None if saved_logits is None else saved_logits[done : done + active],
             )  # fmt: skip
             if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
                 coverage[:active] += _rows(weights, start, stride, active)
@@ -158,8 +171,8 @@ class Recurrence(torch.autograd.Function):
             saved = [
                 saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
                 source.memory, source.src_lens, query_weight, query_bias, source.score_weight,
-                source.key_bias, alpha, coverage_weight, saved_coverage, context_weight,
-                weight_hh, bias_hh,
+                source.key_bias, alpha, temperature, coverage_weight, saved_coverage,
+                saved_logits, context_weight, weight_hh, bias_hh,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
@@ -178,12 +191,13 @@ class Recurrence(torch.autograd.Function):
         assert kernels is not None
         (
             saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys, memory,
-            src_lens, query_weight, query_bias, score_weight, key_bias, alpha, coverage_weight,
-            saved_coverage, context_weight, weight_hh, bias_hh,
+            src_lens, query_weight, query_bias, score_weight, key_bias, alpha, temperature,
+            coverage_weight, saved_coverage, saved_logits, context_weight, weight_hh, bias_hh,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         source = AttentionSource.of(
-            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight
-        )
+            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
+            temperature,
+        )  # fmt: skip
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
@@ -244,6 +258,7 @@ class Recurrence(torch.autograd.Function):
                 d_weights_out, scratch, d_queries[done].data_ptr(), grads,
                 None if saved_coverage is None else saved_coverage[done : done + active],
                 None if d_step_coverage is None else d_step_coverage[:active],
+                1, None if saved_logits is None else saved_logits[done : done + active],
             )  # fmt: skip
             if d_coverage is not None and d_step_coverage is not None:
                 d_coverage[:active] += d_step_coverage[:active]
@@ -272,6 +287,7 @@ class Recurrence(torch.autograd.Function):
             None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
             grads.d_key_bias,
             None if grads.d_alpha is None else grads.d_alpha.sum().view_as(alpha),
+            temperature_gradient(grads.d_temperature, temperature),
             None if grads.d_coverage_weight is None else grads.d_coverage_weight.sum(0),
             d_coverage,
             d_context_weight,

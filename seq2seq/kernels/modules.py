@@ -70,9 +70,16 @@ from seq2seq.models.model import Seq2Seq
 from seq2seq.normalizers import Entmax
 from seq2seq.search import GreedyTask
 
-# W_q, b_q, w_v, the key bias, a learned α, the coverage weight: each a tensor or None.
+# W_q, b_q, w_v, the key bias, a learned α, a learned temperature, the coverage weight: each a
+# tensor or None.
 AttentionParameters = tuple[
-    Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None
+    Tensor | None,
+    Tensor | None,
+    Tensor | None,
+    Tensor | None,
+    Tensor | None,
+    Tensor | None,
+    Tensor | None,
 ]
 
 # A token-gate table costs V / B steps' worth of the (B, E) @ (E, G) GEMMs it saves: built only
@@ -287,8 +294,9 @@ class FastDecoder(AttentionDecoder):
 
     def attention_parameters(self) -> AttentionParameters:
         """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
-        the key bias (P,), a learned α (0-d) and the coverage weight (w_c or γ), or None each:
-        what ``bahdanau.Recurrence`` and ``attend`` read, in their order."""
+        the key bias (P,), a learned α (0-d), a learned temperature T (0-d) and the coverage
+        weight (w_c or γ), or None each: what ``bahdanau.Recurrence`` and
+        ``attention_parts.attend`` read, in their order."""
         attention = self.attention
         coverage_weight = attention.coverage_weight
         parts = attention.normalization
@@ -298,10 +306,12 @@ class FastDecoder(AttentionDecoder):
             normalizer = parts.normalizer
             if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
                 alpha = 1 + F.softplus(normalizer.raw_alpha)  # Entmax.alpha, with its gradient
+        temperature = attention.temperature  # a learned one's tensor, with its gradient
+        learned = temperature if isinstance(temperature, Tensor) else None
         if not isinstance(attention, AdditiveAttention):
-            return None, None, None, key_bias, alpha, coverage_weight
+            return None, None, None, key_bias, alpha, learned, coverage_weight
         additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
-        return *additive, key_bias, alpha, coverage_weight
+        return *additive, key_bias, alpha, learned, coverage_weight
 
     def fused_attention(
         self, source: EncodedSource, rows: int

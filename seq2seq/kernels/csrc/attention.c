@@ -2,6 +2,7 @@
 
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
                  seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
+     temperature seq2seq_temperature_backward  Attention.logits' score / T, a learned T's gradient
      coverage    seq2seq_additive_coverage AdditiveAttention.preactivations' w_c c term
                  seq2seq_coverage          Attention.covered_logits (gamma c)
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
@@ -151,6 +152,24 @@ void seq2seq_product_score_backward(int64_t rows, int64_t group, int64_t S, int6
         }
       }
     }
+  }
+}
+
+/* Attention.logits, e_s = score_s / T, where T is learned: its gradient is dL/dT = -(1 / T)
+   sum_s de_s e_s. Adds row r's sum_s de_s e_s into d_temperature[r] (the caller sums the rows
+   and divides by -T once, after all steps). logits are e as the score wrote them, before
+   coverage and the key bias were added; an additive score's are shifted by a constant per row
+   (the sigmoid form), which adds nothing: every normalizer's backward pass gives each row
+   logit gradients that sum to 0. */
+void seq2seq_temperature_backward(int64_t rows, int64_t S, const int64_t *restrict spans,
+                                  const float *restrict logits, const float *restrict d_logits,
+                                  float *restrict d_temperature) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float along = 0.0f;
+    for (int64_t s = spans[2 * r]; s < spans[2 * r + 1]; ++s) {
+      along += d_logits[r * S + s] * logits[r * S + s];
+    }
+    d_temperature[r] += along;
   }
 }
 
