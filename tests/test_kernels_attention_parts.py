@@ -348,7 +348,11 @@ def test_product_score_and_its_backward_against_autograd(group: int) -> None:
             AttentionParts(window="local_m", window_size=2),
             StepAttention("product", 1.0, window="local_m", window_size=2),
         ),
-        (DotProductAttention(), AttentionParts(window="local_p", window_size=2), None),
+        (
+            DotProductAttention(),
+            AttentionParts(window="local_p", window_size=2),
+            StepAttention("product", 0.5, window="local_p", window_size=2),
+        ),
         (
             DotProductAttention(scaled=False),
             AttentionParts(key_bias=True, key_bias_positions=5),

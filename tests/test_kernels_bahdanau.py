@@ -52,11 +52,7 @@ def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     return Recurrence.apply(
         *inputs[:5],
         *attention,
-        None,
-        None,
-        None,
-        None,
-        None,
+        *[None] * 7,  # no key bias, α, T, coverage or local-p
         context_weight,
         weight_hh,
         bias_hh,
@@ -342,6 +338,10 @@ PARTS = {
     "learned_alpha+local_m": AttentionParts(
         "entmax", alpha="learnable", window="local_m", window_size=1
     ),
+    "local_p": AttentionParts(window="local_p", window_size=1),
+    "entmax15+local_p+key_bias": AttentionParts(
+        "entmax15", window="local_p", window_size=2, key_bias=True, key_bias_positions=4
+    ),
     "coverage": AttentionParts(coverage=True),
     "coverage+sparsemax": AttentionParts("sparsemax", coverage=True),
     "coverage+local_m+key_bias": AttentionParts(
@@ -396,7 +396,7 @@ def pairwise_parts() -> list[Any]:
         "learned_alpha": {"normalizer": "entmax", "alpha": "learnable", "initial_alpha": 1.6},
     }
     choices = [
-        list(DECODERS), list(SCORING), list(normalizers), ["global", "local_m"],
+        list(DECODERS), list(SCORING), list(normalizers), ["global", "local_m", "local_p"],
         [False, True], [False, True], [False, True],
     ]  # fmt: skip
 
@@ -472,7 +472,7 @@ def assert_composed_matches_the_reference(model: Seq2Seq) -> None:
     assert torch.equal(weights == 0, want_weights == 0) or not has_exact_zeros(model)
     assert (weights[1, :, 2:] == 0).all()
     window = getattr(model.decoder.attention.normalization, "window", None)
-    if window is not None:
+    if window is not None and window.kind == "local_m" and window.size == 1:
         assert (weights[0, 4, :3] == 0).all() and (weights[0, 4, 3:] > 0).any()
     assert_searches_agree(model, lambda source, state: decoder.fused_attention_applies(source, 3))
 

@@ -145,6 +145,11 @@ class StepAttention:
         return self.score == "additive"
 
     @property
+    def needs_centres(self) -> bool:
+        """Whether each row's predicted centre p_t is needed (local-p, ``LocalWindow.centres``)."""
+        return self.window == "local_p"
+
+    @property
     def needs_positions(self) -> bool:
         """Whether each row's target step t is needed (local-m's centre p_t = t)."""
         return self.window == "local_m"
@@ -156,21 +161,25 @@ class StepAttention:
         group: int,
         source: AttentionSource,
         positions: Tensor | None = None,
+        centres: Tensor | None = None,
     ) -> Tensor:
         """The keys each row may read, [first, end) (rows, 2) int64: its sentence's real keys
-        (``seq2seq_global_window``), or those in local-m's window around p_t = min(t, S_b - 1)
-        (``seq2seq_local_window``; ``LocalWindow.centres``), t the row's ``positions`` (rows,)."""
+        (``seq2seq_global_window``), or those in a local window (``seq2seq_local_window``)
+        around local-m's p_t = min(t, S_b - 1), t the row's ``positions`` (rows,), or around
+        local-p's predicted ``centres`` (rows,) (``LocalWindow.centres``)."""
         spans = source.src_lens.new_empty(rows, 2)
         length = source.keys.shape[1]
         lengths = source.src_lens.data_ptr()
         if self.window == "global":
             kernels.seq2seq_global_window(rows, group, length, lengths, spans.data_ptr())
             return spans
-        assert positions is not None  # needs_positions
-        last = (source.src_lens - 1).clamp(min=0)  # (B,): S_b - 1
-        if group > 1:
-            last = last.repeat_interleave(group)  # (R,): row r's sentence r / group
-        centres = torch.minimum(positions, last[:rows]).to(torch.float32)  # (R,)
+        if centres is None:  # local-m
+            assert positions is not None  # needs_positions
+            last = (source.src_lens - 1).clamp(min=0)  # (B,): S_b - 1
+            if group > 1:
+                last = last.repeat_interleave(group)  # (R,): row r's sentence r / group
+            centres = torch.minimum(positions, last[:rows]).to(torch.float32)  # (R,)
+        centres = centres.detach().contiguous()
         kernels.seq2seq_local_window(
             rows, group, length, self.window_size, lengths, centres.data_ptr(), spans.data_ptr()
         )  # fmt: skip
@@ -192,6 +201,8 @@ class StepAttention:
         context_stride: int,
         coverage: Tensor | None = None,
         saved_logits: Tensor | None = None,
+        centres: Tensor | None = None,
+        normalized: Tensor | None = None,
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
         (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
@@ -199,7 +210,8 @@ class StepAttention:
         ``saved_scores`` (R, S, A) receives what the additive score's backward reads, or is
         None; ``coverage`` (R, S) is what each row attended so far (a model with coverage);
         ``saved_logits`` (R, S) receives the score's logits, what a learned temperature's
-        gradient reads, or is None."""
+        gradient reads, or is None; ``centres`` (R,) are local-p's p_t, and ``normalized``
+        (R, S) receives the normalizer's weights before its Gaussian, or is None."""
         _, length, size = source.keys.shape
         if self.score == "additive":
             assert source.score_weight is not None  # an additive StepAttention has w_v
@@ -241,6 +253,12 @@ class StepAttention:
         else:
             normalize = getattr(kernels, f"seq2seq_{self.normalizer}")
             normalize(rows, length, spans, logits.data_ptr(), weights, weights_stride)
+        if self.needs_centres:
+            assert centres is not None
+            kernels.seq2seq_local_p_gaussian(
+                rows, length, self.window_size, spans, centres.data_ptr(), weights,
+                weights_stride, None if normalized is None else normalized.data_ptr(),
+            )  # fmt: skip
         kernels.seq2seq_attention_context(
             rows, group, length, source.memory.shape[2], weights, weights_stride, spans,
             source.memory.data_ptr(), context, context_stride,
@@ -266,6 +284,7 @@ class StepAttention:
         d_coverage: Tensor | None = None,
         group: int = 1,
         saved_logits: Tensor | None = None,
+        local_p: tuple[Tensor, Tensor, Tensor] | None = None,
     ) -> None:
         """The parts' backward passes in reverse, for the rows of ``forward``, ``group`` of them
         per sentence: from d_context (R, V), and the weights' own gradient where a loss reads
@@ -273,7 +292,8 @@ class StepAttention:
         D) and add into ``grads``. ``scratch`` is two (R', S) buffers, R' >= R, for the weights'
         and the logits' gradients; ``spans`` and ``coverage`` the forward pass's, whose gradient
         is written to ``d_coverage`` (R, S), and ``saved_logits`` what it saved for a learned
-        temperature."""
+        temperature. ``local_p`` is local-p's centres (R,), the weights before the Gaussian
+        (R, S) that forward saved, and where the centres' gradient is added (R,)."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
@@ -281,6 +301,13 @@ class StepAttention:
             source.memory.data_ptr(), d_context, d_context_stride,
             *(d_weights_out or (None, 0)), d_weights.data_ptr(), grads.d_memory.data_ptr(),
         )  # fmt: skip
+        if local_p is not None:  # d_weights becomes the normalizer's weights' gradient
+            centres, normalized, d_centres = local_p
+            kernels.seq2seq_local_p_gaussian_backward(
+                rows, length, self.window_size, spans, centres.data_ptr(), normalized.data_ptr(),
+                d_weights.data_ptr(), d_centres.data_ptr(),
+            )  # fmt: skip
+            weights, weights_stride = normalized.data_ptr(), length  # what the normalizer wrote
         kernels.seq2seq_entmax_backward(
             rows, length, self.alpha, spans, weights, weights_stride, d_weights.data_ptr(),
             d_logits.data_ptr(),
@@ -361,7 +388,7 @@ def step_attention(
         if isinstance(normalizer, Entmax):  # α-entmax: α read now (a learned one changes)
             alpha = normalizer.alpha
             twin = ("entmax_bisect", float(alpha.detach() if isinstance(alpha, Tensor) else alpha))
-        if twin is None or (window is not None and window.kind != "local_m"):
+        if twin is None:
             return None
         chosen = {"normalizer": twin[0], "alpha": twin[1], "key_bias": parts.key_bias is not None}
         if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
@@ -393,9 +420,9 @@ class PartsAttention(torch.autograd.Function):
     """queries (R, A or D) (additive scoring's already projected), projected keys (B, S, K),
     memory (B, S, M), src_lens (B,), w_v (1, A) or None, the key bias (P,) or None, a learned
     α (0-d) or None, a learned temperature T (0-d) or None, the coverage weight (w_c (A,) or γ
-    (0-d)) or None, the coverage (R, S) or None, spans (R, 2) (``StepAttention.spans``),
-    ``parts`` and ``group``, the rows per sentence (row r reads sentence r / group) -> contexts
-    (R, M), weights (R, S), each with its gradient.
+    (0-d)) or None, the coverage (R, S) or None, local-p's centres p_t (R,) or None, spans
+    (R, 2) (``StepAttention.spans``), ``parts`` and ``group``, the rows per sentence (row r
+    reads sentence r / group) -> contexts (R, M), weights (R, S), each with its gradient.
     ``library.usable`` must hold for the tensors."""
 
     @staticmethod
@@ -411,6 +438,7 @@ class PartsAttention(torch.autograd.Function):
         temperature: Tensor | None,
         coverage_weight: Tensor | None,
         coverage: Tensor | None,
+        centres: Tensor | None,
         spans: Tensor,
         parts: StepAttention,
         group: int,
@@ -433,19 +461,24 @@ class PartsAttention(torch.autograd.Function):
             saved_scores = queries.new_empty(rows, keys, key_size)
         if needs_grad and parts.learned_temperature:
             saved_logits = queries.new_empty(rows, keys)
+        # Local-p: the weights before the Gaussian, which the normalizer's backward reads.
+        normalized = None
+        if centres is not None:
+            centres = centres.detach().contiguous()
+            normalized = queries.new_empty(rows, keys) if needs_grad else None
         weights = queries.new_empty(rows, keys)
         contexts = queries.new_empty(rows, memory_size)
         parts.forward(
             kernels, rows, group, queries.data_ptr(), source, spans.data_ptr(),
             None if saved_scores is None else saved_scores.data_ptr(),
             queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
-            memory_size, coverage, saved_logits,
+            memory_size, coverage, saved_logits, centres, normalized,
         )  # fmt: skip
         if needs_grad:
             saved = [
                 queries, source.keys, source.memory, source.src_lens, source.score_weight,
-                source.key_bias, alpha, temperature, coverage_weight, coverage, spans,
-                saved_scores, saved_logits, weights,
+                source.key_bias, alpha, temperature, coverage_weight, coverage, centres, spans,
+                saved_scores, saved_logits, normalized, weights,
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not these parts'
         ctx.parts, ctx.group = parts, group  # type: ignore[attr-defined]
@@ -460,7 +493,8 @@ class PartsAttention(torch.autograd.Function):
         assert kernels is not None
         (
             queries, keys, memory, src_lens, score_weight, key_bias, alpha, temperature,
-            coverage_weight, coverage, spans, saved_scores, saved_logits, weights,
+            coverage_weight, coverage, centres, spans, saved_scores, saved_logits, normalized,
+            weights,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         source = AttentionSource.of(
@@ -478,13 +512,17 @@ class PartsAttention(torch.autograd.Function):
         grads = AttentionGrads.zeros(source, rows)  # w_v's per row, summed below
         d_queries = torch.empty_like(queries)
         d_coverage = None if coverage is None else torch.empty_like(coverage)
+        local_p = d_centres = None
+        if centres is not None:
+            d_centres = torch.zeros_like(centres)
+            local_p = (centres, normalized, d_centres)
         parts.backward(
             kernels, rows, queries.data_ptr(), source, spans.data_ptr(),
             None if saved_scores is None else saved_scores.data_ptr(), weights.data_ptr(),
             length, d_contexts.data_ptr(), memory_size, d_weights_out,
             (memory.new_empty(rows, length), memory.new_empty(rows, length)),
             d_queries.data_ptr(), grads, coverage, d_coverage,
-            ctx.group, saved_logits,  # type: ignore[attr-defined]
+            ctx.group, saved_logits, local_p,  # type: ignore[attr-defined]
         )  # fmt: skip
         d_score_weight, d_alpha, d_weight = (
             grads.d_score_weight,
@@ -502,6 +540,7 @@ class PartsAttention(torch.autograd.Function):
             temperature_gradient(grads.d_temperature, temperature),
             None if d_weight is None else d_weight.sum(0).view_as(coverage_weight),
             d_coverage,
+            d_centres,
             None,
             None,
             None,
@@ -531,6 +570,7 @@ def attend(
     coverage_weight: Tensor | None = None,
     positions: Tensor | None = None,
     coverage: Tensor | None = None,
+    centres: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The attention of R queries through the C parts, differentiable: queries (R, H),
     projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M), weights
@@ -538,7 +578,8 @@ def attend(
     each (a training or greedy step), K hypotheses each (beam search), or T target steps each
     (a Luong decoder's teacher forcing). W_q and b_q project additive queries (else None: a
     product's query is the state); positions (R,): each row's target step, for a window
-    centred on it; coverage (R, S): what each row attended so far, for a model with coverage.
+    centred on it; coverage (R, S): what each row attended so far, for a model with coverage;
+    centres (R,): local-p's predicted p_t (``LocalWindow.centres``), with their gradient.
     ``parts`` holds α's and T's values (a learned one's tensor, ``alpha`` or ``temperature``,
     takes the gradient).
     ``library.usable`` must hold."""
@@ -549,9 +590,9 @@ def attend(
     if query_weight is not None:  # (R, H) -> (R, A)
         queries = F.linear(queries, query_weight, query_bias)
     source = AttentionSource.of(projected_keys, memory, src_lens, None, None)
-    spans = parts.spans(kernels, rows, group, source, positions)
+    spans = parts.spans(kernels, rows, group, source, positions, centres)
     result: tuple[Tensor, Tensor] = PartsAttention.apply(
         queries, source.keys, source.memory, source.src_lens, score_weight, key_bias, alpha,
-        temperature, coverage_weight, coverage, spans, parts, group,
+        temperature, coverage_weight, coverage, centres, spans, parts, group,
     )  # fmt: skip
     return result

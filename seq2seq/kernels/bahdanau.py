@@ -43,7 +43,8 @@ class Recurrence(torch.autograd.Function):
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
     None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
     a learned α (0-d) or None, a learned temperature (0-d) or None, the coverage weight (w_c
-    (A,) or γ (0-d)) and the coverage before the first step (B, S) or None each, W_ic (G, M)
+    (A,) or γ (0-d)) and the coverage before the first step (B, S) or None each, local-p's W_p
+    (H, H) and v_p (1, H) or None each, W_ic (G, M)
     (the context's part of the cell's input weight), W_hh (G, H), b_hh (G,) or None, and
     ``parts``, the attention's C twins
     (``attention_parts.StepAttention``) -> states (B, T, H), contexts (B, T, M), attention
@@ -76,6 +77,8 @@ class Recurrence(torch.autograd.Function):
         temperature: Tensor | None,
         coverage_weight: Tensor | None,
         initial_coverage: Tensor | None,
+        centre_weight: Tensor | None,
+        centre_vector: Tensor | None,
         context_weight: Tensor,
         weight_hh: Tensor,
         bias_hh: Tensor | None,
@@ -120,14 +123,21 @@ class Recurrence(torch.autograd.Function):
         if initial_coverage is not None:
             coverage = initial_coverage.clone(memory_format=torch.contiguous_format)
             saved_coverage = input_gates.new_empty(steps.rows, keys) if needs_grad else None
+        # Local-p's p_t, predicted from each step's query (None for other windows).
+        centres = None
+        if centre_weight is not None and centre_vector is not None:
+            centres = PredictedCentres(
+                centre_weight, centre_vector, source.src_lens, steps.rows, keys, needs_grad
+            )
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         query = input_gates.new_empty(batch, key_size) if parts.projects_queries else state
         logits = input_gates.new_empty(batch, keys)  # scratch: a step's scores
         cell_gates = input_gates.new_empty(batch, gates)
         recurrent = input_gates.new_empty(batch, gates)
-        # The keys each sentence reads: the same at every step, or (a window centred on t)
-        # one set per step, kept for the backward pass.
-        step_spans = [] if parts.needs_positions else [parts.spans(kernels, batch, 1, source)]
+        # The keys each sentence reads: the same at every step, or (a window centred on t or on
+        # a predicted p_t) one set per step, kept for the backward pass.
+        per_step = parts.needs_positions or parts.needs_centres
+        step_spans = [] if per_step else [parts.spans(kernels, batch, 1, source)]
         done = 0  # rows of the steps before t
         stride = steps.stride
         for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
@@ -135,6 +145,11 @@ class Recurrence(torch.autograd.Function):
             if parts.needs_positions:
                 positions = torch.full((batch,), t, dtype=torch.int64)
                 step_spans.append(parts.spans(kernels, batch, 1, source, positions))
+            step_centres = normalized = None
+            if centres is not None:  # p_t from s_{t-1}: (b,)
+                step_centres = centres.forward(state[:active], done)
+                step_spans.append(parts.spans(kernels, active, 1, source, centres=step_centres))
+                normalized = centres.normalized_rows(done, active)
             if saved_coverage is not None and coverage is not None:
                 saved_coverage[done : done + active] = coverage[:active]
             if query_weight is not None:  # q = W_q s_{t-1} + b_q: (b, H) -> (b, A)
@@ -147,6 +162,7 @@ class Recurrence(torch.autograd.Function):
                 _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
                 None if coverage is None else coverage[:active],
                 None if saved_logits is None else saved_logits[done : done + active],
+                step_centres, normalized,
             )  # fmt: skip
             if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
                 coverage[:active] += _rows(weights, start, stride, active)
@@ -176,7 +192,7 @@ class Recurrence(torch.autograd.Function):
             ]  # fmt: skip
             ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
-        ctx.step_spans = step_spans  # type: ignore[attr-defined]
+        ctx.step_spans, ctx.centres = step_spans, centres  # type: ignore[attr-defined]
         return outputs[0], outputs[1], outputs[2]
 
     @staticmethod
@@ -200,6 +216,7 @@ class Recurrence(torch.autograd.Function):
         )  # fmt: skip
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
+        centres: PredictedCentres | None = ctx.centres  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
         rows, keys = weights.shape
         batch, key_size = projected_keys.shape[0], projected_keys.shape[2]
@@ -227,7 +244,7 @@ class Recurrence(torch.autograd.Function):
         stride = steps.stride
         for t in reversed(range(len(steps.batch_sizes))):
             active, start = steps.batch_sizes[t], steps.starts[t]
-            spans = step_spans[t if parts.needs_positions else 0]
+            spans = step_spans[t if parts.needs_positions or parts.needs_centres else 0]
             done -= active
             kernels.seq2seq_gru_backward(
                 active, size, d_state.data_ptr(), _row(d_states, start), stride * size,
@@ -259,7 +276,10 @@ class Recurrence(torch.autograd.Function):
                 None if saved_coverage is None else saved_coverage[done : done + active],
                 None if d_step_coverage is None else d_step_coverage[:active],
                 1, None if saved_logits is None else saved_logits[done : done + active],
+                None if centres is None else centres.backward_rows(done, active),
             )  # fmt: skip
+            if centres is not None:  # dL/ds_{t-1} through p_t
+                d_state[:active] += centres.backward(done, active)
             if d_coverage is not None and d_step_coverage is not None:
                 d_coverage[:active] += d_step_coverage[:active]
             if query_weight is not None:  # dL/ds_{t-1} += d_q @ W_q: (b, A) @ (A, H)
@@ -273,6 +293,9 @@ class Recurrence(torch.autograd.Function):
         d_query_weight = None if query_weight is None else d_queries.t() @ previous
         d_context_weight = d_input_gates.t() @ contexts
         d_weight_hh = d_recurrent.t() @ previous
+        d_centre_weight = d_centre_vector = None
+        if centres is not None:
+            d_centre_weight, d_centre_vector = centres.weight_gradients(previous)
         if padded_shape is not None:
             d_input_gates = d_input_gates.view(*padded_shape, gates)
         d_score_weight = grads.d_score_weight
@@ -290,12 +313,81 @@ class Recurrence(torch.autograd.Function):
             temperature_gradient(grads.d_temperature, temperature),
             None if grads.d_coverage_weight is None else grads.d_coverage_weight.sum(0),
             d_coverage,
+            d_centre_weight,
+            d_centre_vector,
             d_context_weight,
             d_weight_hh,
             None if bias_hh is None else d_recurrent.sum(0),
             None,
             None,
         )
+
+
+class PredictedCentres:
+    """Local-p's centres inside the loop, ``LocalWindow.centres``: p_t = (S_b - 1) ·
+    σ(v_p · tanh(W_p s_{t-1})) for each visited row (N' of them, in the steps' order), with
+    what the backward pass reads: tanh(W_p s) (N', H), σ (N',), p_t (N',) and the weights
+    before the Gaussian (N', S) (``StepAttention.forward``'s ``normalized``)."""
+
+    def __init__(
+        self,
+        weight: Tensor,
+        vector: Tensor,
+        src_lens: Tensor,
+        rows: int,
+        keys: int,
+        needs_grad: bool,
+    ) -> None:
+        self.weight, self.vector = weight, vector  # W_p (H, H), v_p (1, H)
+        self.last = (src_lens - 1).clamp(min=0).to(weight.dtype)  # (B,): S_b - 1
+        self.features = weight.new_empty(rows, weight.shape[0])
+        self.gates = weight.new_empty(rows)
+        self.centres = weight.new_empty(rows)
+        self.normalized = weight.new_empty(rows, keys) if needs_grad else None
+        self.d_centres = weight.new_zeros(rows) if needs_grad else None
+        self.d_predicted = weight.new_empty(rows) if needs_grad else None
+        self.d_projected = weight.new_empty(rows, weight.shape[0]) if needs_grad else None
+
+    def forward(self, state: Tensor, done: int) -> Tensor:
+        """p_t of the step's rows, from s_{t-1} (b, H) -> (b,); rows done .. done + b."""
+        active = state.shape[0]
+        features = self.features[done : done + active]
+        torch.tanh(state @ self.weight.t(), out=features)  # (b, H) @ (H, H)
+        gate = self.gates[done : done + active]
+        torch.sigmoid(features @ self.vector[0], out=gate)  # (b, H) @ (H,) -> (b,)
+        centres = self.centres[done : done + active]
+        torch.mul(self.last[:active], gate, out=centres)
+        return centres
+
+    def normalized_rows(self, done: int, active: int) -> Tensor | None:
+        return None if self.normalized is None else self.normalized[done : done + active]
+
+    def backward_rows(self, done: int, active: int) -> tuple[Tensor, Tensor, Tensor]:
+        """What ``StepAttention.backward`` reads and writes for local-p: centres, normalized
+        weights, and where the centres' gradient is added."""
+        assert self.normalized is not None and self.d_centres is not None
+        rows = slice(done, done + active)
+        return self.centres[rows], self.normalized[rows], self.d_centres[rows]
+
+    def backward(self, done: int, active: int) -> Tensor:
+        """dL/ds_{t-1} (b, H) through p_t, from the centres' gradient; keeps what the weight
+        gradients need."""
+        assert self.d_centres is not None and self.d_predicted is not None
+        assert self.d_projected is not None
+        rows = slice(done, done + active)
+        gate, features = self.gates[rows], self.features[rows]
+        # p = last σ(z): dz = dp · last · σ (1 - σ), z = v_p · u, u = tanh(W_p s).
+        d_predicted = self.d_predicted[rows]
+        torch.mul(self.d_centres[rows] * self.last[:active], gate * (1 - gate), out=d_predicted)
+        d_projected = self.d_projected[rows]  # dL/d(W_p s) = dz v_p (1 - u²): (b, H)
+        torch.mul(d_predicted[:, None] * self.vector, 1 - features.square(), out=d_projected)
+        return d_projected @ self.weight  # (b, H) @ (H, H)
+
+    def weight_gradients(self, previous: Tensor) -> tuple[Tensor, Tensor]:
+        """dL/dW_p (H, H) and dL/dv_p (1, H), one GEMM each over the visited rows, from each
+        row's state before its step, previous (N', H)."""
+        assert self.d_projected is not None and self.d_predicted is not None
+        return self.d_projected.t() @ previous, (self.d_predicted @ self.features)[None]
 
 
 def _linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | None) -> None:

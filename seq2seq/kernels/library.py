@@ -250,6 +250,10 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         # rows, S, spans, gamma, coverage, logits; the same, d_logits, d_coverage, d_gamma
         "seq2seq_coverage": [i64, i64, pointer, real, pointer, pointer],
         "seq2seq_coverage_backward": [i64, i64, pointer, real, *[pointer] * 4],
+        # rows, S, D, spans, centres, weights, stride, normalized; rows, S, D, spans, centres,
+        # normalized, d_weights, d_centres
+        "seq2seq_local_p_gaussian": [i64, i64, i64, pointer, pointer, pointer, i64, pointer],
+        "seq2seq_local_p_gaussian_backward": [i64, i64, i64, *[pointer] * 5],
         # rows, S, spans, logits, d_logits, d_temperature
         "seq2seq_temperature_backward": [i64, i64, *[pointer] * 4],
         # rows, S, P, bias, spans, logits; rows, S, P, spans, d_logits, d_bias

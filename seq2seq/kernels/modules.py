@@ -64,6 +64,7 @@ from seq2seq.models.decoder import (
     DecoderState,
     EncodedSource,
     LuongDecoder,
+    queries_per_sentence,
 )
 from seq2seq.models.encoder import RNNEncoder
 from seq2seq.models.model import Seq2Seq
@@ -350,11 +351,17 @@ class FastDecoder(AttentionDecoder):
         parts, parameters = fused
         flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
         flat_coverage = None if coverage is None else coverage.reshape(rows * num_queries, -1)
+        centres = None
+        if parts.needs_centres:  # local-p's p_t, (B, K·Tq) -> (R·Tq,) with their gradient
+            window = getattr(self.attention.normalization, "window", None)
+            assert window is not None  # step_attention named local-p
+            per_sentence = queries_per_sentence(queries, source.memory.shape[0])
+            centres = window.centres(per_sentence, source.src_lens, None).reshape(-1)
         # (R·Tq, M), (R·Tq, S)
         contexts, weights = parts_attend(
             parts, queries.reshape(rows * num_queries, size), source.projected_keys,
             source.memory, source.src_lens, *parameters, positions=flat_positions,
-            coverage=flat_coverage,
+            coverage=flat_coverage, centres=centres,
         )  # fmt: skip
         contexts = contexts.view(rows, num_queries, -1)  # (R, Tq, M)
         if not (need_weights or coverage is not None):
@@ -415,6 +422,14 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             return None
         return self.fused_attention(source, hidden.shape[0])
 
+    def centre_parameters(self) -> tuple[Tensor | None, Tensor | None]:
+        """Local-p's W_p (H, H) and v_p (1, H), which predict each step's centre, or None."""
+        parts = self.attention.normalization
+        window = None if parts is None else parts.window
+        if window is None or window.W_p is None or window.v_p is None:
+            return None, None
+        return window.W_p.weight, window.v_p.weight
+
     def fused_recurrence_applies(self, source: EncodedSource, hidden: Tensor) -> bool:
         """Whether ``fused_recurrence`` applies."""
         return self.fused_recurrence(source, hidden) is not None
@@ -465,8 +480,8 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
             # (B, T, H), (B, T, M), (B, T, S)
             states, step_contexts, attention_weights = FusedRecurrence.apply(
                 input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
-                *parameters, self.coverage_of(state), context_weight, self.cell.weight_hh,
-                self.cell.bias_hh, parts,
+                *parameters, self.coverage_of(state), *self.centre_parameters(),
+                context_weight, self.cell.weight_hh, self.cell.bias_hh, parts,
             )  # fmt: skip
             logits = self.output(states, step_contexts, embedded)  # (B, T, V)
             return logits, attention_weights if need_weights else None
@@ -506,7 +521,7 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         # (N, H), (N, M)
         states, contexts, _ = FusedRecurrence.apply(
             input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
-            source.src_lens, *parameters, coverage, context_weight,
+            source.src_lens, *parameters, coverage, *self.centre_parameters(), context_weight,
             self.cell.weight_hh, self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
         return self.output(states, contexts, embedded), targets  # (N, V), (N,)

@@ -8,6 +8,7 @@
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
                  seq2seq_local_window      LocalWindow.forward's in_window (local-m's centres)
                  seq2seq_global_window     the padding mask of every other attention
+                 seq2seq_local_p_gaussian  LocalWindow.forward's local-p factor (eq. 10)
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
@@ -282,6 +283,46 @@ void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
     const int64_t first = nearest - D, end = nearest + D + 1;
     spans[2 * r] = first < 0 ? 0 : (first > length ? length : first);
     spans[2 * r + 1] = end > length ? length : (end < 0 ? 0 : end);
+  }
+}
+
+/* LocalWindow.forward's local-p factor (Luong et al., eq. 10), applied as Normalization.forward
+   applies it: the normalizer's weights within the window times exp(-(s - p_t)^2 / 2 sigma^2),
+   sigma = D / 2, p_t the row's real centre (centres (rows,)). The weights (at their stride) are
+   multiplied in place; normalized (rows x S) receives them before, for the backward pass, or
+   is NULL. */
+void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t *restrict spans,
+                              const float *restrict centres, float *restrict weights,
+                              int64_t w_stride, float *restrict normalized) {
+  const float inverse_variance = 4.0f / (float)(D * D); /* 1 / sigma^2 */
+  for (int64_t r = 0; r < rows; ++r) {
+    float *restrict p = weights + r * w_stride;
+    for (int64_t s = spans[2 * r]; s < spans[2 * r + 1]; ++s) {
+      const float distance = (float)s - centres[r];
+      if (normalized != NULL) normalized[r * S + s] = p[s];
+      p[s] *= exp_vec(-0.5f * distance * distance * inverse_variance);
+    }
+  }
+}
+
+/* From the gradient of the multiplied weights (d_weights, rows x S, overwritten with the
+   normalizer's weights' gradient, d_p_s * g_s): d_centres[r] += sum_s d_s p_s g_s (s - p_t) /
+   sigma^2, the Gaussian's pull on the centre (the window's edges have no gradient). */
+void seq2seq_local_p_gaussian_backward(int64_t rows, int64_t S, int64_t D,
+                                       const int64_t *restrict spans,
+                                       const float *restrict centres,
+                                       const float *restrict normalized,
+                                       float *restrict d_weights, float *restrict d_centres) {
+  const float inverse_variance = 4.0f / (float)(D * D);
+  for (int64_t r = 0; r < rows; ++r) {
+    float along = 0.0f;
+    for (int64_t s = spans[2 * r]; s < spans[2 * r + 1]; ++s) {
+      const float distance = (float)s - centres[r];
+      const float g = exp_vec(-0.5f * distance * distance * inverse_variance);
+      along += d_weights[r * S + s] * normalized[r * S + s] * g * distance * inverse_variance;
+      d_weights[r * S + s] *= g;
+    }
+    d_centres[r] += along;
   }
 }
 
