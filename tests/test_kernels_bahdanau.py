@@ -446,7 +446,10 @@ def assert_composed_matches_the_reference(model: Seq2Seq) -> None:
                 assert decoder.fused_recurrence_applies(source, state[0])
         logits, targets = candidate.decoder.teacher_forced_logits(tgt_in, tgt_out, state, source)
         if candidate is model:  # the attention ran through the parts' C twins
-            assert graph_has(logits, ("PartsAttention", "Recurrence", "PackedProductAttention"))
+            fused = ("PartsAttention", "Recurrence", "PackedProductAttention")
+            if getattr(decoder, "is_sequential", False):  # input feeding or coverage in Luong
+                fused = ("SequentialRecurrence",)
+            assert graph_has(logits, fused)
         loss = F.cross_entropy(logits, targets, ignore_index=PAD, reduction="sum")
         grads = torch.autograd.grad(loss, list(candidate.parameters()))
         results.append([loss.detach(), *grads])

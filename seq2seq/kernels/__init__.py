@@ -12,6 +12,8 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 - ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of its
   Python function by name (``additive_score``, ``product_score``, ``softmax``, ``sparsemax``,
   ``entmax15``, ``entmax_backward``, the context), and ``StepAttention``, which composes them;
+- ``luong``: the Luong decoder's loop where each step waits for the one before (input feeding,
+  coverage), as one autograd node;
 - ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node
   (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
   every decoding step's);
@@ -65,10 +67,9 @@ def accelerate(model: nn.Module) -> nn.Module:
     (``attention_parts``: each scoring function at a fixed temperature; softmax, sparsemax,
     entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows;
     coverage): the Bahdanau decoder in its C loop, the Luong decoder over all its target steps
-    at once. A decoder whose attention has a part without a twin yet (local-p, a learned
-    temperature, additive layer norm, several heads) keeps the reference decoder whole. An
-    input-fed Luong decoder steps its cell as the reference does (each step waits for the
-    attention of the one before), with its attention through the C parts.
+    at once, or, where each step waits for the one before (input feeding, coverage), in a loop
+    like the Bahdanau decoder's (``luong``). A decoder whose attention has a part without a twin
+    yet (additive layer norm, several heads) keeps the reference decoder whole.
     """
     reference_only: set[int] = set()
     # The attentions a decoder composes from the C twins (step_attention read once each).
@@ -93,8 +94,8 @@ def accelerate(model: nn.Module) -> nn.Module:
             say_once(
                 "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "
                 "reads the attention of the step before, so its cell cannot run over all steps in "
-                "one call, which is what its C kernels do: the decoder steps one target position "
-                "at a time, its attention through the C parts, its cell through PyTorch."
+                "one call: the decoder's C kernels step one target position at a time, as the "
+                "Bahdanau decoder's do."
             )
     for module in model.modules():
         accelerated = ACCELERATED.get(type(module))

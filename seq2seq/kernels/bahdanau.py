@@ -153,30 +153,30 @@ class Recurrence(torch.autograd.Function):
             if saved_coverage is not None and coverage is not None:
                 saved_coverage[done : done + active] = coverage[:active]
             if query_weight is not None:  # q = W_q s_{t-1} + b_q: (b, H) -> (b, A)
-                _linear_into(query[:active], state[:active], query_weight, query_bias)
+                linear_into(query[:active], state[:active], query_weight, query_bias)
             elif saved_queries is not None:
                 saved_queries[done : done + active] = state[:active]
             parts.forward(
                 kernels, active, 1, query.data_ptr(), source, step_spans[-1].data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(), logits,
-                _row(weights, start), stride * keys, _row(contexts, start), stride * memory_size,
-                None if coverage is None else coverage[:active],
+                row_at(weights, start), stride * keys, row_at(contexts, start),
+                stride * memory_size, None if coverage is None else coverage[:active],
                 None if saved_logits is None else saved_logits[done : done + active],
                 step_centres, normalized,
             )  # fmt: skip
             if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
-                coverage[:active] += _rows(weights, start, stride, active)
+                coverage[:active] += strided_rows(weights, start, stride, active)
             # W_ie e + b_ih + W_ic c: (b, G) + (b, M) @ (M, G)
             torch.addmm(
-                _rows(input_gates, start, stride, active),
-                _rows(contexts, start, stride, active),
+                strided_rows(input_gates, start, stride, active),
+                strided_rows(contexts, start, stride, active),
                 context_weight.t(),
                 out=cell_gates[:active],
             )
-            _linear_into(recurrent[:active], state[:active], weight_hh, bias_hh)  # (b, G)
+            linear_into(recurrent[:active], state[:active], weight_hh, bias_hh)  # (b, G)
             kernels.seq2seq_gru_forward(
                 active, size, cell_gates.data_ptr(), gates, recurrent.data_ptr(),
-                state.data_ptr(), _row(states, start), stride * size,
+                state.data_ptr(), row_at(states, start), stride * size,
                 None if saved_cells is None else saved_cells[done].data_ptr(),
             )  # fmt: skip
             done += active
@@ -221,8 +221,8 @@ class Recurrence(torch.autograd.Function):
         rows, keys = weights.shape
         batch, key_size = projected_keys.shape[0], projected_keys.shape[2]
         size, gates, memory_size = weight_hh.shape[1], weight_hh.shape[0], memory.shape[2]
-        d_states = _contiguous_or_zeros(d_states, (rows, size), memory).view(rows, size)
-        d_contexts = _contiguous_or_zeros(d_contexts, (rows, memory_size), memory)
+        d_states = contiguous_or_zeros(d_states, (rows, size), memory).view(rows, size)
+        d_contexts = contiguous_or_zeros(d_contexts, (rows, memory_size), memory)
         d_contexts = d_contexts.view(rows, memory_size)
         if d_weights is not None:  # a loss read the weights: (rows, S)
             d_weights = d_weights.contiguous().view(rows, keys)
@@ -247,31 +247,31 @@ class Recurrence(torch.autograd.Function):
             spans = step_spans[t if parts.needs_positions or parts.needs_centres else 0]
             done -= active
             kernels.seq2seq_gru_backward(
-                active, size, d_state.data_ptr(), _row(d_states, start), stride * size,
-                saved_cells[done].data_ptr(), _row(d_input_gates, start), stride * gates,
+                active, size, d_state.data_ptr(), row_at(d_states, start), stride * size,
+                saved_cells[done].data_ptr(), row_at(d_input_gates, start), stride * gates,
                 d_recurrent[done].data_ptr(),
             )  # fmt: skip
             # dL/ds_{t-1} += d_gh @ W_hh: (b, G) @ (G, H)
             d_state[:active].addmm_(d_recurrent[done : done + active], weight_hh)
             # dL/dc_t: the output's part plus d_gi @ W_ic, (b, M) + (b, G) @ (G, M)
             torch.addmm(
-                _rows(d_contexts, start, stride, active),
-                _rows(d_input_gates, start, stride, active),
+                strided_rows(d_contexts, start, stride, active),
+                strided_rows(d_input_gates, start, stride, active),
                 context_weight,
                 out=d_context[:active],
             )
             # The weights' own gradient: a loss's, and the later steps' through the coverage.
-            d_weights_out = None if d_weights is None else (_row(d_weights, start), stride * keys)
+            d_weights_out = None if d_weights is None else (row_at(d_weights, start), stride * keys)
             if d_coverage is not None:
                 d_step = d_coverage[:active].clone()  # (b, S)
                 if d_weights is not None:
-                    d_step += _rows(d_weights, start, stride, active)
+                    d_step += strided_rows(d_weights, start, stride, active)
                 d_weights_out = (d_step.data_ptr(), keys)
             parts.backward(
                 kernels, active, 0 if saved_queries is None else saved_queries[done].data_ptr(),
                 source, spans.data_ptr(),
                 None if saved_scores is None else saved_scores[done].data_ptr(),
-                _row(weights, start), stride * keys, d_context.data_ptr(), memory_size,
+                row_at(weights, start), stride * keys, d_context.data_ptr(), memory_size,
                 d_weights_out, scratch, d_queries[done].data_ptr(), grads,
                 None if saved_coverage is None else saved_coverage[done : done + active],
                 None if d_step_coverage is None else d_step_coverage[:active],
@@ -390,7 +390,7 @@ class PredictedCentres:
         return self.d_projected.t() @ previous, (self.d_predicted @ self.features)[None]
 
 
-def _linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+def linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | None) -> None:
     """out = inputs @ weight.T (+ bias), written in place: (N, I) @ (I, O) -> (N, O)."""
     if bias is None:
         torch.mm(inputs, weight.t(), out=out)
@@ -398,12 +398,12 @@ def _linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | Non
         torch.addmm(bias, inputs, weight.t(), out=out)
 
 
-def _row(tensor: Tensor, row: int) -> int:
+def row_at(tensor: Tensor, row: int) -> int:
     """The address of row ``row`` of a contiguous (N, D) float32 tensor."""
     return tensor.data_ptr() + row * tensor.shape[1] * FLOAT_BYTES
 
 
-def _rows(tensor: Tensor, start: int, stride: int, count: int) -> Tensor:
+def strided_rows(tensor: Tensor, start: int, stride: int, count: int) -> Tensor:
     """Rows start, start + stride, ... (``count`` of them) of a contiguous (N, D) tensor, as a
     (count, D) view."""
     width = tensor.shape[1]
@@ -411,6 +411,6 @@ def _rows(tensor: Tensor, start: int, stride: int, count: int) -> Tensor:
     return tensor.as_strided((count, width), (stride * width, 1), offset)
 
 
-def _contiguous_or_zeros(grad: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
+def contiguous_or_zeros(grad: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """An output's gradient, contiguous; zeros where the output was not used (autograd's None)."""
     return like.new_zeros(shape) if grad is None else grad.contiguous()

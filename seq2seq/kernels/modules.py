@@ -12,16 +12,19 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
 
 - ``FastRNNEncoder``: a GRU over the packed real tokens through the C recurrence (``gru``).
 - ``FastBahdanauDecoder``: where its attention's parts have C twins (``attention_parts``: every
-  built-in score at a fixed temperature, every normalizer, the key bias, local-m, coverage),
+  built-in score at a fixed or learned temperature, every normalizer, the key bias, local-m and
+  local-p, coverage),
   teacher forcing as one C loop over the steps composing them (``bahdanau.Recurrence``;
   training over the packed real tokens only), and each decoding step's attention and cell in
   C; otherwise the steps split the cell's input projection, ``W_ih [e; c] = W_ie e + W_ic c``,
   so the embedding part of all T steps is one GEMM before the loop.
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
-  real tokens, with dot, scaled-dot and general attention from the packed rows
-  (``PackedProductAttention``); decoding steps with the attention and cell in C, from tables
-  built once per batch (each token's embedding gates; W_c1 applied to the memory), and greedy
-  decoding of a whole batch in one C call (``greedy.luong_greedy``).
+  real tokens, with plain dot, scaled-dot and general attention from the packed rows
+  (``PackedProductAttention``), any other attention with C twins through ``attend`` over all
+  the target steps at once; input feeding and coverage as one C loop (``luong``); decoding
+  steps with the attention and cell in C, from tables built once per batch (each token's
+  embedding gates; W_c1 applied to the memory), and greedy decoding of a whole batch in one C
+  call (``greedy.luong_greedy``, plain product scoring).
 - ``FastAdditiveAttention``: the context without the weights (training) through
   ``tanh(x) = 2σ(2x) - 1``: torch's CPU tanh costs several times its sigmoid.
 - ``Dropout``: the keep mask from a counter-based hash in C (``seq2seq.kernels.dropout``).
@@ -56,6 +59,7 @@ from seq2seq.kernels.dropout import Dropout
 from seq2seq.kernels.greedy import luong_greedy
 from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
 from seq2seq.kernels.library import usable
+from seq2seq.kernels.luong import SequentialRecurrence
 from seq2seq.kernels.packing import PackedTokens, pack_tokens
 from seq2seq.kernels.product_attention import PackedProductAttention, product_attend
 from seq2seq.models.decoder import (
@@ -330,6 +334,14 @@ class FastDecoder(AttentionDecoder):
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
         return self.fused_attention(source, rows) is not None
 
+    def centre_parameters(self) -> tuple[Tensor | None, Tensor | None]:
+        """Local-p's W_p (H, H) and v_p (1, H), which predict each step's centre, or None."""
+        parts = self.attention.normalization
+        window = None if parts is None else parts.window
+        if window is None or window.W_p is None or window.v_p is None:
+            return None, None
+        return window.W_p.weight, window.v_p.weight
+
     def attend(
         self,
         queries: Tensor,
@@ -421,14 +433,6 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         if self.is_lstm or not usable(hidden, self.cell.weight_hh):
             return None
         return self.fused_attention(source, hidden.shape[0])
-
-    def centre_parameters(self) -> tuple[Tensor | None, Tensor | None]:
-        """Local-p's W_p (H, H) and v_p (1, H), which predict each step's centre, or None."""
-        parts = self.attention.normalization
-        window = None if parts is None else parts.window
-        if window is None or window.W_p is None or window.v_p is None:
-            return None, None
-        return window.W_p.weight, window.v_p.weight
 
     def fused_recurrence_applies(self, source: EncodedSource, hidden: Tensor) -> bool:
         """Whether ``fused_recurrence`` applies."""
@@ -719,6 +723,77 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         assert weights is not None  # asked for by default
         return context, weights
 
+    def fused_sequential(
+        self, source: EncodedSource, hidden: Tensor
+    ) -> tuple[StepAttention, AttentionParameters] | None:
+        """The C parts and what they read, where ``luong.SequentialRecurrence`` computes this
+        decoder's steps: each waits for the one before (input feeding, coverage), a GRU, an
+        attention whose parts have C twins, and tensors the kernels take."""
+        if not self.is_sequential or self.is_lstm or not usable(hidden, *self.cell_parameters()):
+            return None
+        return self.fused_attention(source, hidden.shape[0])
+
+    def sequential_inputs(
+        self, tokens: Tensor, state: DecoderState
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``SequentialRecurrence``'s per-row inputs from target tokens (N,) or (B, T): the
+        embedding part of the cell's input projection (…, G), the fed vector's weight W_if (G, H)
+        or None, and the output's dropout as a multiplier (…, H) or None (one draw per row:
+        the fed vector and the output are the same dropped h~)."""
+        embedded = self.dropout(self.embedding(tokens))  # (…, E)
+        weight_ih = self.cell.weight_ih
+        input_gates = self.embedding_gates(embedded, weight_ih[:, : self.embedding_size])
+        feed_weight = weight_ih[:, self.embedding_size :] if self.input_feeding else None
+        keep = None
+        if self.dropout.training and self.dropout.p > 0:
+            keep = self.dropout(embedded.new_ones(*tokens.shape, self.cell.hidden_size))
+        return input_gates, feed_weight, keep
+
+    def forward(
+        self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """The reference's teacher forcing, in one autograd node where each step waits for the
+        one before (``fused_sequential``)."""
+        fused = (
+            None if source.memory.device.type != "cpu" else self.fused_sequential(source, state[0])
+        )
+        if fused is None:
+            return super().forward(tgt_in, state, source, need_weights)
+        parts, parameters = fused
+        input_gates, feed_weight, keep = self.sequential_inputs(tgt_in, state)
+        # (B, T, H), (B, T, S)
+        attentionals, weights = SequentialRecurrence.apply(
+            input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
+            source.src_lens, *parameters, self.coverage_of(state), *self.centre_parameters(),
+            feed_weight, self.cell.weight_hh, self.cell.bias_hh, self.attentional.weight, keep,
+            parts,
+        )  # fmt: skip
+        return self.output_layer(attentionals), weights if need_weights else None
+
+    def sequential_logits(
+        self,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        fused: tuple[StepAttention, AttentionParameters],
+    ) -> tuple[Tensor, Tensor]:
+        """``teacher_forced_logits`` through ``SequentialRecurrence`` over the N real target
+        tokens, the batch sorted longest target first: logits (N, V), targets (N,)."""
+        parts, parameters = fused
+        packed, targets = self.pack_targets(tgt_in, tgt_out)
+        order = packed.sorted_indices  # (B,) longest target first
+        source = source.index_select(order)
+        state = tuple(part.index_select(0, order) for part in state)
+        input_gates, feed_weight, keep = self.sequential_inputs(packed.tokens, state)  # (N, ·)
+        attentionals, _ = SequentialRecurrence.apply(
+            input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
+            source.src_lens, *parameters, self.coverage_of(state), *self.centre_parameters(),
+            feed_weight, self.cell.weight_hh, self.cell.bias_hh, self.attentional.weight, keep,
+            parts, Steps.packed(packed.batch_sizes),
+        )  # fmt: skip
+        return self.output_layer(attentionals), targets  # (N, V), (N,)
+
     def teacher_forced_logits(
         self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
     ) -> tuple[Tensor, Tensor]:
@@ -728,7 +803,12 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         rows too, each over its sentence's keys (``PackedProductAttention``); other scoring
         reads the states back on the padded grid, one (B, T, S) product."""
         params = self.cell_parameters()
-        if self.is_sequential or not self.cell_runs_fused(*params):
+        if self.is_sequential:
+            fused = self.fused_sequential(source, state[0])
+            if fused is None:
+                return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
+            return self.sequential_logits(tgt_in, tgt_out, state, source, fused)
+        if not self.cell_runs_fused(*params):
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
