@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.step_benchmark import compose, random_batch
-from benchmarks.switch_speed import SETTINGS, VOCABULARY, Setting, markdown
+from benchmarks.switch_speed import SETTINGS, VOCABULARY, Setting, markdown, step_flops
 
 
 @pytest.mark.parametrize(
@@ -28,5 +28,13 @@ def test_a_setting_trains_and_decodes_and_the_table_shows_it() -> None:
     setting.beam5()
     row = {"decoder": "bahdanau", "setting": "attention=scaled_dot", "train_ms": 1.5}
     row |= {"train_ratio": 1.2, "greedy_ms": 2, "greedy_ratio": 1, "beam5_ms": 3}
-    table = markdown([{**row, "beam5_ratio": 0.9}])
-    assert "| bahdanau | `attention=scaled_dot` | 1.5 | 1.2 | 2 | 1 | 3 | 0.9 |" in table
+    table = markdown([{**row, "beam5_ratio": 0.9, "gemm_flops_added": -0.125}])
+    assert "| bahdanau | `attention=scaled_dot` | -12.5% | 1.5 | 1.2 | 2 | 1 | 3 | 0.9 |" in table
+
+
+def test_the_flops_count_the_attention_s_products() -> None:
+    """Local-p adds W_p and v_p's products, and the key bias none (an addition)."""
+    batch = random_batch(4, 6, VOCABULARY, "cpu")
+    default = step_flops([], batch)
+    assert step_flops(["attention.key_bias=true"], batch) == default
+    assert step_flops(["attention.window=local_p", "attention.window_size=2"], batch) > default
