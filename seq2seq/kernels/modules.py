@@ -672,12 +672,12 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """The reference's step with the tables, and the attention in C (``product_attend`` for
         plain product scoring, ``attend``'s parts otherwise); an input-fed decoder or one with
-        coverage steps as the reference does, its attention through ``attend``."""
+        coverage through ``sequential_decode_step``."""
         if not isinstance(source, DecodingSource) or source.memory.device.type != "cpu":
             return super().decode_step(prev_tokens, state, source)
-        if self.is_sequential:
-            return super().decode_step(prev_tokens, state, source)
         self.build_tables(source)
+        if self.is_sequential:
+            return self.sequential_decode_step(prev_tokens, state, source)
         steps = self.steps_of(state)  # (B,): the target step t, for a window centred on it
         if source.token_gates is None:
             embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
@@ -711,6 +711,45 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
         attentional = tanh_(attentional) if fused_step else torch.tanh(attentional)
         return self.output_layer(self.dropout(attentional)), state, weights
+
+    def sequential_decode_step(
+        self, prev_tokens: Tensor, state: DecoderState, source: DecodingSource
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """The reference's ``sequential_step`` for decoding, from the tables: the cell's input
+        W_ie e + b_ih (a table row) + W_if h~_{t-1}, the cell, the attention through ``attend``
+        averaging W_c1 m (``attentional_memory``), h~_t = tanh(W_c1 c + W_c2 h), and the new
+        state with h~_t fed and the coverage updated."""
+        feed, coverage, steps = self.feed_of(state), self.coverage_of(state), self.steps_of(state)
+        embedding_weight = self.cell.weight_ih[:, : self.embedding_size]  # W_ie (G, E)
+        if source.token_gates is None:
+            embedded = self.dropout(self.embedding(prev_tokens))  # (B, E)
+            gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
+        else:
+            gates = source.token_gates.index_select(0, prev_tokens)  # (B, G)
+        if feed is not None:  # + W_if h~_{t-1}: (B, H) @ (H, G)
+            gates = torch.addmm(gates, feed, self.cell.weight_ih[:, self.embedding_size :].t())
+        cell_state = self.cell_gates(gates, state)
+        query = cell_state[0]  # (B, H): h_t asks where to look
+        tables = source.attentional_memory  # W_c1 m (B, S, H), or None
+        attended = source if tables is None else replace_memory(source, tables)
+        # (B, 1, M or H), (B, 1, S)
+        averaged, weights = self.attend(
+            query[:, None, :], attended, True, None if steps is None else steps[:, None],
+            None if coverage is None else coverage[:, None, :],
+        )  # fmt: skip
+        assert weights is not None  # asked for
+        if tables is None:  # h~ = tanh(W_c [c; h])
+            attentional = self.attentional_vector(query, averaged[:, 0])
+        else:  # W_c1 c came averaged: + W_c2 h, (B, H) @ (H, H)
+            hidden_weight = self.attentional.weight[:, self.memory_size :]
+            attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))
+        attentional = self.dropout(attentional)  # (B, H): what is output and fed
+        if coverage is not None:
+            coverage = coverage + weights[:, 0]
+        new_state = self.advance(
+            cell_state, state, attentional if feed is not None else None, coverage
+        )
+        return self.output_layer(attentional), new_state, weights[:, 0]
 
     def attend_values(
         self, queries: Tensor, source: EncodedSource, values: Tensor, positions: Tensor | None
