@@ -337,7 +337,11 @@ def test_product_score_and_its_backward_against_autograd(group: int) -> None:
             StepAttention("product", 0.5, "entmax15", 1.5),
         ),
         (GeneralAttention(4, 4, temperature=4.0), AttentionParts(), StepAttention("product", 0.25)),
-        (AdditiveAttention(4, 4, 6, layer_norm=True), AttentionParts(), None),
+        (
+            AdditiveAttention(4, 4, 6, layer_norm=True),
+            AttentionParts(),
+            StepAttention("additive", 1.0, layer_norm_eps=1e-5),
+        ),
         (
             DotProductAttention(temperature="learnable"),  # T = exp(0) = 1 to start
             AttentionParts(),

@@ -127,8 +127,7 @@ def test_the_loss_on_packed_rows_equals_the_padded_loss(
         (["model.decoder=bahdanau", "attention=dot"], True),
         (["model.decoder=bahdanau", "attention.coverage=true"], True),
         (["model.decoder=bahdanau", "attention.window=local_p", "attention.window_size=2"], True),
-        # No C twin yet: additive attention's layer norm.
-        (["model.decoder=bahdanau", "attention.layer_norm=true"], False),
+        (["model.decoder=bahdanau", "attention.layer_norm=true"], True),
         (["model.decoder=bahdanau", "model.kernels=off"], False),
     ],
     ids=[

@@ -69,7 +69,7 @@ def accelerate(model: nn.Module) -> nn.Module:
     coverage): the Bahdanau decoder in its C loop, the Luong decoder over all its target steps
     at once, or, where each step waits for the one before (input feeding, coverage), in a loop
     like the Bahdanau decoder's (``luong``). A decoder whose attention has a part without a twin
-    yet (additive layer norm, several heads) keeps the reference decoder whole.
+    yet (several heads: ``model.num_heads`` > 1) keeps the reference decoder whole.
     """
     reference_only: set[int] = set()
     # The attentions a decoder composes from the C twins (step_attention read once each).

@@ -124,7 +124,9 @@ class StepAttention:
     """Which C twins compute an attention: ``score`` is ``"additive"`` (q = W_q s + b, keys
     W_k h, w_v) or ``"product"`` (q = s, keys the projected keys), each times ``scale`` (1 / T;
     a product's 1 / √D too when scaled); ``key_bias`` whether b_s is added (``KeyBias``);
-    ``normalizer`` a key of ``NORMALIZER_TWINS``' names with its ``alpha``; ``scale`` read from a
+    ``layer_norm_eps`` the eps of an additive score's layer norm (its source's ``score_weight`` is
+    then [w_v; γ; β], (3, A)), or None; ``normalizer`` a key of ``NORMALIZER_TWINS``' names with
+    its ``alpha``; ``scale`` read from a
     learned temperature at this call where ``learned_temperature``; ``coverage``
     ``"additive"`` (w_c c_s inside the tanh), ``"logits"`` (γ c_s added) or ``""``."""
 
@@ -138,11 +140,21 @@ class StepAttention:
     learned_alpha: bool = False
     coverage: str = ""
     learned_temperature: bool = False
+    layer_norm_eps: float | None = None
 
     @property
     def projects_queries(self) -> bool:
         """Whether the query is W_q s + b (additive), not the state itself."""
         return self.score == "additive"
+
+    def layer_norm_buffers(
+        self, rows: int, keys: int, size: int, like: Tensor
+    ) -> tuple[Tensor, Tensor] | None:
+        """Where an additive score's layer norm keeps, for ``rows`` rows, what its backward
+        reads: the normalized features (rows, S, A) and 1 / σ (rows, S); None without one."""
+        if self.layer_norm_eps is None:
+            return None
+        return like.new_empty(rows, keys, size), like.new_empty(rows, keys)
 
     @property
     def needs_centres(self) -> bool:
@@ -203,6 +215,7 @@ class StepAttention:
         saved_logits: Tensor | None = None,
         centres: Tensor | None = None,
         normalized: Tensor | None = None,
+        saved_norm: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         """Step rows: ``queries`` (R, A or D) -> logits (R, S) -> weights (R, S) -> context
         (R, V), the arrays given by address where they are rows of a larger tensor; ``group``
@@ -211,7 +224,8 @@ class StepAttention:
         None; ``coverage`` (R, S) is what each row attended so far (a model with coverage);
         ``saved_logits`` (R, S) receives the score's logits, what a learned temperature's
         gradient reads, or is None; ``centres`` (R,) are local-p's p_t, and ``normalized``
-        (R, S) receives the normalizer's weights before its Gaussian, or is None."""
+        (R, S) receives the normalizer's weights before its Gaussian, or is None;
+        ``saved_norm`` the rows of ``layer_norm_buffers`` (with ``saved_scores``), or None."""
         _, length, size = source.keys.shape
         if self.score == "additive":
             assert source.score_weight is not None  # an additive StepAttention has w_v
@@ -223,10 +237,19 @@ class StepAttention:
                     rows, group, length, size, spans, source.keys.data_ptr(),
                     coverage.data_ptr(), source.coverage_weight.data_ptr(), keys.data_ptr(),
                 )  # fmt: skip
-            kernels.seq2seq_additive_score(
-                rows, key_group, length, size, self.scale, queries, keys.data_ptr(),
-                source.score_weight.data_ptr(), spans, saved_scores, logits.data_ptr(),
-            )  # fmt: skip
+            if self.layer_norm_eps is None:
+                kernels.seq2seq_additive_score(
+                    rows, key_group, length, size, self.scale, queries, keys.data_ptr(),
+                    source.score_weight.data_ptr(), spans, saved_scores, logits.data_ptr(),
+                )  # fmt: skip
+            else:
+                normed, rstd = (None, None) if saved_norm is None else saved_norm
+                kernels.seq2seq_additive_layer_norm_score(
+                    rows, key_group, length, size, self.scale, self.layer_norm_eps, queries,
+                    keys.data_ptr(), source.score_weight.data_ptr(), spans, saved_scores,
+                    None if normed is None else normed.data_ptr(),
+                    None if rstd is None else rstd.data_ptr(), logits.data_ptr(),
+                )  # fmt: skip
         else:
             kernels.seq2seq_product_score(
                 rows, group, length, size, self.scale, queries, source.keys.data_ptr(), spans,
@@ -285,6 +308,7 @@ class StepAttention:
         group: int = 1,
         saved_logits: Tensor | None = None,
         local_p: tuple[Tensor, Tensor, Tensor] | None = None,
+        saved_norm: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         """The parts' backward passes in reverse, for the rows of ``forward``, ``group`` of them
         per sentence: from d_context (R, V), and the weights' own gradient where a loss reads
@@ -293,7 +317,8 @@ class StepAttention:
         and the logits' gradients; ``spans`` and ``coverage`` the forward pass's, whose gradient
         is written to ``d_coverage`` (R, S), and ``saved_logits`` what it saved for a learned
         temperature. ``local_p`` is local-p's centres (R,), the weights before the Gaussian
-        (R, S) that forward saved, and where the centres' gradient is added (R,)."""
+        (R, S) that forward saved, and where the centres' gradient is added (R,);
+        ``saved_norm`` what forward saved of a layer norm."""
         _, length, size = source.keys.shape
         d_weights, d_logits = scratch
         kernels.seq2seq_attention_context_backward(
@@ -349,11 +374,19 @@ class StepAttention:
             d_keys, key_group = grads.d_keys, group
             if additive_covering is not None:
                 d_keys, key_group = torch.zeros(rows, length, size), 1
-            kernels.seq2seq_additive_score_backward(
-                rows, key_group, length, size, self.scale, saved_scores,
-                source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
-                d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
-            )  # fmt: skip
+            if saved_norm is None:
+                kernels.seq2seq_additive_score_backward(
+                    rows, key_group, length, size, self.scale, saved_scores,
+                    source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
+                    d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
+                )  # fmt: skip
+            else:
+                kernels.seq2seq_additive_layer_norm_score_backward(
+                    rows, key_group, length, size, self.scale, saved_scores,
+                    saved_norm[0].data_ptr(), saved_norm[1].data_ptr(),
+                    source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
+                    d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
+                )  # fmt: skip
             if additive_covering is not None:
                 coverage, d_coverage, w, d_w = additive_covering
                 kernels.seq2seq_additive_coverage_backward(
@@ -373,10 +406,9 @@ def step_attention(
 ) -> StepAttention | None:
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
     of its parts has no twin yet (it then runs on the reference path): one head, a built-in
-    score at a fixed temperature (additive without layer norm), with or without coverage, a
-    normalizer of
-    ``NORMALIZER_TWINS`` or α-entmax (fixed or learned α), with or without the key bias, and a
-    global or local-m window."""
+    score at a fixed or learned temperature (additive with or without its bias and layer
+    norm), with or without coverage, a normalizer of ``NORMALIZER_TWINS`` or α-entmax (fixed or
+    learned α), with or without the key bias, and a global, local-m or local-p window."""
     if not isinstance(attention, Attention):
         return None
     coverage_weight = attention.coverage_weight
@@ -404,7 +436,7 @@ def step_attention(
     if has_formula_of(attention, AdditiveAttention):
         assert isinstance(attention, AdditiveAttention)
         if attention.layer_norm is not None:
-            return None
+            chosen["layer_norm_eps"] = attention.layer_norm.eps
         return StepAttention("additive", scale, **chosen)
     if has_formula_of(attention, DotProductAttention):
         assert isinstance(attention, DotProductAttention)
@@ -461,6 +493,7 @@ class PartsAttention(torch.autograd.Function):
             saved_scores = queries.new_empty(rows, keys, key_size)
         if needs_grad and parts.learned_temperature:
             saved_logits = queries.new_empty(rows, keys)
+        saved_norm = parts.layer_norm_buffers(rows, keys, key_size, queries) if needs_grad else None
         # Local-p: the weights before the Gaussian, which the normalizer's backward reads.
         normalized = None
         if centres is not None:
@@ -472,15 +505,16 @@ class PartsAttention(torch.autograd.Function):
             kernels, rows, group, queries.data_ptr(), source, spans.data_ptr(),
             None if saved_scores is None else saved_scores.data_ptr(),
             queries.new_empty(rows, keys), weights.data_ptr(), keys, contexts.data_ptr(),
-            memory_size, coverage, saved_logits, centres, normalized,
+            memory_size, coverage, saved_logits, centres, normalized, saved_norm,
         )  # fmt: skip
         if needs_grad:
             saved = [
                 queries, source.keys, source.memory, source.src_lens, source.score_weight,
                 source.key_bias, alpha, temperature, coverage_weight, coverage, centres, spans,
                 saved_scores, saved_logits, normalized, weights,
+                *(saved_norm or (None, None)),
             ]  # fmt: skip
-            ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not these parts'
+            ctx.save_for_backward(*saved)  # None: not these parts'
         ctx.parts, ctx.group = parts, group  # type: ignore[attr-defined]
         return contexts, weights
 
@@ -494,7 +528,7 @@ class PartsAttention(torch.autograd.Function):
         (
             queries, keys, memory, src_lens, score_weight, key_bias, alpha, temperature,
             coverage_weight, coverage, centres, spans, saved_scores, saved_logits, normalized,
-            weights,
+            weights, normed, rstd,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
         source = AttentionSource.of(
@@ -523,6 +557,7 @@ class PartsAttention(torch.autograd.Function):
             (memory.new_empty(rows, length), memory.new_empty(rows, length)),
             d_queries.data_ptr(), grads, coverage, d_coverage,
             ctx.group, saved_logits, local_p,  # type: ignore[attr-defined]
+            None if normed is None else (normed, rstd),
         )  # fmt: skip
         d_score_weight, d_alpha, d_weight = (
             grads.d_score_weight,

@@ -112,6 +112,9 @@ class Recurrence(torch.autograd.Function):
             saved_scores = input_gates.new_empty(steps.rows, keys, key_size)
         elif needs_grad:
             saved_queries = input_gates.new_empty(steps.rows, size)
+        saved_norm = None  # an additive layer norm's, per visited row
+        if needs_grad:
+            saved_norm = parts.layer_norm_buffers(steps.rows, keys, key_size, input_gates)
         saved_cells = input_gates.new_empty(steps.rows, 5 * size) if needs_grad else None
         # A learned temperature's gradient reads each visited row's logits from the score.
         saved_logits = None
@@ -142,6 +145,7 @@ class Recurrence(torch.autograd.Function):
         stride = steps.stride
         for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
             # The step's first ``active`` sentences, rows start, start + stride, ... of each.
+            here = slice(done, done + active)  # this step's visited rows
             if parts.needs_positions:
                 positions = torch.full((batch,), t, dtype=torch.int64)
                 step_spans.append(parts.spans(kernels, batch, 1, source, positions))
@@ -163,6 +167,7 @@ class Recurrence(torch.autograd.Function):
                 stride * memory_size, None if coverage is None else coverage[:active],
                 None if saved_logits is None else saved_logits[done : done + active],
                 step_centres, normalized,
+                None if saved_norm is None else (saved_norm[0][here], saved_norm[1][here]),
             )  # fmt: skip
             if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
                 coverage[:active] += strided_rows(weights, start, stride, active)
@@ -188,9 +193,9 @@ class Recurrence(torch.autograd.Function):
                 saved_scores, saved_queries, saved_cells, contexts, weights, source.keys,
                 source.memory, source.src_lens, query_weight, query_bias, source.score_weight,
                 source.key_bias, alpha, temperature, coverage_weight, saved_coverage,
-                saved_logits, context_weight, weight_hh, bias_hh,
+                saved_logits, context_weight, weight_hh, bias_hh, *(saved_norm or (None, None)),
             ]  # fmt: skip
-            ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not this scoring's
+            ctx.save_for_backward(*saved)  # None: not this scoring's
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
         ctx.step_spans, ctx.centres = step_spans, centres  # type: ignore[attr-defined]
         return outputs[0], outputs[1], outputs[2]
@@ -209,6 +214,7 @@ class Recurrence(torch.autograd.Function):
             saved_scores, saved_queries, saved_cells, contexts, weights, projected_keys, memory,
             src_lens, query_weight, query_bias, score_weight, key_bias, alpha, temperature,
             coverage_weight, saved_coverage, saved_logits, context_weight, weight_hh, bias_hh,
+            normed, rstd,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         source = AttentionSource.of(
             projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
@@ -246,6 +252,7 @@ class Recurrence(torch.autograd.Function):
             active, start = steps.batch_sizes[t], steps.starts[t]
             spans = step_spans[t if parts.needs_positions or parts.needs_centres else 0]
             done -= active
+            here = slice(done, done + active)  # this step's visited rows
             kernels.seq2seq_gru_backward(
                 active, size, d_state.data_ptr(), row_at(d_states, start), stride * size,
                 saved_cells[done].data_ptr(), row_at(d_input_gates, start), stride * gates,
@@ -277,6 +284,7 @@ class Recurrence(torch.autograd.Function):
                 None if d_step_coverage is None else d_step_coverage[:active],
                 1, None if saved_logits is None else saved_logits[done : done + active],
                 None if centres is None else centres.backward_rows(done, active),
+                None if normed is None else (normed[here], rstd[here]),
             )  # fmt: skip
             if centres is not None:  # dL/ds_{t-1} through p_t
                 d_state[:active] += centres.backward(done, active)

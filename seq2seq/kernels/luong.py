@@ -120,6 +120,9 @@ class SequentialRecurrence(torch.autograd.Function):
             new(visited, keys, key_size) if needs_grad and parts.projects_queries else None
         )
         saved_logits = new(visited, keys) if needs_grad and parts.learned_temperature else None
+        saved_norm = (
+            parts.layer_norm_buffers(visited, keys, key_size, input_gates) if needs_grad else None
+        )
         coverage = saved_coverage = None
         if initial_coverage is not None:
             coverage = initial_coverage.clone(memory_format=torch.contiguous_format)
@@ -170,6 +173,7 @@ class SequentialRecurrence(torch.autograd.Function):
                 row_at(weights, start), stride * keys, contexts[done].data_ptr(), memory_size,
                 None if coverage is None else coverage[:active],
                 None if saved_logits is None else saved_logits[here], step_centres, normalized,
+                None if saved_norm is None else (saved_norm[0][here], saved_norm[1][here]),
             )  # fmt: skip
             if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
                 coverage[:active] += strided_rows(weights, start, stride, active)
@@ -191,9 +195,9 @@ class SequentialRecurrence(torch.autograd.Function):
                 saved_coverage, weights, source.keys, source.memory, source.src_lens,
                 query_weight, query_bias, source.score_weight, source.key_bias, alpha,
                 temperature, coverage_weight, feed_weight, weight_hh, bias_hh,
-                attentional_weight, keep,
+                attentional_weight, keep, *(saved_norm or (None, None)),
             ]  # fmt: skip
-            ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not these parts'
+            ctx.save_for_backward(*saved)  # None: not these parts'
         ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
         ctx.step_spans, ctx.centres = step_spans, centres  # type: ignore[attr-defined]
         ctx.feeds = initial_feed is not None  # type: ignore[attr-defined]
@@ -212,7 +216,7 @@ class SequentialRecurrence(torch.autograd.Function):
             saved_cells, hiddens, contexts, tildes, fed, saved_scores, saved_logits,
             saved_coverage, weights, projected_keys, memory, src_lens, query_weight, query_bias,
             score_weight, key_bias, alpha, temperature, coverage_weight, feed_weight, weight_hh,
-            bias_hh, attentional_weight, keep,
+            bias_hh, attentional_weight, keep, normed, rstd,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
         source = AttentionSource.of(
             projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
@@ -273,6 +277,7 @@ class SequentialRecurrence(torch.autograd.Function):
                 None if d_step_coverage is None else d_step_coverage[:active],
                 1, None if saved_logits is None else saved_logits[here],
                 None if centres is None else centres.backward_rows(done, active),
+                None if normed is None else (normed[here], rstd[here]),
             )  # fmt: skip
             if d_coverage is not None and d_step_coverage is not None:
                 d_coverage[:active] += d_step_coverage[:active]

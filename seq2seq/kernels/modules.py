@@ -315,7 +315,11 @@ class FastDecoder(AttentionDecoder):
         learned = temperature if isinstance(temperature, Tensor) else None
         if not isinstance(attention, AdditiveAttention):
             return None, None, None, key_bias, alpha, learned, coverage_weight
-        additive = attention.W_q.weight, attention.W_q.bias, attention.w_v.weight
+        score_weight = attention.w_v.weight  # w_v (1, A)
+        if attention.layer_norm is not None:  # [w_v; γ; β] (3, A), with their gradients
+            norm = attention.layer_norm
+            score_weight = torch.cat([score_weight, norm.weight[None], norm.bias[None]])
+        additive = attention.W_q.weight, attention.W_q.bias, score_weight
         return *additive, key_bias, alpha, learned, coverage_weight
 
     def fused_attention(

@@ -1,6 +1,7 @@
 /* The parts of one attention, each the twin of the Python function of the same name:
 
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
+                 seq2seq_additive_layer_norm_score  the same with its layer_norm option
                  seq2seq_product_score     DotProductAttention.score, GeneralAttention.score
      temperature seq2seq_temperature_backward  Attention.logits' score / T, a learned T's gradient
      coverage    seq2seq_additive_coverage AdditiveAttention.preactivations' w_c c term
@@ -102,6 +103,100 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
           dq_r[j] += dx;
           dk_s[j] += dx;
           dwv_r[j] += 2.0f * d_score * u[j];
+        }
+      }
+    }
+  }
+}
+
+/* AdditiveAttention.score with layer_norm (AdditiveAttention.preactivations): x = q + k_s,
+   y = gamma (x - mean(x)) / sqrt(var(x) + eps) + beta over the A features (nn.LayerNorm's
+   biased variance), e_s = scale * w_v . tanh(y), computed as the sigmoid form (see
+   seq2seq_additive_score). params (3 x A) holds w_v, gamma and beta. saved_u and saved_normed
+   (rows, S, A) receive sigmoid(2y) and the normalized x, saved_rstd (rows, S)
+   1 / sqrt(var + eps), for the backward pass, or are NULL. */
+void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
+                                       float scale, float eps, const float *restrict q,
+                                       const float *restrict keys, const float *restrict params,
+                                       const int64_t *restrict spans, float *restrict saved_u,
+                                       float *restrict saved_normed, float *restrict saved_rstd,
+                                       float *restrict logits) {
+  const float *restrict w_v = params, *restrict gamma = params + A, *restrict beta = params + 2 * A;
+#pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
+    const float *restrict q_r = q + r * A;
+    float x[A];
+    for (int64_t s = first; s < end; ++s) {
+      const float *restrict k_s = keys + (b * S + s) * A;
+      float total = 0.0f;
+      for (int64_t j = 0; j < A; ++j) {
+        x[j] = q_r[j] + k_s[j];
+        total += x[j];
+      }
+      const float mean = total / (float)A;
+      float squares = 0.0f;
+      for (int64_t j = 0; j < A; ++j) {
+        x[j] -= mean;
+        squares += x[j] * x[j];
+      }
+      const float rstd = 1.0f / __builtin_sqrtf(squares / (float)A + eps);
+      float score = 0.0f;
+      for (int64_t j = 0; j < A; ++j) {
+        const float normed = x[j] * rstd;
+        const float u = sigmoid_vec(2.0f * (gamma[j] * normed + beta[j]));
+        score += w_v[j] * u;
+        if (saved_u != NULL) {
+          saved_u[(r * S + s) * A + j] = u;
+          saved_normed[(r * S + s) * A + j] = normed;
+        }
+      }
+      if (saved_rstd != NULL) saved_rstd[r * S + s] = rstd;
+      logits[r * S + s] = 2.0f * scale * score;
+    }
+  }
+}
+
+/* Its backward: dy = 4 scale de w_v u (1 - u) (the sigmoid form, as seq2seq_additive_score's),
+   d_w_v += 2 scale de u, d_gamma += dy x^, d_beta += dy (each row's part, d_params rows x 3A as
+   params), and through the layer norm dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma;
+   d_q (rows, A) written, d_keys (sentences, S, A) added into row r's sentence, r / group. */
+void seq2seq_additive_layer_norm_score_backward(
+    int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
+    const float *restrict saved_u, const float *restrict saved_normed,
+    const float *restrict saved_rstd, const float *restrict params,
+    const int64_t *restrict spans, const float *restrict d_logits, float *restrict d_q,
+    float *restrict d_keys, float *restrict d_params) {
+  const float *restrict w_v = params, *restrict gamma = params + A;
+#pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
+  for (int64_t b = 0; b < rows / group; ++b) {
+    float g[A];
+    for (int64_t r = b * group; r < (b + 1) * group; ++r) {
+      const int64_t first = spans[2 * r], end = spans[2 * r + 1];
+      float *restrict dq_r = d_q + r * A;
+      for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
+      for (int64_t s = first; s < end; ++s) {
+        const float d_score = scale * d_logits[r * S + s];
+        const float *restrict u = saved_u + (r * S + s) * A;
+        const float *restrict normed = saved_normed + (r * S + s) * A;
+        float mean_g = 0.0f, mean_gx = 0.0f;
+        for (int64_t j = 0; j < A; ++j) {
+          const float dy = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
+          d_params[r * 3 * A + j] += 2.0f * d_score * u[j];
+          d_params[r * 3 * A + A + j] += dy * normed[j];
+          d_params[r * 3 * A + 2 * A + j] += dy;
+          g[j] = dy * gamma[j];
+          mean_g += g[j];
+          mean_gx += g[j] * normed[j];
+        }
+        mean_g /= (float)A;
+        mean_gx /= (float)A;
+        const float rstd = saved_rstd[r * S + s];
+        float *restrict dk_s = d_keys + (b * S + s) * A;
+        for (int64_t j = 0; j < A; ++j) {
+          const float dx = rstd * (g[j] - mean_g - normed[j] * mean_gx);
+          dq_r[j] += dx;
+          dk_s[j] += dx;
         }
       }
     }
