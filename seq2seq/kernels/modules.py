@@ -776,9 +776,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             return None
         return self.fused_attention(source, hidden.shape[0])
 
-    def sequential_inputs(
-        self, tokens: Tensor, state: DecoderState
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def sequential_inputs(self, tokens: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``SequentialRecurrence``'s per-row inputs from target tokens (N,) or (B, T): the
         embedding part of the cell's input projection (…, G), the fed vector's weight W_if (G, H)
         or None, and the output's dropout as a multiplier (…, H) or None (one draw per row:
@@ -803,7 +801,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         if fused is None:
             return super().forward(tgt_in, state, source, need_weights)
         parts, parameters = fused
-        input_gates, feed_weight, keep = self.sequential_inputs(tgt_in, state)
+        input_gates, feed_weight, keep = self.sequential_inputs(tgt_in)
         # (B, T, H), (B, T, S)
         attentionals, weights = SequentialRecurrence.apply(
             input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
@@ -828,7 +826,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         order = packed.sorted_indices  # (B,) longest target first
         source = source.index_select(order)
         state = tuple(part.index_select(0, order) for part in state)
-        input_gates, feed_weight, keep = self.sequential_inputs(packed.tokens, state)  # (N, ·)
+        input_gates, feed_weight, keep = self.sequential_inputs(packed.tokens)  # (N, ·)
         attentionals, _ = SequentialRecurrence.apply(
             input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
             source.src_lens, *parameters, self.coverage_of(state), *self.centre_parameters(),
