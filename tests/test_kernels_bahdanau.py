@@ -356,16 +356,21 @@ DECODERS = {"bahdanau": BahdanauDecoder, "luong": LuongDecoder}
 
 
 def make_composed(
-    scoring: str, parts: AttentionParts, decoder: str = "bahdanau", input_feeding: bool = False
+    scoring: str,
+    parts: AttentionParts,
+    decoder: str = "bahdanau",
+    input_feeding: bool = False,
+    num_heads: int = 1,
 ) -> Seq2Seq:
     """An accelerated model (hidden and memory size 16, so that dot products need no key
-    projection) with ``scoring``, ``parts`` and ``decoder``, in training mode, its parts
-    composed; a key bias starts random (at 0 it would not show in the forward pass)."""
+    projection) with ``scoring``, ``parts``, ``decoder`` and ``num_heads``, in training mode,
+    its parts composed; a key bias and coverage weight start random (at 0 they would not show
+    in the forward pass)."""
     torch.manual_seed(0)
     model = Seq2Seq(
         src_vocab_size=13, tgt_vocab_size=11, attention=SCORING[scoring], embedding_size=8,
         hidden_size=16, encoder_hidden_size=8, dropout=0.0, decoder=DECODERS[decoder],
-        attention_parts=parts, input_feeding=input_feeding,
+        attention_parts=parts, input_feeding=input_feeding, num_heads=num_heads,
     ).train()  # fmt: skip
     for name, parameter in model.named_parameters():
         if name.endswith(("key_bias.bias", "coverage_weight")):
@@ -424,6 +429,29 @@ def test_every_pair_of_choices_trains_and_decodes_as_the_reference(
 ) -> None:
     """Every pair of choices at least once (a generated covering set, not a hand-picked one)."""
     model = make_composed(scoring, parts, decoder, input_feeding)
+    assert_composed_matches_the_reference(model)
+
+
+# Several heads (model.num_heads = 2, heads of size 8): each scoring function with the parts
+# a head treats its own way (coverage per head, local-p's centre from the query before its
+# projection, a learned α shared by the heads).
+HEAD_PARTS = ["softmax", "sparsemax+key_bias", "learned_alpha+local_m", "local_p", "coverage"]
+
+
+@pytest.mark.parametrize("decoder", list(DECODERS))
+@pytest.mark.parametrize("parts", HEAD_PARTS)
+@pytest.mark.parametrize("scoring", ["additive", "scaled_dot", "general_learned_T"])
+def test_several_heads_train_and_decode_as_the_reference(
+    scoring: str, parts: str, decoder: str
+) -> None:
+    model = make_composed(scoring, PARTS[parts], decoder, num_heads=2)
+    assert model.decoder.step_parts().heads == 2
+    assert_composed_matches_the_reference(model)
+
+
+@pytest.mark.parametrize("parts", ["softmax", "coverage"])
+def test_several_heads_with_input_feeding_train_and_decode_as_the_reference(parts: str) -> None:
+    model = make_composed("scaled_dot", PARTS[parts], "luong", input_feeding=True, num_heads=2)
     assert_composed_matches_the_reference(model)
 
 

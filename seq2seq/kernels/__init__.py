@@ -16,7 +16,7 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
   coverage), as one autograd node;
 - ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node
   (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
-  every decoding step's);
+  every decoding step's; several heads are rows of their own, ``StepAttention.heads``);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one call;
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
@@ -68,8 +68,10 @@ def accelerate(model: nn.Module) -> nn.Module:
     entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows;
     coverage): the Bahdanau decoder in its C loop, the Luong decoder over all its target steps
     at once, or, where each step waits for the one before (input feeding, coverage), in a loop
-    like the Bahdanau decoder's (``luong``). A decoder whose attention has a part without a twin
-    yet (several heads: ``model.num_heads`` > 1) keeps the reference decoder whole.
+    like the Bahdanau decoder's (``luong``). Several heads (``model.num_heads`` > 1) score each
+    head as a sentence of its own through the same twins, the block's projections around them
+    (folded into the Bahdanau loop's GEMMs; with coverage or local-p, and in the Luong
+    decoder's input-fed or covering loop, each step through ``attend``).
     """
     reference_only: set[int] = set()
     # The attentions a decoder composes from the C twins (step_attention read once each).

@@ -20,7 +20,7 @@ size, D query size of product scoring, V value size (the memory's M).
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -34,6 +34,7 @@ from seq2seq.attention import (
     DotProductAttention,
     GeneralAttention,
     MultiHeadAttention,
+    Normalization,
     has_formula_of,
 )
 from seq2seq.kernels.library import library
@@ -128,7 +129,10 @@ class StepAttention:
     then [w_v; γ; β], (3, A)), or None; ``normalizer`` a key of ``NORMALIZER_TWINS``' names with
     its ``alpha``; ``scale`` read from a
     learned temperature at this call where ``learned_temperature``; ``coverage``
-    ``"additive"`` (w_c c_s inside the tanh), ``"logits"`` (γ c_s added) or ``""``."""
+    ``"additive"`` (w_c c_s inside the tanh), ``"logits"`` (γ c_s added) or ``""``; ``heads``
+    the heads of a ``MultiHeadAttention`` (1: a scoring function alone), each of which the
+    twins score as a sentence of its own (row r's head i reads sentence r·h + i of keys and
+    values split into heads)."""
 
     score: str
     scale: float
@@ -141,6 +145,7 @@ class StepAttention:
     coverage: str = ""
     learned_temperature: bool = False
     layer_norm_eps: float | None = None
+    heads: int = 1
 
     @property
     def projects_queries(self) -> bool:
@@ -405,28 +410,18 @@ def step_attention(
     attention: Attention | MultiHeadAttention, query_size: int
 ) -> StepAttention | None:
     """The C parts that compute ``attention`` for queries of ``query_size``, or None where one
-    of its parts has no twin yet (it then runs on the reference path): one head, a built-in
-    score at a fixed or learned temperature (additive with or without its bias and layer
-    norm), with or without coverage, a normalizer of ``NORMALIZER_TWINS`` or α-entmax (fixed or
-    learned α), with or without the key bias, and a global, local-m or local-p window."""
-    if not isinstance(attention, Attention):
+    of its parts has no twin yet (it then runs on the reference path): a built-in score at a
+    fixed or learned temperature (additive with or without its bias and layer norm), with or
+    without coverage, a normalizer of ``NORMALIZER_TWINS`` or α-entmax (fixed or learned α),
+    with or without the key bias, and a global, local-m or local-p window; with several heads
+    (``MultiHeadAttention``), its scoring function's parts with ``heads`` set, each head scored
+    as a sentence of its own (``heads_attention``)."""
+    if isinstance(attention, MultiHeadAttention):
+        return heads_attention(attention)
+    chosen = part_choices(attention.normalization)
+    if chosen is None:
         return None
     coverage_weight = attention.coverage_weight
-    chosen: dict[str, Any] = {}
-    parts = attention.normalization
-    if parts is not None:
-        normalizer, window = parts.normalizer, parts.window
-        twin = NORMALIZER_TWINS.get(type(normalizer))
-        if isinstance(normalizer, Entmax):  # α-entmax: α read now (a learned one changes)
-            alpha = normalizer.alpha
-            twin = ("entmax_bisect", float(alpha.detach() if isinstance(alpha, Tensor) else alpha))
-        if twin is None:
-            return None
-        chosen = {"normalizer": twin[0], "alpha": twin[1], "key_bias": parts.key_bias is not None}
-        if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
-            chosen["learned_alpha"] = True
-        if window is not None:
-            chosen.update(window=window.kind, window_size=window.size)
     if coverage_weight is not None:  # w_c (A,) inside an additive score, else γ on the logits
         chosen["coverage"] = "additive" if coverage_weight.dim() == 1 else "logits"
     temperature = attention.temperature  # T, read now where it is learned
@@ -446,6 +441,41 @@ def step_attention(
     if has_formula_of(attention, GeneralAttention):
         return StepAttention("product", scale, **chosen)
     return None
+
+
+def part_choices(parts: Normalization | None) -> dict[str, Any] | None:
+    """``StepAttention``'s fields for an attention's normalizer, window and key bias (none
+    chosen: the defaults), or None where the normalizer has no C twin."""
+    if parts is None:
+        return {}
+    normalizer, window = parts.normalizer, parts.window
+    twin = NORMALIZER_TWINS.get(type(normalizer))
+    if isinstance(normalizer, Entmax):  # α-entmax: α read now (a learned one changes)
+        alpha = normalizer.alpha
+        twin = ("entmax_bisect", float(alpha.detach() if isinstance(alpha, Tensor) else alpha))
+    if twin is None:
+        return None
+    chosen = {"normalizer": twin[0], "alpha": twin[1], "key_bias": parts.key_bias is not None}
+    if isinstance(normalizer, Entmax) and normalizer.raw_alpha is not None:
+        chosen["learned_alpha"] = True
+    if window is not None:
+        chosen.update(window=window.kind, window_size=window.size)
+    return chosen
+
+
+def heads_attention(attention: MultiHeadAttention) -> StepAttention | None:
+    """``MultiHeadAttention``'s parts: its scoring function's score at the head's size d (which
+    only scores: its own parts do not apply), the block's normalizer, window and key bias
+    shared by the heads, and its coverage γ_i c added to head i's logits (``"logits"``:
+    whatever the scoring, as the block adds it)."""
+    scoring = attention.scoring
+    size = attention.W_q.out_features // attention.num_heads  # d, what a head's query has
+    single = step_attention(scoring, size)
+    chosen = part_choices(attention.normalization)
+    if single is None or chosen is None:
+        return None
+    coverage = "logits" if attention.coverage_weight is not None else ""
+    return replace(single, heads=attention.num_heads, coverage=coverage, **chosen)
 
 
 class PartsAttention(torch.autograd.Function):

@@ -6,9 +6,9 @@ Without either, the Luong decoder's cell runs over all steps first and the atten
 step is one call (``FastLuongDecoder.teacher_forced_logits``). With them, the reference steps T
 times through some twenty small autograd nodes each (``LuongDecoder.sequential_step``). Here a
 step is the cell's GEMMs and its C pass (``csrc/gru.c``), the attention's C parts
-(``attention_parts.StepAttention``) and the attentional layer's two GEMMs and tanh; the
-backward pass is the same by hand, in reverse, with the weight gradients as one GEMM each over
-all the steps' rows after the loop. The parameters are the modules' own.
+(``loop_attention.LoopAttention``, as the Bahdanau loop's) and the attentional layer's two
+GEMMs and tanh; the backward pass is the same by hand, in reverse, with the weight gradients as
+one GEMM each over all the steps' rows after the loop. The parameters are the modules' own.
 
 Step t: h_t = GRU(W_ie e_t + b_ih + W_if f_{t-1}, h_{t-1}) (W_if f_{t-1} with input feeding);
 q = W_q h_t + b_q (additive) or h_t; weights = normalize(score(q, k) [+ coverage]) over the
@@ -25,21 +25,16 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from seq2seq.kernels.attention_parts import (
-    AttentionGrads,
-    AttentionSource,
-    StepAttention,
-    temperature_gradient,
-)
-from seq2seq.kernels.bahdanau import (
-    PredictedCentres,
+from seq2seq.kernels.attention_parts import StepAttention
+from seq2seq.kernels.gru import Steps
+from seq2seq.kernels.library import library
+from seq2seq.kernels.loop_attention import (
+    LoopAttention,
     contiguous_or_zeros,
     linear_into,
     row_at,
     strided_rows,
 )
-from seq2seq.kernels.gru import Steps
-from seq2seq.kernels.library import library
 
 
 class SequentialRecurrence(torch.autograd.Function):
@@ -50,12 +45,13 @@ class SequentialRecurrence(torch.autograd.Function):
     the coverage weight (w_c (A,) or γ (0-d)) and the coverage before the first step (B, S),
     local-p's W_p (H, H) and v_p (1, H), or None each; W_if (G, H) (the fed vector's part of
     the cell's input weight; None without input feeding), W_hh (G, H), b_hh (G,) or None, W_c
-    (H, M + H), keep (B, T, H) (the output's dropout as a multiplier) or None, and ``parts`` ->
-    the attentional vectors f_t (B, T, H) and the attention weights (B, T, S), each with its
-    gradient.
+    (H, M + H), a bias (H,) added to W_c [c; h] or None, keep (B, T, H) (the output's dropout
+    as a multiplier) or None, and ``parts`` -> the attentional vectors f_t (B, T, H) and the
+    attention weights (B, T, S), each with its gradient.
 
     With ``steps`` (a ``gru.Steps.packed``), input_gates, keep and the outputs are packed rows
-    (N, ·), sorted longest first, as in ``bahdanau.Recurrence``. ``library.usable`` must hold.
+    (N, ·), sorted longest first, as in ``bahdanau.Recurrence``; several heads as there (M is
+    then h·d, the weights (…, h·S)). ``library.usable`` must hold.
     """
 
     @staticmethod
@@ -81,6 +77,7 @@ class SequentialRecurrence(torch.autograd.Function):
         weight_hh: Tensor,
         bias_hh: Tensor | None,
         attentional_weight: Tensor,
+        attentional_bias: Tensor | None,
         keep: Tensor | None,
         parts: StepAttention,
         steps: Steps | None = None,
@@ -93,52 +90,31 @@ class SequentialRecurrence(torch.autograd.Function):
             steps = Steps.padded(padded_shape[0], padded_shape[1], batch_first=True)
             input_gates = input_gates.reshape(-1, input_gates.shape[2])
             keep = None if keep is None else keep.reshape(-1, keep.shape[2])
+        assert parts.heads == 1 or steps.stride == 1  # a step's head rows side by side
         input_gates = input_gates.contiguous()
         rows, gates = input_gates.shape
         batch, size = initial.shape
-        keys, key_size = projected_keys.shape[1], projected_keys.shape[2]
-        memory_size = memory.shape[2]
         visited = steps.rows
-        source = AttentionSource.of(
-            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
-            temperature,
-        )  # fmt: skip
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
+        attention = LoopAttention(
+            kernels, parts, (
+                projected_keys, memory, src_lens, query_weight, query_bias, score_weight,
+                key_bias, alpha, temperature, coverage_weight, initial_coverage, centre_weight,
+                centre_vector,
+            ), batch, size, steps, needs_grad,
+        )  # fmt: skip
+        width = parts.heads * attention.value_size  # a context's columns: M, or h·d
         new = input_gates.new_empty
-        attentionals, weights = new(rows, size), new(rows, keys)
-        # Per visited row, in the steps' order: the cell's r z n gh_n h_{t-1}, h_t, c_t, h~_t,
-        # and what the score's backward reads (additive: sigmoid(2x) of every (row, key) pair;
-        # a product: the query, h_t, saved as ``hiddens``); per row as the outputs, f_{t-1}.
+        attentionals, weights = new(rows, size), new(rows, parts.heads * attention.keys)
+        # Per visited row, in the steps' order: the cell's r z n gh_n h_{t-1}, h_t, c_t, h~_t;
+        # per row as the outputs, f_{t-1}.
         saved_cells = new(visited, 5 * size) if needs_grad else None
-        hiddens, contexts, tildes = (
-            new(visited, size),
-            new(visited, memory_size),
-            new(visited, size),
-        )
+        hiddens, contexts, tildes = new(visited, size), new(visited, width), new(visited, size)
         fed = new(rows, size) if needs_grad and initial_feed is not None else None
-        saved_scores = (
-            new(visited, keys, key_size) if needs_grad and parts.projects_queries else None
-        )
-        saved_logits = new(visited, keys) if needs_grad and parts.learned_temperature else None
-        saved_norm = (
-            parts.layer_norm_buffers(visited, keys, key_size, input_gates) if needs_grad else None
-        )
-        coverage = saved_coverage = None
-        if initial_coverage is not None:
-            coverage = initial_coverage.clone(memory_format=torch.contiguous_format)
-            saved_coverage = new(visited, keys) if needs_grad else None
-        centres = None
-        if centre_weight is not None and centre_vector is not None:
-            centres = PredictedCentres(
-                centre_weight, centre_vector, source.src_lens, visited, keys, needs_grad
-            )
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         feed = None if initial_feed is None else initial_feed.clone()  # f_{t-1}, (B, H)
-        query = new(batch, key_size) if parts.projects_queries else state
-        logits, cell_gates, recurrent = new(batch, keys), new(batch, gates), new(batch, gates)
-        context_weight, hidden_weight = attentional_weight.split([memory_size, size], dim=1)
-        per_step = parts.needs_positions or parts.needs_centres
-        step_spans = [] if per_step else [parts.spans(kernels, batch, 1, source)]
+        cell_gates, recurrent = new(batch, gates), new(batch, gates)
+        context_weight, hidden_weight = attentional_weight.split([width, size], dim=1)
         done, stride = 0, steps.stride
         for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
             here = slice(done, done + active)  # this step's visited rows
@@ -155,31 +131,16 @@ class SequentialRecurrence(torch.autograd.Function):
                 state.data_ptr(), hiddens[done].data_ptr(), size,
                 None if saved_cells is None else saved_cells[done].data_ptr(),
             )  # fmt: skip
-            if query_weight is not None:  # q = W_q h_t + b_q: (b, H) -> (b, A)
-                linear_into(query[:active], state[:active], query_weight, query_bias)
-            step_centres = normalized = None
-            if parts.needs_positions:
-                positions = torch.full((batch,), t, dtype=torch.int64)
-                step_spans.append(parts.spans(kernels, batch, 1, source, positions))
-            if centres is not None:  # p_t from h_t: (b,)
-                step_centres = centres.forward(state[:active], done)
-                step_spans.append(parts.spans(kernels, active, 1, source, centres=step_centres))
-                normalized = centres.normalized_rows(done, active)
-            if saved_coverage is not None and coverage is not None:
-                saved_coverage[here] = coverage[:active]
-            parts.forward(
-                kernels, active, 1, query.data_ptr(), source, step_spans[-1].data_ptr(),
-                None if saved_scores is None else saved_scores[done].data_ptr(), logits,
-                row_at(weights, start), stride * keys, contexts[done].data_ptr(), memory_size,
-                None if coverage is None else coverage[:active],
-                None if saved_logits is None else saved_logits[here], step_centres, normalized,
-                None if saved_norm is None else (saved_norm[0][here], saved_norm[1][here]),
+            attention.forward(
+                t, done, state[:active], strided_rows(weights, start, stride, active),
+                contexts[here],
             )  # fmt: skip
-            if coverage is not None:  # c_{t+1} = c_t + a_t: (b, S)
-                coverage[:active] += strided_rows(weights, start, stride, active)
-            # h~_t = tanh(W_c1 c_t + W_c2 h_t): (b, M) @ (M, H) + (b, H) @ (H, H)
+            # h~_t = tanh(W_c1 c_t + W_c2 h_t [+ bias]): (b, M) @ (M, H) + (b, H) @ (H, H)
             tilde = tildes[here]
-            torch.mm(contexts[here], context_weight.t(), out=tilde)
+            if attentional_bias is None:
+                torch.mm(contexts[here], context_weight.t(), out=tilde)
+            else:
+                torch.addmm(attentional_bias, contexts[here], context_weight.t(), out=tilde)
             tilde.addmm_(state[:active], hidden_weight.t()).tanh_()
             out = strided_rows(attentionals, start, stride, active)
             if keep is None:
@@ -191,16 +152,13 @@ class SequentialRecurrence(torch.autograd.Function):
             done += active
         if needs_grad:
             saved = [
-                saved_cells, hiddens, contexts, tildes, fed, saved_scores, saved_logits,
-                saved_coverage, weights, source.keys, source.memory, source.src_lens,
-                query_weight, query_bias, source.score_weight, source.key_bias, alpha,
-                temperature, coverage_weight, feed_weight, weight_hh, bias_hh,
-                attentional_weight, keep, *(saved_norm or (None, None)),
+                saved_cells, hiddens, contexts, tildes, fed, weights, feed_weight, weight_hh,
+                bias_hh, attentional_weight, keep,
             ]  # fmt: skip
-            ctx.save_for_backward(*saved)  # None: not these parts'
-        ctx.steps, ctx.padded_shape, ctx.parts = steps, padded_shape, parts  # type: ignore[attr-defined]
-        ctx.step_spans, ctx.centres = step_spans, centres  # type: ignore[attr-defined]
+            ctx.save_for_backward(*saved)  # type: ignore[arg-type]  # None: not used
+        ctx.steps, ctx.padded_shape, ctx.attention = steps, padded_shape, attention  # type: ignore[attr-defined]
         ctx.feeds = initial_feed is not None  # type: ignore[attr-defined]
+        ctx.has_bias = attentional_bias is not None  # type: ignore[attr-defined]
         if padded_shape is not None:  # (B·T, ·) -> (B, T, ·)
             return attentionals.view(*padded_shape, -1), weights.view(*padded_shape, -1)
         return attentionals, weights
@@ -213,47 +171,32 @@ class SequentialRecurrence(torch.autograd.Function):
         kernels = library()
         assert kernels is not None
         (
-            saved_cells, hiddens, contexts, tildes, fed, saved_scores, saved_logits,
-            saved_coverage, weights, projected_keys, memory, src_lens, query_weight, query_bias,
-            score_weight, key_bias, alpha, temperature, coverage_weight, feed_weight, weight_hh,
-            bias_hh, attentional_weight, keep, normed, rstd,
+            saved_cells, hiddens, contexts, tildes, fed, weights, feed_weight, weight_hh,
+            bias_hh, attentional_weight, keep,
         ) = ctx.saved_tensors  # type: ignore[attr-defined]  # fmt: skip
-        source = AttentionSource.of(
-            projected_keys, memory, src_lens, score_weight, key_bias, alpha, coverage_weight,
-            temperature,
-        )  # fmt: skip
         steps: Steps = ctx.steps  # type: ignore[attr-defined]
-        parts: StepAttention = ctx.parts  # type: ignore[attr-defined]
-        centres: PredictedCentres | None = ctx.centres  # type: ignore[attr-defined]
-        step_spans: list[Tensor] = ctx.step_spans  # type: ignore[attr-defined]
+        attention: LoopAttention = ctx.attention  # type: ignore[attr-defined]
         padded_shape = ctx.padded_shape  # type: ignore[attr-defined]
         rows, keys = weights.shape
-        batch, key_size = projected_keys.shape[0], projected_keys.shape[2]
-        size, gates, memory_size = weight_hh.shape[1], weight_hh.shape[0], memory.shape[2]
-        visited = steps.rows
-        context_weight, hidden_weight = attentional_weight.split([memory_size, size], dim=1)
-        d_attentionals = contiguous_or_zeros(d_attentionals, (rows, size), memory)
+        size, gates, width = weight_hh.shape[1], weight_hh.shape[0], contexts.shape[1]
+        batch, visited = attention.batch, steps.rows
+        context_weight, hidden_weight = attentional_weight.split([width, size], dim=1)
+        d_attentionals = contiguous_or_zeros(d_attentionals, (rows, size), contexts)
         d_attentionals = d_attentionals.view(rows, size)
         if d_weights is not None:  # a loss read the weights: (rows, S)
             d_weights = d_weights.contiguous().view(rows, keys)
-        new = memory.new_empty
-        d_state = memory.new_zeros(batch, size)  # dL/dh_t from the steps after t
-        d_feed = memory.new_zeros(batch, size)  # dL/df_t from step t + 1's cell
+        new = contexts.new_empty
+        d_state = contexts.new_zeros(batch, size)  # dL/dh_t from the steps after t
+        d_feed = contexts.new_zeros(batch, size)  # dL/df_t from step t + 1's cell
         d_input_gates = new(rows, gates)
         d_recurrent, d_pres = new(visited, gates), new(visited, size)
-        d_queries, d_hidden = new(visited, key_size), new(batch, size)
-        d_context = new(batch, memory_size)
-        scratch = (new(batch, keys), new(batch, keys))
-        grads = AttentionGrads.zeros(source, batch)  # per-sentence parts, summed below
-        d_coverage = d_step_coverage = None
-        if saved_coverage is not None:
-            d_coverage, d_step_coverage = memory.new_zeros(batch, keys), new(batch, keys)
+        d_hidden, d_context = new(batch, size), new(batch, width)
+        attention.start_backward()
         done, stride = visited, steps.stride
         for t in reversed(range(len(steps.batch_sizes))):
             active, start = steps.batch_sizes[t], steps.starts[t]
             done -= active
             here = slice(done, done + active)
-            spans = step_spans[t if parts.needs_positions or parts.needs_centres else 0]
             # dL/df_t: the output's and step t + 1's; then through the dropout and the tanh.
             d_out = strided_rows(d_attentionals, start, stride, active) + d_feed[:active]
             if keep is not None:
@@ -262,31 +205,11 @@ class SequentialRecurrence(torch.autograd.Function):
             torch.mul(d_out, 1 - tildes[here].square(), out=d_pre)
             torch.mm(d_pre, context_weight, out=d_context[:active])  # (b, H) @ (H, M)
             torch.mm(d_pre, hidden_weight, out=d_hidden[:active])  # (b, H) @ (H, H)
-            d_weights_out = None if d_weights is None else (row_at(d_weights, start), stride * keys)
-            if d_coverage is not None:
-                d_step = d_coverage[:active].clone()  # (b, S)
-                if d_weights is not None:
-                    d_step += strided_rows(d_weights, start, stride, active)
-                d_weights_out = (d_step.data_ptr(), keys)
-            parts.backward(
-                kernels, active, hiddens[done].data_ptr(), source, spans.data_ptr(),
-                None if saved_scores is None else saved_scores[done].data_ptr(),
-                row_at(weights, start), stride * keys, d_context.data_ptr(), memory_size,
-                d_weights_out, scratch, d_queries[done].data_ptr(), grads,
-                None if saved_coverage is None else saved_coverage[here],
-                None if d_step_coverage is None else d_step_coverage[:active],
-                1, None if saved_logits is None else saved_logits[here],
-                None if centres is None else centres.backward_rows(done, active),
-                None if normed is None else (normed[here], rstd[here]),
+            attention.backward(
+                t, done, strided_rows(weights, start, stride, active), d_context[:active],
+                None if d_weights is None else strided_rows(d_weights, start, stride, active),
+                d_hidden[:active],
             )  # fmt: skip
-            if d_coverage is not None and d_step_coverage is not None:
-                d_coverage[:active] += d_step_coverage[:active]
-            if query_weight is not None:  # dL/dh_t += d_q @ W_q: (b, A) @ (A, H)
-                d_hidden[:active].addmm_(d_queries[here], query_weight)
-            else:  # q = h_t
-                d_hidden[:active] += d_queries[here]
-            if centres is not None:  # through p_t
-                d_hidden[:active] += centres.backward(done, active)
             kernels.seq2seq_gru_backward(
                 active, size, d_state.data_ptr(), d_hidden.data_ptr(), size,
                 saved_cells[done].data_ptr(), row_at(d_input_gates, start), stride * gates,
@@ -298,38 +221,22 @@ class SequentialRecurrence(torch.autograd.Function):
                 d_gi = strided_rows(d_input_gates, start, stride, active)
                 torch.mm(d_gi, feed_weight, out=d_feed[:active])
         # The weight gradients, one GEMM each over all the steps' rows: (H, N') @ (N', M + H),
-        # (G, N') @ (N', H) with each row's h_{t-1}, (A, N') @ (N', H), (G, N) @ (N, H).
+        # (G, N') @ (N', H) with each row's h_{t-1}, (G, N) @ (N, H).
         d_attentional_weight = d_pres.t() @ torch.cat([contexts, hiddens], dim=1)
         d_weight_hh = d_recurrent.t() @ saved_cells[:, 4 * size :]
-        d_query_weight = None if query_weight is None else d_queries.t() @ hiddens
         d_feed_weight = None if fed is None else d_input_gates.t() @ fed
-        d_centre_weight = d_centre_vector = None
-        if centres is not None:  # p_t is predicted from h_t
-            d_centre_weight, d_centre_vector = centres.weight_gradients(hiddens)
         if padded_shape is not None:
             d_input_gates = d_input_gates.view(*padded_shape, gates)
-        d_score_weight, d_cover = grads.d_score_weight, grads.d_coverage_weight
         return (
             d_input_gates,
             d_state,
             d_feed if ctx.feeds else None,  # type: ignore[attr-defined]
-            grads.d_keys,
-            grads.d_memory,
-            None,
-            d_query_weight,
-            None if query_bias is None else d_queries.sum(0),
-            None if d_score_weight is None else d_score_weight.sum(0).view_as(score_weight),
-            grads.d_key_bias,
-            None if grads.d_alpha is None else grads.d_alpha.sum().view_as(alpha),
-            temperature_gradient(grads.d_temperature, temperature),
-            None if d_cover is None else d_cover.sum(0).view_as(coverage_weight),
-            d_coverage,
-            d_centre_weight,
-            d_centre_vector,
+            *attention.gradients(hiddens),  # each query came from h_t
             d_feed_weight,
             d_weight_hh,
             None if bias_hh is None else d_recurrent.sum(0),
             d_attentional_weight,
+            d_pres.sum(0) if ctx.has_bias else None,  # type: ignore[attr-defined]
             None,
             None,
             None,

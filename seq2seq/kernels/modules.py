@@ -68,6 +68,7 @@ from seq2seq.models.decoder import (
     DecoderState,
     EncodedSource,
     LuongDecoder,
+    per_hypothesis,
     queries_per_sentence,
 )
 from seq2seq.models.encoder import RNNEncoder
@@ -291,7 +292,8 @@ class FastDecoder(AttentionDecoder):
             return False
         if source.src_lens.dim() != 1 or rows % source.memory.shape[0]:
             return False  # a ragged query count: attend's error says what is wrong
-        return usable(source.memory, source.projected_keys)
+        values = source.projected_values  # several heads' W_v m, or None
+        return usable(source.memory, source.projected_keys, *([] if values is None else [values]))
 
     def step_parts(self) -> StepAttention | None:
         """The C parts that compute this decoder's attention, or None (``step_attention``)."""
@@ -300,11 +302,15 @@ class FastDecoder(AttentionDecoder):
     def attention_parameters(self) -> AttentionParameters:
         """W_q, b_q and w_v of additive scoring (else None each: a product's q is the state),
         the key bias (P,), a learned α (0-d), a learned temperature T (0-d) and the coverage
-        weight (w_c or γ), or None each: what ``bahdanau.Recurrence`` and
-        ``attention_parts.attend`` read, in their order."""
+        weight (w_c or γ; a multi-head attention's γ (h,)), or None each: what
+        ``bahdanau.Recurrence`` and ``attention_parts.attend`` read, in their order. With
+        several heads, the scoring function's own (each head's queries are projected by the
+        block's W_q before them)."""
+        coverage_weight = self.attention.coverage_weight
+        parts = self.attention.normalization
         attention = self.attention
-        coverage_weight = attention.coverage_weight
-        parts = attention.normalization
+        if isinstance(attention, MultiHeadAttention):
+            attention = attention.scoring
         key_bias = alpha = None
         if parts is not None:
             key_bias = None if parts.key_bias is None else parts.key_bias.bias
@@ -338,6 +344,56 @@ class FastDecoder(AttentionDecoder):
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
         return self.fused_attention(source, rows) is not None
 
+    def loop_inputs(
+        self, source: EncodedSource, parameters: AttentionParameters, output_weight: Tensor
+    ) -> tuple[tuple[Tensor | None, ...], Tensor, Tensor | None]:
+        """What a C loop (``bahdanau.Recurrence``, ``luong.SequentialRecurrence``) reads of the
+        attention from the source on (keys, values, lengths, ``attention_parameters``), the
+        weight (·, M) that reads the attention's output (the Bahdanau cell's W_ic, the Luong
+        decoder's W_c1) as the loop applies it, and a bias (·,) to add after it, or None.
+
+        With several heads the block's linear maps fold into the weights the loop already
+        has: the heads' queries W_a (W_q,i s + b_i) + b_a = (W_a W_q,i) s + (W_a b_i + b_a)
+        (additive; a product's are W_q s + b_q), one (h·K, H) GEMM a step; and the output
+        weight reads W (W_o c + b_o) = (W W_o) c + W b_o of the heads' concatenated contexts c
+        (``head_output`` applies W_o where the loop returns them)."""
+        attention = self.attention
+        query_weight, query_bias, *rest = parameters
+        if not isinstance(attention, MultiHeadAttention):
+            source_tensors = (source.projected_keys, source.memory, source.src_lens)
+            return (*source_tensors, query_weight, query_bias, *rest), output_weight, None
+        heads, head_projection = attention.num_heads, attention.W_q
+        per_head = head_projection.weight.view(heads, -1, head_projection.in_features)  # (h, d, H)
+        bias = head_projection.bias  # (D,) or None
+        if query_weight is None:  # a product scores the heads' queries themselves
+            query_weight, query_bias = head_projection.weight, bias
+        else:  # (A, d) with (h, d, H) -> (h, A, H) -> (h·A, H)
+            folded = torch.einsum("ad,hdk->hak", query_weight, per_head).flatten(0, 1)
+            shift = query_weight.new_zeros(heads, query_weight.shape[0])  # (h, A)
+            if bias is not None:  # W_a b_i: (h, d) @ (d, A)
+                shift = shift + bias.view(heads, -1) @ query_weight.t()
+            if query_bias is not None:
+                shift = shift + query_bias
+            query_weight, query_bias = folded, shift.flatten()
+        assert source.projected_values is not None  # a multi-head attention's source has them
+        lens = source.src_lens.repeat_interleave(heads)  # (B·h,): sentence b·h + i is b's
+        source_tensors = (source.projected_keys, source.projected_values, lens)
+        output = attention.W_o
+        output_bias = None if output.bias is None else output_weight @ output.bias  # (·,)
+        folded_output = output_weight @ output.weight  # (·, M) @ (M, D)
+        return (*source_tensors, query_weight, query_bias, *rest), folded_output, output_bias
+
+    def head_output(self, contexts: Tensor) -> Tensor:
+        """A loop's contexts (…, h·d) as the reference's (…, M): the heads' through W_o; one
+        head's as they are."""
+        attention = self.attention
+        return attention.W_o(contexts) if isinstance(attention, MultiHeadAttention) else contexts
+
+    def average_heads(self, weights: Tensor) -> Tensor:
+        """A loop's weights (…, h·S) as the reference's (…, S): averaged over the heads."""
+        heads = getattr(self.attention, "num_heads", 1)
+        return weights if heads == 1 else weights.unflatten(-1, (heads, -1)).mean(dim=-2)
+
     def centre_parameters(self) -> tuple[Tensor | None, Tensor | None]:
         """Local-p's W_p (H, H) and v_p (1, H), which predict each step's centre, or None."""
         parts = self.attention.normalization
@@ -365,6 +421,8 @@ class FastDecoder(AttentionDecoder):
         if fused is None:
             return super().attend(queries, source, need_weights, positions, coverage)
         parts, parameters = fused
+        if parts.heads > 1:
+            return self.attend_heads(queries, source, parts, parameters, positions, coverage)
         flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
         flat_coverage = None if coverage is None else coverage.reshape(rows * num_queries, -1)
         centres = None
@@ -383,6 +441,66 @@ class FastDecoder(AttentionDecoder):
         if not (need_weights or coverage is not None):
             return contexts, None
         return contexts, weights.view(rows, num_queries, -1)  # (R, Tq, S)
+
+    def attend_heads(
+        self,
+        queries: Tensor,
+        source: EncodedSource,
+        parts: StepAttention,
+        parameters: AttentionParameters,
+        positions: Tensor | None,
+        coverage: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """``attend`` for a ``MultiHeadAttention`` through the C parts: its projections W_q and
+        W_o around them (through PyTorch), and between them head i of sentence b scored as a
+        sentence of its own, b·h + i, against that head's keys and values (the source's, split
+        into heads once per batch), the rows of sentence b (its K hypotheses' Tq queries) its
+        rows. queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) averaged over the
+        heads, as the reference returns them."""
+        attention = self.attention
+        assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
+        heads, (rows, num_queries, _) = parts.heads, queries.shape
+        sentences = source.memory.shape[0]
+        per_sentence = queries_per_sentence(queries, sentences)  # (B, K·Tq, H)
+        head_queries = attention.split_heads(attention.W_q(per_sentence))  # (B·h, K·Tq, d)
+        per_head_rows = head_queries.shape[1]  # K·Tq: each head-sentence's rows
+        head_size = head_queries.shape[2]
+
+        def each_head(per_row: Tensor) -> Tensor:
+            """(B, K·Tq, ...) -> (B·h·K·Tq, ...): every head's rows read the same."""
+            expanded = per_row.unsqueeze(1).expand(-1, heads, *per_row.shape[1:])
+            return expanded.flatten(0, 2)
+
+        flat_positions = None if positions is None else each_head(positions.reshape(sentences, -1))
+        centres = None
+        if parts.needs_centres:  # local-p's p_t from the queries before their projection
+            window = getattr(attention.normalization, "window", None)
+            assert window is not None  # step_attention named local-p
+            centres = each_head(window.centres(per_sentence, source.src_lens, None))
+        query_weight, query_bias, score_weight, key_bias, alpha, temperature, gamma = parameters
+        head_coverage = coverage_weight = None
+        if coverage is not None:  # γ_i c for head i, (B, h, K·Tq, S), the C twin's γ then 1
+            assert gamma is not None  # step_attention chose coverage
+            covered = queries_per_sentence(coverage, sentences)  # (B, K·Tq, S)
+            scaled = gamma[None, :, None, None] * covered[:, None]  # (B, h, K·Tq, S)
+            head_coverage = scaled.flatten(0, 2)  # (B·h·K·Tq, S)
+            coverage_weight = gamma.new_ones(())
+        values = source.projected_values
+        assert values is not None  # a multi-head attention's source has them
+        # (B·h·K·Tq, d), (B·h·K·Tq, S)
+        contexts, weights = parts_attend(
+            parts, head_queries.reshape(-1, head_size), source.projected_keys, values,
+            source.src_lens.repeat_interleave(heads), query_weight, query_bias, score_weight,
+            key_bias, alpha, temperature, coverage_weight, positions=flat_positions,
+            coverage=head_coverage, centres=centres,
+        )  # fmt: skip
+        merged = attention.merge_heads(contexts.view(sentences * heads, per_head_rows, -1))
+        output = attention.W_o(merged)  # (B, K·Tq, D)
+        averaged = weights.view(sentences, heads, per_head_rows, -1).mean(dim=1)  # (B, K·Tq, S)
+        return (
+            per_hypothesis(output, rows, num_queries),  # (R, Tq, M)
+            per_hypothesis(averaged, rows, num_queries),  # (R, Tq, S)
+        )
 
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
@@ -485,12 +603,26 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         fused = self.fused_recurrence(source, state[0])
         if fused is not None:
             parts, parameters = fused
-            # (B, T, H), (B, T, M), (B, T, S)
-            states, step_contexts, attention_weights = FusedRecurrence.apply(
-                input_gates, state[0], source.projected_keys, source.memory, source.src_lens,
-                *parameters, self.coverage_of(state), *self.centre_parameters(),
-                context_weight, self.cell.weight_hh, self.cell.bias_hh, parts,
+            attention_inputs, cell_weight, gate_bias = self.loop_inputs(
+                source, parameters, context_weight
+            )
+            steps = None  # (B, T, ·), row b·T + t; with heads time-major (``time_major``)
+            if parts.heads > 1:
+                input_gates = time_major(input_gates)
+                steps = Steps.padded(tgt_in.shape[0], tgt_in.shape[1], batch_first=False)
+            if gate_bias is not None:
+                input_gates = input_gates + gate_bias
+            # (B, T, H), (B, T, h·d), (B, T, h·S); or (T·B, ·) each with heads
+            outputs = FusedRecurrence.apply(
+                input_gates, state[0], *attention_inputs, self.coverage_of(state),
+                *self.centre_parameters(), cell_weight, self.cell.weight_hh, self.cell.bias_hh,
+                parts, steps,
             )  # fmt: skip
+            if steps is not None:
+                outputs = tuple(batch_major(output, tgt_in.shape[0]) for output in outputs)
+            states, step_contexts, attention_weights = outputs
+            step_contexts = self.head_output(step_contexts)  # (B, T, M)
+            attention_weights = self.average_heads(attention_weights)  # (B, T, S)
             logits = self.output(states, step_contexts, embedded)  # (B, T, V)
             return logits, attention_weights if need_weights else None
         hiddens, contexts, weights = [], [], []
@@ -526,13 +658,18 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         input_gates = self.embedding_gates(embedded, embedding_weight)  # (N, G)
         coverage = self.coverage_of(state)  # (B, S) or None
         coverage = None if coverage is None else coverage.index_select(0, order)
-        # (N, H), (N, M)
+        attention_inputs, cell_weight, gate_bias = self.loop_inputs(
+            source, parameters, context_weight
+        )
+        if gate_bias is not None:
+            input_gates = input_gates + gate_bias
+        # (N, H), (N, M or h·d), (N, S or h·S)
         states, contexts, _ = FusedRecurrence.apply(
-            input_gates, state[0].index_select(0, order), source.projected_keys, source.memory,
-            source.src_lens, *parameters, coverage, *self.centre_parameters(), context_weight,
-            self.cell.weight_hh, self.cell.bias_hh, parts, Steps.packed(packed.batch_sizes),
+            input_gates, state[0].index_select(0, order), *attention_inputs, coverage,
+            *self.centre_parameters(), cell_weight, self.cell.weight_hh, self.cell.bias_hh,
+            parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
-        return self.output(states, contexts, embedded), targets  # (N, V), (N,)
+        return self.output(states, self.head_output(contexts), embedded), targets  # (N, V), (N,)
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
@@ -802,14 +939,38 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             return super().forward(tgt_in, state, source, need_weights)
         parts, parameters = fused
         input_gates, feed_weight, keep = self.sequential_inputs(tgt_in)
-        # (B, T, H), (B, T, S)
-        attentionals, weights = SequentialRecurrence.apply(
-            input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
-            source.src_lens, *parameters, self.coverage_of(state), *self.centre_parameters(),
-            feed_weight, self.cell.weight_hh, self.cell.bias_hh, self.attentional.weight, keep,
-            parts,
+        attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
+            source, parameters
+        )
+        steps = None  # (B, T, ·), row b·T + t; with heads time-major (``time_major``)
+        if parts.heads > 1:
+            input_gates = time_major(input_gates)
+            steps = Steps.padded(tgt_in.shape[0], tgt_in.shape[1], batch_first=False)
+            keep = None if keep is None else time_major(keep)
+        # (B, T, H), (B, T, h·S); or (T·B, ·) each with heads
+        outputs = SequentialRecurrence.apply(
+            input_gates, state[0], self.feed_of(state), *attention_inputs,
+            self.coverage_of(state), *self.centre_parameters(), feed_weight,
+            self.cell.weight_hh, self.cell.bias_hh, attentional_weight, attentional_bias, keep,
+            parts, steps,
         )  # fmt: skip
+        if steps is not None:
+            outputs = tuple(batch_major(output, tgt_in.shape[0]) for output in outputs)
+        attentionals, weights = outputs
+        weights = self.average_heads(weights)  # (B, T, S)
         return self.output_layer(attentionals), weights if need_weights else None
+
+    def sequential_loop_inputs(
+        self, source: EncodedSource, parameters: AttentionParameters
+    ) -> tuple[tuple[Tensor | None, ...], Tensor, Tensor | None]:
+        """``loop_inputs`` for ``SequentialRecurrence``: the attention's inputs, W_c (H, M + H)
+        with its context part W_c1 folded (several heads), and the bias that folding adds."""
+        weight = self.attentional.weight
+        context_weight, hidden_weight = weight.split([self.memory_size, weight.shape[0]], dim=1)
+        inputs, context_weight, bias = self.loop_inputs(source, parameters, context_weight)
+        if not isinstance(self.attention, MultiHeadAttention):
+            return inputs, weight, None
+        return inputs, torch.cat([context_weight, hidden_weight], dim=1), bias
 
     def sequential_logits(
         self,
@@ -827,10 +988,13 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         source = source.index_select(order)
         state = tuple(part.index_select(0, order) for part in state)
         input_gates, feed_weight, keep = self.sequential_inputs(packed.tokens)  # (N, ·)
+        attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
+            source, parameters
+        )
         attentionals, _ = SequentialRecurrence.apply(
-            input_gates, state[0], self.feed_of(state), source.projected_keys, source.memory,
-            source.src_lens, *parameters, self.coverage_of(state), *self.centre_parameters(),
-            feed_weight, self.cell.weight_hh, self.cell.bias_hh, self.attentional.weight, keep,
+            input_gates, state[0], self.feed_of(state), *attention_inputs,
+            self.coverage_of(state), *self.centre_parameters(), feed_weight,
+            self.cell.weight_hh, self.cell.bias_hh, attentional_weight, attentional_bias, keep,
             parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
         return self.output_layer(attentionals), targets  # (N, V), (N,)
@@ -893,6 +1057,17 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             source.src_lens, scale, self.attentional.weight[:, self.memory_size :],
             self.output_layer.weight, self.output_layer.bias, query, task,
         )  # fmt: skip
+
+
+def time_major(rows: Tensor) -> Tensor:
+    """(B, T, ·) -> (T·B, ·), row t·B + b: each step's rows side by side, as a C loop with
+    several heads reads them (``Steps.padded(B, T, batch_first=False)``)."""
+    return rows.transpose(0, 1).reshape(-1, rows.shape[2])
+
+
+def batch_major(rows: Tensor, batch: int) -> Tensor:
+    """The inverse of ``time_major``: (T·B, ·) -> (B, T, ·)."""
+    return rows.view(-1, batch, rows.shape[1]).transpose(0, 1)
 
 
 def replace_memory(source: EncodedSource, memory: Tensor) -> EncodedSource:
