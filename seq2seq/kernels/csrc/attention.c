@@ -569,6 +569,9 @@ void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict span
       for (int64_t i = 0; i < iterations; ++i) {
         width /= 2.0f;
         const float middle = low + width;
+        /* Past float's resolution around low, every later halving sums at low itself (>= 1)
+           and keeps it: stopping here gives the same tau as running them all. */
+        if (middle == low) break;
         float total = 0.0f;
         for (int64_t s = 0; s < len; ++s) {
           const float above = x[s] - middle;
