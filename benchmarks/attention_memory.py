@@ -48,7 +48,6 @@ FIGURES: tuple[Figure, ...] = (
     ("repeats", "repeated tokens", 4),
     ("beam_bleu", "beam 5", 1),
     ("penalty_bleu", f"beam 5, β={PENALTY}", 1),
-    ("tokens_per_s", "train tokens/s", 0),
 )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -32,12 +33,13 @@ from typing import Any
 import torch
 from sacrebleu.metrics import BLEU
 
+from benchmarks.switch_speed import train_py_tokens_per_s
 from seq2seq import Translator
 from seq2seq.analysis.alignment import GoldAlignment, argmax_links, corpus_aer
 from seq2seq.analysis.diagnostics import learned_alphas
 from seq2seq.analysis.intervals import Interval, IntervalError, mean_interval
 from seq2seq.attention import AdditiveAttention, GeneralAttention
-from seq2seq.cli import int_at_least
+from seq2seq.cli import UsageError, int_at_least
 from seq2seq.data.toy import ToyTranslation
 
 log = logging.getLogger("seq2seq")
@@ -69,7 +71,6 @@ FIGURES = (
     ("long_aer", "test_long AER", 3),
     ("zero_share", "exact zeros", 3),
     ("entropy", "entropy (nats)", 3),
-    ("tokens_per_s", "train tokens/s", 0),
 )
 
 
@@ -172,7 +173,9 @@ def add_study_arguments(parser: Any, out: Path) -> None:
     """The command-line options every seeds study shares: where its runs are, the seeds, epochs
     and parallel runs, where its report goes (``out`` by default), the page to refresh and more
     train.py overrides."""
-    parser.add_argument("--runs", type=Path, required=True, help="directory of the training runs")
+    parser.add_argument(
+        "--runs", type=Path, help="directory of the training runs (needed but with --speed-only)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="(1 2 3)")
     parser.add_argument("--epochs", type=int_at_least(1), default=2, help="per run (2)")
     parser.add_argument("--jobs", type=int_at_least(1), default=2, help="runs at a time (2)")
@@ -181,6 +184,52 @@ def add_study_arguments(parser: Any, out: Path) -> None:
     parser.add_argument(
         "--overrides", nargs="*", default=[], help="more train.py overrides for every run"
     )
+
+
+def add_speed_arguments(parser: Any) -> None:
+    """The options that time every setting one run at a time (``measure_speed``)."""
+    parser.add_argument(
+        "--speed-repeats", type=int, default=0,
+        help="also time every setting this many times, one run at a time (0: no)",
+    )  # fmt: skip
+    parser.add_argument("--speed-steps", type=int_at_least(1), default=150, help="(150)")
+    parser.add_argument(
+        "--speed-only", action="store_true",
+        help="train nothing: time the settings, render the tables from --out's results.json",
+    )  # fmt: skip
+
+
+def study_arguments(args: Any) -> tuple[Path, list[int], int, int, list[str]]:
+    """``run_all``'s first arguments from the parsed options (``add_study_arguments``)."""
+    return args.runs, args.seeds, args.epochs, args.jobs, args.overrides
+
+
+def study_results(args: Any, train_and_score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The study's results: ``train_and_score``'s, written to ``--out``'s ``results.json``, or
+    with ``--speed-only`` that file's as it is."""
+    results_file = args.out / "results.json"
+    if args.speed_only:
+        if not results_file.is_file():
+            raise UsageError(
+                f"--speed-only renders the tables from {results_file}, which does not exist: run "
+                "the study once without --speed-only, or give --out the directory of its report."
+            )
+        return dict(json.loads(results_file.read_text()))
+    if args.runs is None:
+        raise UsageError(
+            "--runs DIR is needed to train the study's runs (or keep them there): give it, or "
+            "--speed-only to render the tables from --out's results.json without training."
+        )
+    results = train_and_score()
+    results["machine"] = this_machine()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_file.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def this_machine() -> str:
+    """The processor and platform, as the studies' reports name them."""
+    return f"{platform.processor() or platform.machine()}, {platform.platform()}"
 
 
 def run_all(
@@ -219,30 +268,28 @@ def run_all(
     return {"seeds": list(seeds), "epochs": epochs, "overrides": list(extra), "runs": per_run}
 
 
-def measure_speed(repeats: int, steps: int, extra: Sequence[str] = ()) -> dict[str, Any]:
-    """Training tokens/s of every (scoring, variant), one run at a time on one thread, ``steps``
-    updates each, the whole set ``repeats`` times over (interleaved, so that a slow spell of the
-    machine falls on all of them): median per setting."""
+def measure_speed(
+    repeats: int,
+    steps: int,
+    extra: Sequence[str] = (),
+    variants: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """Training tokens/s of every (scoring, variant) of ``variants`` (``VARIANTS``), one
+    ``train.py`` run at a time on one thread, ``steps`` updates each, the whole set ``repeats``
+    times over (interleaved, so that a slow spell of the machine falls on all of them): median
+    per setting."""
+    variants = VARIANTS if variants is None else variants
     measured: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(repeats):
             for scoring in SCORINGS:
-                for variant, switches in VARIANTS.items():
+                for variant, switches in variants.items():
                     run = Run(scoring, variant, 1, tuple(switches))
-                    directory = Path(scratch) / f"{repeat}" / scoring / variant.replace(" ", "_")
-                    overrides = [
-                        *run.overrides(1, extra), f"+trainer.max_steps={steps}",
-                        "trainer.max_epochs=1000", "test_after_training=false",
-                        "trainer.enable_progress_bar=false", f"run_dir={directory}",
-                    ]  # fmt: skip
-                    subprocess.run(
-                        [sys.executable, str(ROOT / "train.py"), *overrides], check=True,
-                        capture_output=True, cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"},
-                    )  # fmt: skip
-                    summary = json.loads((directory / "summary.json").read_text())
+                    directory = run.directory(Path(scratch) / f"{repeat}")
                     key = f"{scoring}/{variant}"
-                    measured.setdefault(key, []).append(float(summary["train_tokens_per_s"]))
-                    log.info("%s: %.0f tokens/s", key, measured[key][-1])
+                    tokens_per_s = train_py_tokens_per_s(run.overrides(1, extra), steps, directory)
+                    measured.setdefault(key, []).append(tokens_per_s)
+                    log.info("%s: %.0f tokens/s", key, tokens_per_s)
     return {
         "repeats": repeats,
         "steps": steps,
@@ -251,20 +298,27 @@ def measure_speed(repeats: int, steps: int, extra: Sequence[str] = ()) -> dict[s
     }
 
 
-def render_speed(speed: dict[str, Any]) -> str:
-    """Median tokens/s per setting, and its ratio to the baseline with and without the kernels."""
+def render_speed(
+    speed: dict[str, Any],
+    variants: Sequence[str] = tuple(VARIANTS),
+    compared_with: dict[str, str] | None = None,
+) -> str:
+    """Median tokens/s per setting, and its ratio to the baseline (or the variant it is
+    ``compared_with``) and to the baseline with the kernels off (where measured)."""
     median = speed["median"]
-    header = " | ".join(f"{s} tokens/s | ÷ baseline | ÷ kernels off" for s in SCORINGS)
-    lines = [
-        f"| variant | {header} |",
-        "|---" * (1 + 3 * len(SCORINGS)) + "|",
-    ]
-    for variant in VARIANTS:
+    compared_with = compared_with or {}
+    off = "baseline, kernels off"
+    columns = ["tokens/s", "÷ baseline", *(["÷ kernels off"] if off in variants else [])]
+    header = " | ".join(f"{s} {c}" for s in SCORINGS for c in columns)
+    lines = [f"| variant | {header} |", "|---" * (1 + len(columns) * len(SCORINGS)) + "|"]
+    for variant in variants:
         cells = []
         for scoring in SCORINGS:
             value = median[f"{scoring}/{variant}"]
-            base, off = median[f"{scoring}/baseline"], median[f"{scoring}/baseline, kernels off"]
-            cells += [f"{value:,.0f}", f"{value / base:.2f}", f"{value / off:.2f}"]
+            base = median[f"{scoring}/{compared_with.get(variant, 'baseline')}"]
+            cells += [f"{value:,.0f}", f"{value / base:.2f}"]
+            if off in variants:
+                cells.append(f"{value / median[f'{scoring}/{off}']:.2f}")
         lines.append(f"| {variant} | {' | '.join(cells)} |")
     return "\n".join(lines)
 

@@ -8,14 +8,25 @@ S 18, T 19) is timed, then greedy and beam-5 search of that batch. Rounds altern
 settings, so that the machine's drift is shared; each figure is the median over rounds of a
 round's mean. Ratios are the default's time over the setting's (above 1: faster).
 
+With ``--train-py STEPS`` each setting instead trains through ``train.py`` on the toy task for
+STEPS updates (one thread, no test), one run at a time, the settings alternating round by round;
+each figure is the median over rounds of the run's training tokens/s (the run's
+``summary.json``), and the ratio is the setting's over its decoder's default (above 1: faster).
+
     python -m benchmarks.switch_speed --out docs/benchmark/switch_speed.json
+    python -m benchmarks.switch_speed --train-py 100 --rounds 3 \
+        --out docs/benchmark/switch_speed_train_py.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +64,9 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("attention.coverage=true",),
         ("attention=scaled_dot", "attention.coverage=true", "attention.normalizer=entmax15"),
         ("attention.normalizer=entmax", "attention.alpha=learnable"),
+        ("model.num_heads=4",),
+        ("model.num_heads=4", "attention=scaled_dot", "attention.normalizer=sparsemax"),
+        ("model.num_heads=4", "attention.coverage=true"),
     ],
     LUONG: [
         (),
@@ -68,6 +82,8 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("attention.coverage=true",),
         ("model.input_feeding=true",),
         ("model.input_feeding=true", "attention.normalizer=sparsemax"),
+        ("model.num_heads=4",),
+        ("model.num_heads=4", "model.input_feeding=true"),
     ],
     # Not a target of issue 68: the normalizers against SDPA's fused softmax.
     TRANSFORMER: [
@@ -76,6 +92,7 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("attention.normalizer=entmax15",),
     ],
 }
+ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = 54  # the reverse task's
 BATCH, LENGTH = 64, 18
 
@@ -167,6 +184,66 @@ def measure(
     return rows
 
 
+def train_py_tokens_per_s(overrides: Sequence[str], steps: int, directory: Path) -> float:
+    """One short ``train.py`` run of ``overrides`` in ``directory``: ``steps`` updates on one
+    thread, no test, no W&B; its training tokens/s (the run's ``summary.json``)."""
+    command = [
+        sys.executable, str(ROOT / "train.py"), *overrides, f"+trainer.max_steps={steps}",
+        "trainer.max_epochs=1000", "test_after_training=false", "threads=1", "logger=csv",
+        "trainer.enable_progress_bar=false", f"run_dir={directory}",
+    ]  # fmt: skip
+    finished = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )  # fmt: skip
+    if finished.returncode != 0:
+        raise RuntimeError(f"train.py {' '.join(overrides)} failed:\n{finished.stderr[-3000:]}")
+    return float(json.loads((directory / "summary.json").read_text())["train_tokens_per_s"])
+
+
+def measure_train_py(
+    rounds: int, steps: int, decoders: Sequence[str] = tuple(DECODERS.values())
+) -> list[dict[str, Any]]:
+    """Every setting of ``decoders`` through ``train.py`` (``train_py_tokens_per_s``), the
+    settings alternating within each round: the median tokens/s and its ratio to the default's."""
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for default, settings in SETTINGS.items():
+            if DECODERS[default] not in decoders:
+                continue
+            measured: list[list[float]] = [[] for _ in settings]
+            for round_ in range(rounds):
+                for index, extra in enumerate(settings):
+                    directory = Path(scratch) / DECODERS[default] / f"{round_}-{index}"
+                    measured[index].append(
+                        train_py_tokens_per_s([*default, *extra], steps, directory)
+                    )
+            base = statistics.median(measured[0])
+            for extra, values in zip(settings, measured, strict=True):
+                median = statistics.median(values)
+                rows.append({
+                    "decoder": DECODERS[default],
+                    "setting": " ".join(extra) or "(default)",
+                    "tokens_per_s": [round(value) for value in values],
+                    "median_tokens_per_s": round(median),
+                    "ratio": round(median / base, 3),
+                })  # fmt: skip
+    return rows
+
+
+def train_py_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| decoder | setting | train.py tokens/s (median) | ratio |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['decoder']} | `{row['setting']}` | {row['median_tokens_per_s']:,} "
+            f"| {row['ratio']} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| decoder | setting | GEMM FLOPs added | train step ms | ratio | greedy ms | ratio "
@@ -192,12 +269,21 @@ def main() -> None:
         "--decoders", nargs="+", choices=list(DECODERS.values()), default=list(DECODERS.values()),
         help="the decoders whose settings to measure (all)",
     )  # fmt: skip
+    parser.add_argument(
+        "--train-py", type=int_at_least(1), metavar="STEPS",
+        help="time short train.py runs of STEPS updates instead of in-process steps",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    rows = measure(args.rounds, args.steps, args.searches, args.decoders)
-    report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
-    print(markdown(rows))
+    if args.train_py is not None:
+        rows = measure_train_py(args.rounds, args.train_py, args.decoders)
+        report = {"machine": machine(), "train_py_steps": args.train_py, "rows": rows}
+        print(train_py_markdown(rows))
+    else:
+        rows = measure(args.rounds, args.steps, args.searches, args.decoders)
+        report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
+        print(markdown(rows))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -2,7 +2,7 @@
 
     python scripts/attention_parts.py --runs outputs/attention_parts [--seeds 1 2 3]
         [--epochs 2] [--jobs 2] [--out docs/attention_parts] [--docs docs/attention.md]
-        [--speed-repeats 2 --speed-steps 150]
+        [--speed-repeats 2 --speed-steps 150] [--speed-only]
 
 Trains the default model with each switch of ``benchmarks/attention_parts.py`` (sparsemax,
 entmax15, local_m, local_p, key_bias) and the softmax/global baseline, for additive and scaled_dot
@@ -10,8 +10,10 @@ scoring and each seed, ``--jobs`` runs at a time with one thread each (runs alre
 are kept); scores every best checkpoint; writes ``results.json`` and ``report.md`` (mean and 95 %
 interval over the seeds) to ``--out``, and refreshes the generated blocks of ``--docs``. Three
 seeds of fourteen settings at 2 epochs take about two hours on 2 CPU cores. ``--speed-repeats``
-also times every setting on a quiet machine, one run at a time (``speed.json``): the runs above
-share the cores with each other, so their tokens/s compare only roughly.
+also times every setting on a quiet machine, one run at a time (``speed.json``, the
+``attention_parts_speed`` block): the runs above share the cores with each other, so their own
+tokens/s are not shown. ``--speed-only`` trains nothing: it times the settings and renders the
+tables from ``--out``'s ``results.json``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.attention_parts import (
+    add_speed_arguments,
     add_study_arguments,
     crossover_table,
     measure_speed,
@@ -34,9 +36,12 @@ from benchmarks.attention_parts import (
     render_speed,
     render_table,
     run_all,
+    study_arguments,
+    study_results,
+    this_machine,
 )
 from benchmarks.attention_report import update_docs
-from seq2seq.cli import int_at_least, run
+from seq2seq.cli import run
 
 log = logging.getLogger("seq2seq")
 
@@ -44,29 +49,22 @@ log = logging.getLogger("seq2seq")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_study_arguments(parser, Path("docs/attention_parts"))
-    parser.add_argument(
-        "--speed-repeats", type=int, default=0,
-        help="also time every setting this many times, one run at a time (0: no)",
-    )  # fmt: skip
-    parser.add_argument("--speed-steps", type=int_at_least(1), default=150, help="(150)")
+    add_speed_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    results = run_all(args.runs, args.seeds, args.epochs, args.jobs, args.overrides)
-    results["machine"] = f"{platform.processor() or platform.machine()}, {platform.platform()}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    results = study_results(args, lambda: run_all(*study_arguments(args)))
     sections = {"attention_parts": render_table(results), "crossover": crossover_table()}
     speed_file = args.out / "speed.json"
     if args.speed_repeats:
         speed = measure_speed(args.speed_repeats, args.speed_steps, args.overrides)
-        speed["machine"] = results["machine"]
+        speed["machine"] = this_machine()
         speed_file.write_text(json.dumps(speed, indent=2) + "\n")
     if speed_file.is_file():
         sections["attention_parts_speed"] = render_speed(json.loads(speed_file.read_text()))
-    plot = plot_key_bias(args.runs, args.out / "key_bias.png")
+    plot = None if args.runs is None else plot_key_bias(args.runs, args.out / "key_bias.png")
     if plot is not None:
         log.info("wrote %s", plot)
     command = " ".join(["python scripts/attention_parts.py", *(argv or sys.argv[1:])])

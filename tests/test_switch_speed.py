@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.step_benchmark import compose, random_batch
-from benchmarks.switch_speed import SETTINGS, VOCABULARY, Setting, markdown, step_flops
+from benchmarks.switch_speed import (
+    SETTINGS,
+    VOCABULARY,
+    Setting,
+    markdown,
+    step_flops,
+    train_py_markdown,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,3 +45,9 @@ def test_the_flops_count_the_attention_s_products() -> None:
     default = step_flops([], batch)
     assert step_flops(["attention.key_bias=true"], batch) == default
     assert step_flops(["attention.window=local_p", "attention.window_size=2"], batch) > default
+
+
+def test_the_train_py_table_shows_the_median_and_its_ratio() -> None:
+    row = {"decoder": "luong", "setting": "model.num_heads=4", "median_tokens_per_s": 7321}
+    table = train_py_markdown([{**row, "tokens_per_s": [7000, 7321, 7400], "ratio": 0.812}])
+    assert "| luong | `model.num_heads=4` | 7,321 | 0.812 |" in table
