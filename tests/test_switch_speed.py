@@ -11,6 +11,7 @@ from benchmarks.switch_speed import (
     VOCABULARY,
     Setting,
     markdown,
+    search_flops,
     step_flops,
     train_py_markdown,
 )
@@ -35,8 +36,10 @@ def test_a_setting_trains_and_decodes_and_the_table_shows_it() -> None:
     setting.beam5()
     row = {"decoder": "bahdanau", "setting": "attention=scaled_dot", "train_ms": 1.5}
     row |= {"train_ratio": 1.2, "greedy_ms": 2, "greedy_ratio": 1, "beam5_ms": 3}
+    row |= {"greedy_flops_added": 0.5, "beam5_flops_added": 0.25}
     table = markdown([{**row, "beam5_ratio": 0.9, "gemm_flops_added": -0.125}])
-    assert "| bahdanau | `attention=scaled_dot` | -12.5% | 1.5 | 1.2 | 2 | 1 | 3 | 0.9 |" in table
+    expected = "| bahdanau | `attention=scaled_dot` | -12.5% | 1.5 | 1.2 | +50.0% | 2 | 1 | +25.0% "
+    assert expected + "| 3 | 0.9 |" in table
 
 
 def test_the_flops_count_the_attention_s_products() -> None:
@@ -45,6 +48,17 @@ def test_the_flops_count_the_attention_s_products() -> None:
     default = step_flops([], batch)
     assert step_flops(["attention.key_bias=true"], batch) == default
     assert step_flops(["attention.window=local_p", "attention.window_size=2"], batch) > default
+
+
+def test_the_searches_flops_count_what_a_part_adds_to_them() -> None:
+    """Input feeding adds W_if h~ to every decoding step of the Luong decoder; the key bias no
+    product."""
+    batch = random_batch(4, 6, VOCABULARY, "cpu")
+    luong = ["model.decoder=luong", "attention=dot"]
+    default = search_flops(luong, batch)
+    assert search_flops([*luong, "attention.key_bias=true"], batch) == default
+    fed = search_flops([*luong, "model.input_feeding=true"], batch)
+    assert fed["greedy"] > default["greedy"] and fed["beam5"] > default["beam5"]
 
 
 def test_the_train_py_table_shows_the_median_and_its_ratio() -> None:
