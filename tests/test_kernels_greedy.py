@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from seq2seq.attention import AttentionParts
 from seq2seq.kernels import accelerate, library, reference
 from seq2seq.kernels.modules import FastSeq2Seq
 from seq2seq.models.decoder import DecoderState, EncodedSource
@@ -23,7 +24,12 @@ needs_sgemm = pytest.mark.skipif(
 
 
 def make_luong(
-    attention: str, lstm: bool = False, vocabulary: int = 7, hidden_size: int = 16
+    attention: str,
+    lstm: bool = False,
+    vocabulary: int = 7,
+    hidden_size: int = 16,
+    parts: AttentionParts | None = None,
+    num_heads: int = 1,
 ) -> Seq2Seq:
     """A small random Luong model whose greedy outputs end at many different steps: its
     matrices scaled up 3x (so that the outputs depend on the source) and EOS favoured by the
@@ -39,11 +45,15 @@ def make_luong(
         rnn=nn.LSTM if lstm else nn.GRU,
         cell=nn.LSTMCell if lstm else nn.GRUCell,
         decoder=DECODERS["luong"],
+        attention_parts=parts,
+        num_heads=num_heads,
     ).eval()
     with torch.no_grad():
-        for parameter in model.parameters():
+        for name, parameter in model.named_parameters():
             if parameter.dim() > 1:
                 parameter.mul_(3.0)
+            if name.endswith("key_bias.bias"):  # at 0 it would not show
+                torch.nn.init.normal_(parameter)
         model.decoder.output_layer.bias[EOS] += 2.0
     return accelerate_model(model)
 
@@ -96,6 +106,61 @@ def test_the_c_loop_decodes_as_greedy_search_steps(
         torch.testing.assert_close(fused.attention, stepped.attention, rtol=1e-6, atol=1e-7)
 
 
+# The attention's parts the C loop composes (csrc/gru.c's parts_row), each with a product and an
+# additive score.
+GREEDY_PARTS = {
+    "sparsemax": AttentionParts("sparsemax"),
+    "entmax15+key_bias": AttentionParts("entmax15", key_bias=True, key_bias_positions=5),
+    "entmax_1.3": AttentionParts("entmax", alpha=1.3),
+    "learned_alpha": AttentionParts("entmax", alpha="learnable", initial_alpha=1.7),
+    "local_m": AttentionParts(window="local_m", window_size=1),
+    "sparsemax+local_m": AttentionParts("sparsemax", window="local_m", window_size=2),
+    "key_bias": AttentionParts(key_bias=True, key_bias_positions=3),
+}
+
+
+@needs_sgemm
+@pytest.mark.parametrize("attention", ["scaled_dot", "additive"])
+@pytest.mark.parametrize("parts", [*GREEDY_PARTS, "softmax"])
+def test_the_c_loop_composes_the_attentions_parts(
+    attention: str, parts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part of the Luong decoder's attention but local-p, coverage and the layer norm,
+    composed in the C loop from the C twins: the tokens, lengths and weights greedy_search's
+    steps give."""
+    model = make_luong(attention, parts=GREEDY_PARTS.get(parts))
+    for seed in range(3):
+        src, src_lens = make_sources(23, seed)
+        inputs = decoder_inputs(model, src=src, src_lens=src_lens)
+        with torch.no_grad():
+            assert model.fused_greedy(*inputs) is not None
+        fused, stepped = both_ways(model, src, src_lens, 3, monkeypatch)
+        assert torch.equal(fused.tokens, stepped.tokens)
+        assert torch.equal(fused.lengths, stepped.lengths)
+        torch.testing.assert_close(fused.attention, stepped.attention, rtol=1e-5, atol=1e-6)
+        assert torch.equal(fused.attention == 0, stepped.attention == 0)
+
+
+@needs_sgemm
+@pytest.mark.parametrize(
+    "parts",
+    [
+        AttentionParts(window="local_p", window_size=1),
+        AttentionParts(coverage=True),
+    ],
+    ids=["local_p", "coverage"],
+)
+def test_parts_the_c_loop_does_not_compose_step_in_python(parts: AttentionParts) -> None:
+    """Local-p predicts its centre from the state (W_p), coverage is decoder state: their
+    steps run decode_step, as several heads' do."""
+    model = make_luong("scaled_dot", parts=parts)
+    with torch.no_grad():
+        assert model.fused_greedy(*decoder_inputs(model)) is None
+    heads = make_luong("scaled_dot", parts=AttentionParts("sparsemax"), num_heads=2)
+    with torch.no_grad():
+        assert heads.fused_greedy(*decoder_inputs(heads)) is None
+
+
 @needs_sgemm
 @pytest.mark.usefixtures("two_threads")
 def test_rows_split_over_threads_decode_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,10 +202,15 @@ def test_nan_logits_pick_the_token_torch_argmax_picks(monkeypatch: pytest.Monkey
 
 
 def decoder_inputs(
-    model: FastSeq2Seq, batch: int = 4
+    model: FastSeq2Seq,
+    batch: int = 4,
+    src: Tensor | None = None,
+    src_lens: Tensor | None = None,
 ) -> tuple[EncodedSource, DecoderState, GreedyTask]:
-    """fused_greedy's arguments for a batch, encoded for decoding (eval mode, no gradients)."""
-    src, src_lens = make_sources(batch, 0)
+    """fused_greedy's arguments for a batch (``src`` and ``src_lens``, or random ones), encoded
+    for decoding (eval mode, no gradients)."""
+    if src is None or src_lens is None:
+        src, src_lens = make_sources(batch, 0)
     training = model.training
     with torch.no_grad():
         source, state = model.eval().encode(src, src_lens)
@@ -151,12 +221,12 @@ def decoder_inputs(
 
 @needs_sgemm
 @pytest.mark.parametrize(
-    "case", ["additive", "lstm", "dropout", "gradients", "large vocabulary", "bahdanau", "off"]
+    "case", ["lstm", "dropout", "gradients", "large vocabulary", "bahdanau", "off"]
 )
 def test_the_c_loop_is_used_only_where_every_step_would_take_the_c_paths(case: str) -> None:
     """Elsewhere fused_greedy answers None and greedy_search steps decode_step."""
     model = make_luong(
-        "additive" if case == "additive" else "dot",
+        "dot",
         lstm=case == "lstm",
         vocabulary=4 * 8 + 1 if case == "large vocabulary" else 7,  # > 8 x the batch of 4
     )

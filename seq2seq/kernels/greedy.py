@@ -13,11 +13,81 @@ Shape legend: B sentences, S source length, H state size, V vocabulary, L step l
 
 from __future__ import annotations
 
+import ctypes
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
+from seq2seq.kernels.attention_parts import StepAttention
 from seq2seq.kernels.library import blas_sgemm, library, usable
+from seq2seq.normalizers import BISECTION_ITERATIONS
 from seq2seq.search import GreedyTask
+
+NORMALIZERS = ("softmax", "sparsemax", "entmax15", "entmax_bisect")  # csrc/gru.c's numbering
+
+
+class GreedyParts(ctypes.Structure):
+    """``greedy_parts`` of ``csrc/gru.c``, field for field: which parts a greedy step's attention
+    is composed of (``parts_row``)."""
+
+    _fields_ = [
+        ("additive", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("normalizer", ctypes.c_int64),
+        ("alpha", ctypes.c_float),
+        ("iterations", ctypes.c_int64),
+        ("window_size", ctypes.c_int64),
+        ("key_bias", ctypes.c_void_p),
+        ("key_bias_len", ctypes.c_int64),
+        ("W_q", ctypes.c_void_p),
+        ("b_q", ctypes.c_void_p),
+        ("w_v", ctypes.c_void_p),
+        ("A", ctypes.c_int64),
+    ]
+
+
+@dataclass
+class StepParts:
+    """A Luong decoder's attention for ``luong_greedy``: its C twins (``StepAttention``) and
+    the tensors they read (additive scoring's W_q (A, H), b_q (A,) and w_v (A,), the key bias
+    (P,)), kept alive while the loop reads them by address."""
+
+    parts: StepAttention
+    query_weight: Tensor | None = None
+    query_bias: Tensor | None = None
+    score_weight: Tensor | None = None
+    key_bias: Tensor | None = None
+
+    @staticmethod
+    def applies(parts: StepAttention) -> bool:
+        """Whether the greedy loop composes ``parts``: no coverage (decoder state), no local-p
+        (its centre is predicted from the state by W_p), no layer norm in the score, one head."""
+        plain_score = parts.layer_norm_eps is None and parts.heads == 1
+        return plain_score and not parts.coverage and not parts.needs_centres
+
+    def kept_tensors(self) -> tuple[Tensor | None, ...]:
+        return self.query_weight, self.query_bias, self.score_weight, self.key_bias
+
+    def structure(self) -> GreedyParts:
+        parts = self.parts
+        tensors = (self.query_weight, self.query_bias, self.score_weight, self.key_bias)
+        query_weight, query_bias, score_weight, key_bias = (
+            None if t is None else t.detach().contiguous() for t in tensors
+        )
+        self.kept = (query_weight, query_bias, score_weight, key_bias)  # read by address
+        return GreedyParts(
+            parts.score == "additive", parts.scale, NORMALIZERS.index(parts.normalizer),
+            parts.alpha, BISECTION_ITERATIONS,
+            parts.window_size if parts.window == "local_m" else -1, address(key_bias),
+            0 if key_bias is None else key_bias.numel(), address(query_weight),
+            address(query_bias), address(score_weight),
+            0 if query_weight is None else query_weight.shape[0],
+        )  # fmt: skip
+
+
+def address(tensor: Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
 
 
 def luong_greedy(
@@ -33,6 +103,7 @@ def luong_greedy(
     output_bias: Tensor | None,
     initial: Tensor,
     task: GreedyTask,
+    parts: StepParts | None = None,
 ) -> tuple[Tensor, Tensor, int] | None:
     """Greedy decoding of a batch: token gates ``table`` (V, 3H), the cell's W_hh (3H, H) and
     b_hh, projected ``keys`` and ``values`` (W_c1 m) (B, S, H), ``scale`` of the product scores,
@@ -40,17 +111,21 @@ def luong_greedy(
     layer's W_s (V, H) and b_s, the initial states (B, H) and the ``task`` (each sentence's
     token limit, the special ids) -> tokens (B, L) (PAD after each end), weights (B, L, S) (0
     after each end) and the steps run. None where torch's ``sgemm_`` is not at hand (the
-    caller steps in Python)."""
+    caller steps in Python). With ``parts`` the attention is composed of the C twins
+    (``StepParts.applies``; ``scale`` is then theirs), keys (B, S, A) for an additive score."""
     sgemm = blas_sgemm()
     tensors = [table, cell_weight, cell_bias, keys, values, output_weight, output_bias, initial]
     if sgemm is None or not usable(context_weight, *tensors) or context_weight.stride(1) != 1:
         return None
     kernels = library()
     assert kernels is not None  # blas_sgemm() found it
-    batch, length, size = keys.shape
-    vocabulary = output_weight.shape[0]
-    if values.shape != keys.shape or initial.shape != (batch, size):
-        return None  # the loop scores and averages vectors of the state's size
+    batch, length, key_size = keys.shape
+    size, vocabulary = initial.shape[1], output_weight.shape[0]
+    additive = parts is not None and parts.parts.score == "additive"
+    if values.shape != (batch, length, size) or (key_size != size and not additive):
+        return None  # the loop averages vectors of the state's size, scores a product with them
+    if parts is not None and not usable(*(t for t in parts.kept_tensors() if t is not None)):
+        return None
     table, cell_weight = table.contiguous(), cell_weight.contiguous()
     keys, values = keys.contiguous(), values.contiguous()
     output_weight = output_weight.contiguous()
@@ -59,7 +134,10 @@ def luong_greedy(
     lens = src_lens.to(torch.int64).contiguous()
     limits, max_steps = task.limits.to(torch.int64).contiguous(), task.max_steps
     state = initial.clone(memory_format=torch.contiguous_format)  # (B, H), updated in C
-    work = initial.new_empty(batch * (8 * size + vocabulary))  # the C loop's scratch
+    # The C loop's scratch: 8H + V floats a row, and the parts' projected query and scores.
+    work = initial.new_empty(batch * (8 * size + vocabulary + key_size + length))
+    spans = torch.empty(batch, 2, dtype=torch.int64)
+    structure = None if parts is None else parts.structure()
     rows = torch.empty(batch, dtype=torch.int64)
     prev = torch.empty(batch, dtype=torch.int64)
     tokens = torch.full((batch, max_steps), task.pad_id, dtype=torch.int64)
@@ -72,6 +150,7 @@ def luong_greedy(
         context_weight.stride(0), output_weight.data_ptr(),
         None if output_bias is None else output_bias.data_ptr(), limits.data_ptr(),
         state.data_ptr(), work.data_ptr(), rows.data_ptr(), prev.data_ptr(), tokens.data_ptr(),
-        weights.data_ptr(),
+        weights.data_ptr(), None if structure is None else ctypes.addressof(structure),
+        spans.data_ptr(),
     )  # fmt: skip
     return tokens, weights, int(steps)

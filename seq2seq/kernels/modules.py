@@ -56,7 +56,7 @@ from seq2seq.kernels.attention_parts import StepAttention, step_attention
 from seq2seq.kernels.attention_parts import attend as parts_attend
 from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
 from seq2seq.kernels.dropout import Dropout
-from seq2seq.kernels.greedy import luong_greedy
+from seq2seq.kernels.greedy import StepParts, luong_greedy
 from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
 from seq2seq.kernels.library import usable
 from seq2seq.kernels.luong import SequentialRecurrence
@@ -1044,19 +1044,31 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         self.build_tables(source)
         if not isinstance(source, DecodingSource) or not self.fused_step_applies(query):
             return None
-        if self.is_sequential or self.counts_steps:
-            return None  # luong_greedy's state is the cell's only
+        if self.is_sequential:
+            return None  # luong_greedy's state is the cell's (and local-m's step count) only
         table, values = source.token_gates, source.attentional_memory
         if table is None or values is None or (self.dropout.training and self.dropout.p > 0):
             return None
-        scale = self.fused_product_scale(source, query)
-        if scale is None:
-            return None
+        scale, parts = self.fused_product_scale(source, query), None
+        if scale is None or self.counts_steps:  # the attention's parts, composed in the loop
+            parts = self.greedy_parts(source, query)
+            if parts is None:
+                return None
+            scale = parts.parts.scale
         return luong_greedy(
             table, self.cell.weight_hh, self.cell.bias_hh, source.projected_keys, values,
             source.src_lens, scale, self.attentional.weight[:, self.memory_size :],
-            self.output_layer.weight, self.output_layer.bias, query, task,
+            self.output_layer.weight, self.output_layer.bias, query, task, parts,
         )  # fmt: skip
+
+    def greedy_parts(self, source: EncodedSource, query: Tensor) -> StepParts | None:
+        """The attention's C parts and their tensors where ``luong_greedy`` composes them
+        (``StepParts.applies``), else None."""
+        fused = self.fused_attention(source, query.shape[0])
+        if fused is None or not StepParts.applies(fused[0]):
+            return None
+        parts, (query_weight, query_bias, score_weight, key_bias, *_) = fused
+        return StepParts(parts, query_weight, query_bias, score_weight, key_bias)
 
 
 def time_major(rows: Tensor) -> Tensor:

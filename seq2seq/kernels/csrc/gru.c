@@ -451,6 +451,83 @@ void seq2seq_affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, con
                     bias != NULL ? &one : &zero, y, &out);
 }
 
+/* The parts of attention.c a greedy step composes (prototypes; attention.c says what each is). */
+void seq2seq_global_window(int64_t rows, int64_t group, int64_t S, const int64_t *lengths,
+                           int64_t *spans);
+void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
+                          const int64_t *lengths, const float *centres, int64_t *spans);
+void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
+                            const float *q, const float *keys, const float *w_v,
+                            const int64_t *spans, float *saved, float *logits);
+void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
+                           const float *q, const float *keys, const int64_t *spans,
+                           float *logits);
+void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *bias,
+                      const int64_t *spans, float *logits);
+void seq2seq_softmax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
+                     float *weights, int64_t w_stride);
+void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
+                       float *weights, int64_t w_stride);
+void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
+                      float *weights, int64_t w_stride);
+void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *spans, float alpha,
+                           int64_t iterations, const float *logits, float *weights,
+                           int64_t w_stride);
+void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V,
+                               const float *weights, int64_t w_stride, const int64_t *spans,
+                               const float *values, float *context, int64_t c_stride);
+
+/* Which parts a greedy step's attention is composed of, field for field the ctypes Structure
+   GreedyParts of seq2seq/kernels/greedy.py (from attention_parts.StepAttention): the score
+   (additive: w_v . tanh(W_q h + b_q + k), W_q (A, H) and b_q (A, or NULL) projecting the query
+   once per step; else the product q . k) times `scale`; the key bias (P floats, or NULL); the
+   window (local-m's half-width D around p_t = min(t, S_b - 1), or -1: every real key); the
+   normalizer (0 softmax, 1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`). */
+typedef struct {
+  int64_t additive;
+  float scale;
+  int64_t normalizer;
+  float alpha;
+  int64_t iterations;
+  int64_t window_size;
+  const float *key_bias;
+  int64_t key_bias_len;
+  const float *W_q;
+  const float *b_q;
+  const float *w_v;
+  int64_t A;
+} greedy_parts;
+
+/* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
+   length its lens entry; q its query (K floats: h, or W_q h + b_q); spans (2) and logits (S)
+   scratch; the weights to `weights`, the context to `context`. */
+static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H, int64_t t,
+                      const float *q, const float *keys, const float *values,
+                      const int64_t *length, int64_t *spans, float *logits, float *weights,
+                      float *context) {
+  if (parts->window_size < 0) {
+    seq2seq_global_window(1, 1, S, length, spans);
+  } else {
+    const int64_t last = *length - 1; /* p_t = min(t, max(S_b - 1, 0)) */
+    const float centre = (float)(t < last ? t : (last > 0 ? last : 0));
+    seq2seq_local_window(1, 1, S, parts->window_size, length, &centre, spans);
+  }
+  if (parts->additive)
+    seq2seq_additive_score(1, 1, S, K, parts->scale, q, keys, parts->w_v, spans, NULL, logits);
+  else
+    seq2seq_product_score(1, 1, S, K, parts->scale, q, keys, spans, logits);
+  if (parts->key_bias != NULL)
+    seq2seq_key_bias(1, S, parts->key_bias_len, parts->key_bias, spans, logits);
+  switch (parts->normalizer) {
+    case 0: seq2seq_softmax(1, S, spans, logits, weights, S); break;
+    case 1: seq2seq_sparsemax(1, S, spans, logits, weights, S); break;
+    case 2: seq2seq_entmax15(1, S, spans, logits, weights, S); break;
+    default:
+      seq2seq_entmax_bisect(1, S, spans, parts->alpha, parts->iterations, logits, weights, S);
+  }
+  seq2seq_attention_context(1, 1, S, H, weights, S, spans, values, context, H);
+}
+
 /* Greedy decoding with the Luong decoder (seq2seq/kernels/greedy.py): a GRU cell, attention scored
    scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
    tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
@@ -464,7 +541,11 @@ void seq2seq_affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, con
    scratch, as are work (B * (8H + V) floats), rows and prev (B each). A sentence leaves the
    batch at its EOS or at limits[b] tokens (the rows that stay keep their order, as greedy_search
    keeps them); tokens (B, max_steps) and weights (B, max_steps, S) receive the active rows of
-   each step (the rest stays as the caller filled it). Returns the number of steps run. */
+   each step (the rest stays as the caller filled it). Returns the number of steps run.
+
+   With `parts` (not NULL) the attention is composed of them instead (parts_row): keys are
+   (B, S, K), K = parts->A for an additive score, and work holds B * (8H + V + K + S) floats and
+   spans 2B int64 more (in `spans`). */
 int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t max_steps, int64_t bos, int64_t eos,
                              const float *restrict table, const float *W_hh, const float *b_hh,
@@ -473,11 +554,14 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                              int64_t ld_c2, const float *W_s, const float *b_s,
                              const int64_t *restrict limits, float *restrict h,
                              float *restrict work, int64_t *restrict rows, int64_t *restrict prev,
-                             int64_t *restrict tokens, float *restrict weights) {
+                             int64_t *restrict tokens, float *restrict weights,
+                             const greedy_parts *parts, int64_t *restrict spans) {
   const int64_t G = 3 * H;
+  const int64_t K = parts != NULL && parts->additive ? parts->A : H; /* a key's size */
   const float one = 1.0f;
   float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
   float *attentional = query + B * H, *logits = attentional + B * H;
+  float *projected = logits + B * V, *scores = projected + B * K; /* parts only */
   int64_t active = B;
   for (int64_t b = 0; b < B; ++b) {
     rows[b] = b;
@@ -491,11 +575,26 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
     seq2seq_affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
     seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
     /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
+    if (parts == NULL) {
 #pragma omp parallel for schedule(static) if (active * S * 2 * H >= 4 * PARALLEL_MIN)
-    for (int64_t r = 0; r < active; ++r) {
-      const int64_t b = rows[r];
-      product_row(S, H, H, scale, query + r * H, keys + b * S * H, lens[b], values + b * S * H,
-                  weights + (b * max_steps + t) * S, attentional + r * H);
+      for (int64_t r = 0; r < active; ++r) {
+        const int64_t b = rows[r];
+        product_row(S, H, H, scale, query + r * H, keys + b * S * H, lens[b],
+                    values + b * S * H, weights + (b * max_steps + t) * S, attentional + r * H);
+      }
+    } else {
+      const float *q = query; /* additive: q = W_q h + b_q, (A, K) */
+      if (parts->additive) {
+        seq2seq_affine_rows(sgemm, active, K, H, parts->W_q, H, parts->b_q, query, projected);
+        q = projected;
+      }
+#pragma omp parallel for schedule(static) if (active * S * 2 * K >= 4 * PARALLEL_MIN)
+      for (int64_t r = 0; r < active; ++r) {
+        const int64_t b = rows[r];
+        parts_row(parts, S, K, H, t, q + r * K, keys + b * S * K, values + b * S * H, lens + b,
+                  spans + 2 * r, scores + r * S, weights + (b * max_steps + t) * S,
+                  attentional + r * H);
+      }
     }
     /* attentional (A, H) = tanh(W_c1 c + h W_c2^T), then logits (A, V) = b_s + a W_s^T. */
     ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
