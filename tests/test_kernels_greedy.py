@@ -30,6 +30,7 @@ def make_luong(
     hidden_size: int = 16,
     parts: AttentionParts | None = None,
     num_heads: int = 1,
+    input_feeding: bool = False,
 ) -> Seq2Seq:
     """A small random Luong model whose greedy outputs end at many different steps: its
     matrices scaled up 3x (so that the outputs depend on the source) and EOS favoured by the
@@ -47,12 +48,13 @@ def make_luong(
         decoder=DECODERS["luong"],
         attention_parts=parts,
         num_heads=num_heads,
+        input_feeding=input_feeding,
     ).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.dim() > 1:
                 parameter.mul_(3.0)
-            if name.endswith("key_bias.bias"):  # at 0 it would not show
+            if name.endswith(("key_bias.bias", "coverage_weight")):  # at 0 they would not show
                 torch.nn.init.normal_(parameter)
         model.decoder.output_layer.bias[EOS] += 2.0
     return accelerate_model(model)
@@ -116,19 +118,26 @@ GREEDY_PARTS = {
     "local_m": AttentionParts(window="local_m", window_size=1),
     "sparsemax+local_m": AttentionParts("sparsemax", window="local_m", window_size=2),
     "key_bias": AttentionParts(key_bias=True, key_bias_positions=3),
+    "coverage": AttentionParts(coverage=True),
+    "coverage+sparsemax+local_m": AttentionParts(
+        "sparsemax", window="local_m", window_size=1, coverage=True
+    ),
 }
 
 
 @needs_sgemm
+@pytest.mark.parametrize("input_feeding", [False, True], ids=["", "input_feeding"])
 @pytest.mark.parametrize("attention", ["scaled_dot", "additive"])
 @pytest.mark.parametrize("parts", [*GREEDY_PARTS, "softmax"])
 def test_the_c_loop_composes_the_attentions_parts(
-    attention: str, parts: str, monkeypatch: pytest.MonkeyPatch
+    attention: str, parts: str, input_feeding: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every part of the Luong decoder's attention but local-p, coverage and the layer norm,
-    composed in the C loop from the C twins: the tokens, lengths and weights greedy_search's
-    steps give."""
-    model = make_luong(attention, parts=GREEDY_PARTS.get(parts))
+    """Every part of the Luong decoder's attention but local-p and the layer norm, composed in
+    the C loop from the C twins (coverage, with γ c on a product's logits or w_c c inside the
+    additive score, and input feeding as state the loop carries): the tokens, lengths and
+    weights greedy_search's steps give."""
+    parts_chosen = GREEDY_PARTS.get(parts)
+    model = make_luong(attention, parts=parts_chosen, input_feeding=input_feeding)
     for seed in range(3):
         src, src_lens = make_sources(23, seed)
         inputs = decoder_inputs(model, src=src, src_lens=src_lens)
@@ -142,18 +151,10 @@ def test_the_c_loop_composes_the_attentions_parts(
 
 
 @needs_sgemm
-@pytest.mark.parametrize(
-    "parts",
-    [
-        AttentionParts(window="local_p", window_size=1),
-        AttentionParts(coverage=True),
-    ],
-    ids=["local_p", "coverage"],
-)
-def test_parts_the_c_loop_does_not_compose_step_in_python(parts: AttentionParts) -> None:
-    """Local-p predicts its centre from the state (W_p), coverage is decoder state: their
-    steps run decode_step, as several heads' do."""
-    model = make_luong("scaled_dot", parts=parts)
+def test_parts_the_c_loop_does_not_compose_step_in_python() -> None:
+    """Local-p predicts its centre from the state (W_p): its steps run decode_step, as several
+    heads' do."""
+    model = make_luong("scaled_dot", parts=AttentionParts(window="local_p", window_size=1))
     with torch.no_grad():
         assert model.fused_greedy(*decoder_inputs(model)) is None
     heads = make_luong("scaled_dot", parts=AttentionParts("sparsemax"), num_heads=2)

@@ -44,6 +44,9 @@ class GreedyParts(ctypes.Structure):
         ("b_q", ctypes.c_void_p),
         ("w_v", ctypes.c_void_p),
         ("A", ctypes.c_int64),
+        ("coverage", ctypes.c_int64),
+        ("gamma", ctypes.c_float),
+        ("w_c", ctypes.c_void_p),
     ]
 
 
@@ -51,38 +54,44 @@ class GreedyParts(ctypes.Structure):
 class StepParts:
     """A Luong decoder's attention for ``luong_greedy``: its C twins (``StepAttention``) and
     the tensors they read (additive scoring's W_q (A, H), b_q (A,) and w_v (A,), the key bias
-    (P,)), kept alive while the loop reads them by address."""
+    (P,), the coverage weight: w_c (A,) or γ (0-d)), kept alive while the loop reads them by
+    address."""
 
     parts: StepAttention
     query_weight: Tensor | None = None
     query_bias: Tensor | None = None
     score_weight: Tensor | None = None
     key_bias: Tensor | None = None
+    coverage_weight: Tensor | None = None
 
     @staticmethod
     def applies(parts: StepAttention) -> bool:
-        """Whether the greedy loop composes ``parts``: no coverage (decoder state), no local-p
-        (its centre is predicted from the state by W_p), no layer norm in the score, one head."""
-        plain_score = parts.layer_norm_eps is None and parts.heads == 1
-        return plain_score and not parts.coverage and not parts.needs_centres
+        """Whether the greedy loop composes ``parts``: no local-p (its centre is predicted from
+        the state by W_p), no layer norm in the score, one head."""
+        return parts.layer_norm_eps is None and parts.heads == 1 and not parts.needs_centres
 
     def kept_tensors(self) -> tuple[Tensor | None, ...]:
-        return self.query_weight, self.query_bias, self.score_weight, self.key_bias
+        return (
+            self.query_weight, self.query_bias, self.score_weight, self.key_bias,
+            self.coverage_weight,
+        )  # fmt: skip
 
     def structure(self) -> GreedyParts:
         parts = self.parts
-        tensors = (self.query_weight, self.query_bias, self.score_weight, self.key_bias)
-        query_weight, query_bias, score_weight, key_bias = (
-            None if t is None else t.detach().contiguous() for t in tensors
+        query_weight, query_bias, score_weight, key_bias, coverage_weight = (
+            None if t is None else t.detach().contiguous() for t in self.kept_tensors()
         )
-        self.kept = (query_weight, query_bias, score_weight, key_bias)  # read by address
+        self.kept = (query_weight, query_bias, score_weight, key_bias, coverage_weight)
+        coverage = ("", "logits", "additive").index(parts.coverage)
+        gamma = float(coverage_weight) if coverage == 1 and coverage_weight is not None else 0.0
         return GreedyParts(
             parts.score == "additive", parts.scale, NORMALIZERS.index(parts.normalizer),
             parts.alpha, BISECTION_ITERATIONS,
             parts.window_size if parts.window == "local_m" else -1, address(key_bias),
             0 if key_bias is None else key_bias.numel(), address(query_weight),
             address(query_bias), address(score_weight),
-            0 if query_weight is None else query_weight.shape[0],
+            0 if query_weight is None else query_weight.shape[0], coverage, gamma,
+            address(coverage_weight) if coverage == 2 else None,
         )  # fmt: skip
 
 
@@ -104,6 +113,9 @@ def luong_greedy(
     initial: Tensor,
     task: GreedyTask,
     parts: StepParts | None = None,
+    coverage: Tensor | None = None,
+    feed_weight: Tensor | None = None,
+    feed: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, int] | None:
     """Greedy decoding of a batch: token gates ``table`` (V, 3H), the cell's W_hh (3H, H) and
     b_hh, projected ``keys`` and ``values`` (W_c1 m) (B, S, H), ``scale`` of the product scores,
@@ -112,7 +124,10 @@ def luong_greedy(
     token limit, the special ids) -> tokens (B, L) (PAD after each end), weights (B, L, S) (0
     after each end) and the steps run. None where torch's ``sgemm_`` is not at hand (the
     caller steps in Python). With ``parts`` the attention is composed of the C twins
-    (``StepParts.applies``; ``scale`` is then theirs), keys (B, S, A) for an additive score."""
+    (``StepParts.applies``; ``scale`` is then theirs), keys (B, S, A) for an additive score;
+    ``coverage`` (B, S) is what each sentence attended before (a decoder with coverage), and
+    ``feed_weight`` W_if (3H, H) (a column block of W_ih) and ``feed`` (B, H) the input-fed
+    decoder's weight of h~_{t-1} and h~_0."""
     sgemm = blas_sgemm()
     tensors = [table, cell_weight, cell_bias, keys, values, output_weight, output_bias, initial]
     if sgemm is None or not usable(context_weight, *tensors) or context_weight.stride(1) != 1:
@@ -126,6 +141,8 @@ def luong_greedy(
         return None  # the loop averages vectors of the state's size, scores a product with them
     if parts is not None and not usable(*(t for t in parts.kept_tensors() if t is not None)):
         return None
+    if feed_weight is not None and (feed is None or feed_weight.stride(1) != 1):
+        return None
     table, cell_weight = table.contiguous(), cell_weight.contiguous()
     keys, values = keys.contiguous(), values.contiguous()
     output_weight = output_weight.contiguous()
@@ -135,9 +152,13 @@ def luong_greedy(
     limits, max_steps = task.limits.to(torch.int64).contiguous(), task.max_steps
     state = initial.clone(memory_format=torch.contiguous_format)  # (B, H), updated in C
     # The C loop's scratch: 8H + V floats a row, and the parts' projected query and scores.
-    work = initial.new_empty(batch * (8 * size + vocabulary + key_size + length))
+    covered = length * key_size if parts is not None and parts.parts.coverage else 0
+    work = initial.new_empty(batch * (8 * size + vocabulary + key_size + length + covered))
     spans = torch.empty(batch, 2, dtype=torch.int64)
     structure = None if parts is None else parts.structure()
+    # Each sentence's coverage and fed vector, updated (and rows moved up) in C.
+    coverage = None if coverage is None else coverage.clone(memory_format=torch.contiguous_format)
+    feed = None if feed is None else feed.clone(memory_format=torch.contiguous_format)
     rows = torch.empty(batch, dtype=torch.int64)
     prev = torch.empty(batch, dtype=torch.int64)
     tokens = torch.full((batch, max_steps), task.pad_id, dtype=torch.int64)
@@ -151,6 +172,7 @@ def luong_greedy(
         None if output_bias is None else output_bias.data_ptr(), limits.data_ptr(),
         state.data_ptr(), work.data_ptr(), rows.data_ptr(), prev.data_ptr(), tokens.data_ptr(),
         weights.data_ptr(), None if structure is None else ctypes.addressof(structure),
-        spans.data_ptr(),
+        spans.data_ptr(), address(coverage), address(feed_weight),
+        0 if feed_weight is None else feed_weight.stride(0), address(feed),
     )  # fmt: skip
     return tokens, weights, int(steps)

@@ -1044,21 +1044,21 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         self.build_tables(source)
         if not isinstance(source, DecodingSource) or not self.fused_step_applies(query):
             return None
-        if self.is_sequential:
-            return None  # luong_greedy's state is the cell's (and local-m's step count) only
         table, values = source.token_gates, source.attentional_memory
         if table is None or values is None or (self.dropout.training and self.dropout.p > 0):
             return None
         scale, parts = self.fused_product_scale(source, query), None
-        if scale is None or self.counts_steps:  # the attention's parts, composed in the loop
+        if scale is None or self.counts_steps or self.is_sequential:  # the parts, in the loop
             parts = self.greedy_parts(source, query)
             if parts is None:
                 return None
             scale = parts.parts.scale
+        feed_weight = self.cell.weight_ih[:, self.embedding_size :] if self.input_feeding else None
         return luong_greedy(
             table, self.cell.weight_hh, self.cell.bias_hh, source.projected_keys, values,
             source.src_lens, scale, self.attentional.weight[:, self.memory_size :],
             self.output_layer.weight, self.output_layer.bias, query, task, parts,
+            self.coverage_of(state), feed_weight, self.feed_of(state),
         )  # fmt: skip
 
     def greedy_parts(self, source: EncodedSource, query: Tensor) -> StepParts | None:
@@ -1067,8 +1067,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         fused = self.fused_attention(source, query.shape[0])
         if fused is None or not StepParts.applies(fused[0]):
             return None
-        parts, (query_weight, query_bias, score_weight, key_bias, *_) = fused
-        return StepParts(parts, query_weight, query_bias, score_weight, key_bias)
+        parts, (query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight) = fused
+        return StepParts(parts, query_weight, query_bias, score_weight, key_bias, coverage_weight)
 
 
 def time_major(rows: Tensor) -> Tensor:

@@ -464,6 +464,11 @@ void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, fl
                            float *logits);
 void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *bias,
                       const int64_t *spans, float *logits);
+void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
+                               const int64_t *spans, const float *keys, const float *coverage,
+                               const float *w_c, float *covered);
+void seq2seq_coverage(int64_t rows, int64_t S, const int64_t *spans, float gamma,
+                      const float *coverage, float *logits);
 void seq2seq_softmax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
                      float *weights, int64_t w_stride);
 void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
@@ -482,7 +487,8 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
    (additive: w_v . tanh(W_q h + b_q + k), W_q (A, H) and b_q (A, or NULL) projecting the query
    once per step; else the product q . k) times `scale`; the key bias (P floats, or NULL); the
    window (local-m's half-width D around p_t = min(t, S_b - 1), or -1: every real key); the
-   normalizer (0 softmax, 1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`). */
+   normalizer (0 softmax, 1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`); coverage (0
+   none, 1 gamma c_s on the logits, 2 c_s w_c inside the additive score's tanh). */
 typedef struct {
   int64_t additive;
   float scale;
@@ -496,15 +502,20 @@ typedef struct {
   const float *b_q;
   const float *w_v;
   int64_t A;
+  int64_t coverage;
+  float gamma;
+  const float *w_c;
 } greedy_parts;
 
 /* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
-   length its lens entry; q its query (K floats: h, or W_q h + b_q); spans (2) and logits (S)
-   scratch; the weights to `weights`, the context to `context`. */
+   length its lens entry; q its query (K floats: h, or W_q h + b_q); coverage (S) what it
+   attended so far (NULL without), to which the step's weights are added; spans (2), logits
+   (S) and covered (S x K, additive coverage's keys) scratch; the weights to `weights`, the
+   context to `context`. */
 static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H, int64_t t,
                       const float *q, const float *keys, const float *values,
-                      const int64_t *length, int64_t *spans, float *logits, float *weights,
-                      float *context) {
+                      const int64_t *length, float *coverage, int64_t *spans, float *logits,
+                      float *covered, float *weights, float *context) {
   if (parts->window_size < 0) {
     seq2seq_global_window(1, 1, S, length, spans);
   } else {
@@ -512,10 +523,15 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
     const float centre = (float)(t < last ? t : (last > 0 ? last : 0));
     seq2seq_local_window(1, 1, S, parts->window_size, length, &centre, spans);
   }
+  if (parts->coverage == 2) { /* the keys k_s + c_s w_c */
+    seq2seq_additive_coverage(1, 1, S, K, spans, keys, coverage, parts->w_c, covered);
+    keys = covered;
+  }
   if (parts->additive)
     seq2seq_additive_score(1, 1, S, K, parts->scale, q, keys, parts->w_v, spans, NULL, logits);
   else
     seq2seq_product_score(1, 1, S, K, parts->scale, q, keys, spans, logits);
+  if (parts->coverage == 1) seq2seq_coverage(1, S, spans, parts->gamma, coverage, logits);
   if (parts->key_bias != NULL)
     seq2seq_key_bias(1, S, parts->key_bias_len, parts->key_bias, spans, logits);
   switch (parts->normalizer) {
@@ -526,6 +542,8 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
       seq2seq_entmax_bisect(1, S, spans, parts->alpha, parts->iterations, logits, weights, S);
   }
   seq2seq_attention_context(1, 1, S, H, weights, S, spans, values, context, H);
+  if (coverage != NULL)
+    for (int64_t s = 0; s < S; ++s) coverage[s] += weights[s];
 }
 
 /* Greedy decoding with the Luong decoder (seq2seq/kernels/greedy.py): a GRU cell, attention scored
@@ -544,8 +562,11 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
    each step (the rest stays as the caller filled it). Returns the number of steps run.
 
    With `parts` (not NULL) the attention is composed of them instead (parts_row): keys are
-   (B, S, K), K = parts->A for an additive score, and work holds B * (8H + V + K + S) floats and
-   spans 2B int64 more (in `spans`). */
+   (B, S, K), K = parts->A for an additive score, and work holds B * (8H + V + K + S + S K)
+   floats and spans 2B int64 more (in `spans`); with coverage, `coverage` (B, S) enters as each
+   sentence's so far (and is scratch). With input feeding, W_if (3H, H) at row stride ld_if
+   adds W_if f_{t-1} to the cell's input, f the last attentional vector, `feed` (B, H), which
+   enters as f_0 (and is scratch); else W_if is NULL. */
 int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64_t V,
                              int64_t max_steps, int64_t bos, int64_t eos,
                              const float *restrict table, const float *W_hh, const float *b_hh,
@@ -555,13 +576,17 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                              const int64_t *restrict limits, float *restrict h,
                              float *restrict work, int64_t *restrict rows, int64_t *restrict prev,
                              int64_t *restrict tokens, float *restrict weights,
-                             const greedy_parts *parts, int64_t *restrict spans) {
+                             const greedy_parts *parts, int64_t *restrict spans,
+                             float *restrict coverage, const float *W_if, int64_t ld_if,
+                             float *restrict feed) {
   const int64_t G = 3 * H;
   const int64_t K = parts != NULL && parts->additive ? parts->A : H; /* a key's size */
+  const int covers = parts != NULL && parts->coverage != 0;
   const float one = 1.0f;
   float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
   float *attentional = query + B * H, *logits = attentional + B * H;
   float *projected = logits + B * V, *scores = projected + B * K; /* parts only */
+  float *covered = scores + B * S;
   int64_t active = B;
   for (int64_t b = 0; b < B; ++b) {
     rows[b] = b;
@@ -572,6 +597,9 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
        updating h and writing the query. */
     for (int64_t r = 0; r < active; ++r)
       memcpy(gates + r * G, table + prev[r] * G, G * sizeof(float));
+    if (W_if != NULL) /* + W_if f_{t-1}: gates^T (3H, A) += W_if f^T */
+      ((sgemm_fn)sgemm)("T", "N", &G, &active, &H, &one, W_if, &ld_if, feed, &H, &one, gates,
+                        &G);
     seq2seq_affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
     seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
     /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
@@ -592,14 +620,15 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
       for (int64_t r = 0; r < active; ++r) {
         const int64_t b = rows[r];
         parts_row(parts, S, K, H, t, q + r * K, keys + b * S * K, values + b * S * H, lens + b,
-                  spans + 2 * r, scores + r * S, weights + (b * max_steps + t) * S,
-                  attentional + r * H);
+                  covers ? coverage + r * S : NULL, spans + 2 * r, scores + r * S,
+                  covered + r * S * K, weights + (b * max_steps + t) * S, attentional + r * H);
       }
     }
     /* attentional (A, H) = tanh(W_c1 c + h W_c2^T), then logits (A, V) = b_s + a W_s^T. */
     ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
                       attentional, &H);
     seq2seq_tanh(active * H, attentional);
+    if (W_if != NULL) memcpy(feed, attentional, active * H * sizeof(float)); /* f_t = h~_t */
     seq2seq_affine_rows(sgemm, active, V, H, W_s, H, b_s, attentional, logits);
     /* The most probable token as torch.argmax picks it (the first of equal ones; the first
        NaN, which it ranks above every number), and the rows that go on, moved up in order. */
@@ -614,7 +643,11 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
       const int64_t b = rows[r];
       tokens[b * max_steps + t] = best;
       if (best == eos || t + 1 >= limits[b]) continue;
-      if (kept != r) memcpy(h + kept * H, h + r * H, H * sizeof(float));
+      if (kept != r) {
+        memcpy(h + kept * H, h + r * H, H * sizeof(float));
+        if (W_if != NULL) memcpy(feed + kept * H, feed + r * H, H * sizeof(float));
+        if (covers) memcpy(coverage + kept * S, coverage + r * S, S * sizeof(float));
+      }
       rows[kept] = b;
       prev[kept] = best;
       ++kept;
