@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.switch_speed import train_py_tokens_per_s
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,18 +32,6 @@ def worktree(revision: str, directory: Path) -> Path:
         check=True, capture_output=True,
     )  # fmt: skip
     return directory
-
-
-def tokens_per_second(checkout: Path, overrides: list[str], steps: int, run_dir: Path) -> float:
-    """Train in ``checkout`` and return its ``summary.json``'s training tokens/s."""
-    command = [
-        sys.executable, str(checkout / "train.py"), *overrides, f"+trainer.max_steps={steps}",
-        "trainer.max_epochs=1000", "threads=1", "logger=csv", "test_after_training=false",
-        "trainer.enable_progress_bar=false", f"run_dir={run_dir}",
-    ]  # fmt: skip
-    # The checkout's own package: its directory comes first on the path (the script's).
-    subprocess.run(command, check=True, capture_output=True, cwd=checkout)
-    return float(json.loads((run_dir / "summary.json").read_text())["train_tokens_per_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 for name in ("old", "new"):
                     run_dir = base / f"{name}-{repeat}"
-                    speed = tokens_per_second(checkouts[name], overrides, args.steps, run_dir)
+                    speed = train_py_tokens_per_s(overrides, args.steps, run_dir, checkouts[name])
                     speeds[name].append(speed)
                     print(f"{name} {repeat}: {speed:,.0f} tokens/s", flush=True)
         finally:

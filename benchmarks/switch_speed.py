@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.benchmark import machine
@@ -142,28 +143,60 @@ def never_ends(model: torch.nn.Module) -> None:
         bias[EOS_ID] = -1e4
 
 
+class ElementwiseCounter(TorchDispatchMode):
+    """The element-wise work of what runs inside it: the elements every ATen op writes, but the
+    matrix products' (``FlopCounterMode`` counts those) and views' (no arithmetic). One unit an
+    element whatever the op (an add, a tanh, an exp, a sort's element): a count of the work
+    the GEMM FLOPs leave out, not a FLOP count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view and func.overloadpacket not in MATRIX_PRODUCTS:
+            leaves = out if isinstance(out, tuple | list) else (out,)
+            self.elements += sum(t.numel() for t in leaves if isinstance(t, torch.Tensor))
+        return out
+
+
+MATRIX_PRODUCTS = {
+    torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm,
+    torch.ops.aten.matmul, torch.ops.aten.linear,
+}  # fmt: skip
+
+
 def step_flops(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> int:
     """The FLOPs of one training step (forward and backward) of ``overrides``' model on the
     reference path, as ``torch.utils.flop_counter`` counts them: its matrix products (the
     GEMMs and bmm's, 2 per multiply-add); element-wise work (tanh, exp, a sort, α-entmax's
-    bisection) is not counted."""
+    bisection) is not counted (``step_work`` counts it)."""
+    return step_work(overrides, batch)["gemm"]
+
+
+def step_work(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> dict[str, int]:
+    """One training step's GEMM FLOPs (``step_flops``) and element-wise work
+    (``ElementwiseCounter``) on the reference path."""
     config = compose([*overrides, "model.kernels=off", "trainer=cpu"])
     model = build_dropout_free(config, VOCABULARY, "cpu").train()
     loss = DecoderLoss(model.decoder)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, ElementwiseCounter() as elementwise:
         Step(model, loss, batch, lr=1e-4, grad_clip=1.0).loss_and_grads()
-    return int(counter.get_total_flops())
+    return {"gemm": int(counter.get_total_flops()), "elementwise": elementwise.elements}
 
 
 def search_flops(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> dict[str, int]:
     """``step_flops`` for greedy and beam-5 search of the batch (``Setting.greedy``,
-    ``Setting.beam5``): their matrix products on the reference path."""
+    ``Setting.beam5``): their matrix products on the reference path, and their element-wise
+    work (``greedy_elementwise``, ``beam5_elementwise``)."""
     setting = Setting([*overrides, "model.kernels=off"], batch)
     flops = {}
     for kind in ("greedy", "beam5"):
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False) as counter, ElementwiseCounter() as elementwise:
             getattr(setting, kind)()
         flops[kind] = int(counter.get_total_flops())
+        flops[f"{kind}_elementwise"] = elementwise.elements
     return flops
 
 
@@ -194,18 +227,22 @@ def measure(
                 times[kind].append(
                     [mean_seconds(getattr(setting, kind), count) for setting in built]
                 )
-        flops = [
-            {"train": step_flops(extra, batch), **search_flops(extra, batch)}
+        work = [
+            {**step_work(extra, batch), **search_flops(extra, batch)}
             for extra in (setting.overrides for setting in built)
         ]
         for index, extra in enumerate(settings):
             row: dict[str, Any] = {
                 "decoder": DECODERS[default],
                 "setting": " ".join(extra) or "(default)",
-                "gemm_flops_added": round(flops[index]["train"] / flops[0]["train"] - 1, 4),
-                "greedy_flops_added": round(flops[index]["greedy"] / flops[0]["greedy"] - 1, 4),
-                "beam5_flops_added": round(flops[index]["beam5"] / flops[0]["beam5"] - 1, 4),
             }
+            names = {
+                "gemm": "gemm_flops_added", "elementwise": "elementwise_added",
+                "greedy": "greedy_flops_added", "greedy_elementwise": "greedy_elementwise_added",
+                "beam5": "beam5_flops_added", "beam5_elementwise": "beam5_elementwise_added",
+            }  # fmt: skip
+            for key, name in names.items():
+                row[name] = round(work[index][key] / work[0][key] - 1, 4)
             for kind, per_round in times.items():
                 median = statistics.median(round_[index] for round_ in per_round)
                 base = statistics.median(round_[0] for round_ in per_round)
@@ -215,16 +252,20 @@ def measure(
     return rows
 
 
-def train_py_tokens_per_s(overrides: Sequence[str], steps: int, directory: Path) -> float:
+def train_py_tokens_per_s(
+    overrides: Sequence[str], steps: int, directory: Path, checkout: Path = ROOT
+) -> float:
     """One short ``train.py`` run of ``overrides`` in ``directory``: ``steps`` updates on one
-    thread, no test, no W&B; its training tokens/s (the run's ``summary.json``)."""
+    thread, no test, no W&B; its training tokens/s (the run's ``summary.json``). ``checkout``:
+    the repository whose ``train.py`` and package run (its directory comes first on the path,
+    the script's)."""
     command = [
-        sys.executable, str(ROOT / "train.py"), *overrides, f"+trainer.max_steps={steps}",
+        sys.executable, str(checkout / "train.py"), *overrides, f"+trainer.max_steps={steps}",
         "trainer.max_epochs=1000", "test_after_training=false", "threads=1", "logger=csv",
         "trainer.enable_progress_bar=false", f"run_dir={directory}",
     ]  # fmt: skip
     finished = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT,
+        command, capture_output=True, text=True, cwd=checkout,
         env={**os.environ, "WANDB_MODE": "offline"},
     )  # fmt: skip
     if finished.returncode != 0:
@@ -277,16 +318,23 @@ def train_py_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| decoder | setting | train: GEMM FLOPs added | step ms | ratio "
-        "| greedy: FLOPs added | ms | ratio | beam 5: FLOPs added | ms | ratio |",
+        "| decoder | setting | train: work added | step ms | ratio "
+        "| greedy: work added | ms | ratio | beam 5: work added | ms | ratio |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def added(row: dict[str, Any], gemm: str, elementwise: str) -> str:
+        """GEMM FLOPs / element-wise work added, e.g. ``+8.6% / +12%``."""
+        return f"{row.get(gemm, 0):+.1%} / {row.get(elementwise, 0):+.0%}"
+
     for row in rows:
         lines.append(
-            f"| {row['decoder']} | `{row['setting']}` | {row['gemm_flops_added']:+.1%} "
+            f"| {row['decoder']} | `{row['setting']}` "
+            f"| {added(row, 'gemm_flops_added', 'elementwise_added')} "
             f"| {row['train_ms']} | {row['train_ratio']} "
-            f"| {row.get('greedy_flops_added', 0):+.1%} | {row['greedy_ms']} "
-            f"| {row['greedy_ratio']} | {row.get('beam5_flops_added', 0):+.1%} "
+            f"| {added(row, 'greedy_flops_added', 'greedy_elementwise_added')} "
+            f"| {row['greedy_ms']} | {row['greedy_ratio']} "
+            f"| {added(row, 'beam5_flops_added', 'beam5_elementwise_added')} "
             f"| {row['beam5_ms']} | {row['beam5_ratio']} |"
         )
     return "\n".join(lines)

@@ -13,8 +13,10 @@ from benchmarks.switch_speed import (
     markdown,
     search_flops,
     step_flops,
+    step_work,
     train_py_markdown,
 )
+from seq2seq.normalizers import BISECTION_ITERATIONS
 
 
 @pytest.mark.parametrize(
@@ -36,10 +38,10 @@ def test_a_setting_trains_and_decodes_and_the_table_shows_it() -> None:
     setting.beam5()
     row = {"decoder": "bahdanau", "setting": "attention=scaled_dot", "train_ms": 1.5}
     row |= {"train_ratio": 1.2, "greedy_ms": 2, "greedy_ratio": 1, "beam5_ms": 3}
-    row |= {"greedy_flops_added": 0.5, "beam5_flops_added": 0.25}
+    row |= {"greedy_flops_added": 0.5, "beam5_flops_added": 0.25, "elementwise_added": 2.0}
     table = markdown([{**row, "beam5_ratio": 0.9, "gemm_flops_added": -0.125}])
-    expected = "| bahdanau | `attention=scaled_dot` | -12.5% | 1.5 | 1.2 | +50.0% | 2 | 1 | +25.0% "
-    assert expected + "| 3 | 0.9 |" in table
+    expected = "| bahdanau | `attention=scaled_dot` | -12.5% / +200% | 1.5 | 1.2 | +50.0% / +0% "
+    assert expected + "| 2 | 1 | +25.0% / +0% | 3 | 0.9 |" in table
 
 
 def test_the_flops_count_the_attention_s_products() -> None:
@@ -50,13 +52,27 @@ def test_the_flops_count_the_attention_s_products() -> None:
     assert step_flops(["attention.window=local_p", "attention.window_size=2"], batch) > default
 
 
+def test_the_element_wise_work_counts_what_the_products_leave_out() -> None:
+    """α-entmax's bisection is element-wise work that no GEMM counts: each of its halvings
+    writes at least one (B, T, S) tensor of sums; the key bias adds a little."""
+    batch = random_batch(4, 6, VOCABULARY, "cpu")
+    logits = 4 * 7 * 6  # B, T (6 + EOS), S
+    default = step_work([], batch)
+    bisection = step_work(["attention.normalizer=entmax", "attention.alpha=1.3"], batch)
+    assert bisection["gemm"] == default["gemm"]
+    assert bisection["elementwise"] - default["elementwise"] >= BISECTION_ITERATIONS * logits
+    key_bias = step_work(["attention.key_bias=true"], batch)["elementwise"]
+    assert default["elementwise"] < key_bias < 1.1 * default["elementwise"]
+
+
 def test_the_searches_flops_count_what_a_part_adds_to_them() -> None:
     """Input feeding adds W_if h~ to every decoding step of the Luong decoder; the key bias no
     product."""
     batch = random_batch(4, 6, VOCABULARY, "cpu")
     luong = ["model.decoder=luong", "attention=dot"]
     default = search_flops(luong, batch)
-    assert search_flops([*luong, "attention.key_bias=true"], batch) == default
+    key_bias = search_flops([*luong, "attention.key_bias=true"], batch)
+    assert (key_bias["greedy"], key_bias["beam5"]) == (default["greedy"], default["beam5"])
     fed = search_flops([*luong, "model.input_feeding=true"], batch)
     assert fed["greedy"] > default["greedy"] and fed["beam5"] > default["beam5"]
 
