@@ -18,7 +18,8 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
   (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
   every decoding step's; several heads are rows of their own, ``StepAttention.heads``);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
-- ``greedy``: the Luong decoder's greedy loop in one call;
+- ``greedy``: the Luong decoder's greedy loop in one call, its attention composed of the same
+  C twins where it has parts (input feeding and coverage carried as the loop's state);
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
 - ``dropout`` and ``splitmix``: the keep mask from a counter-based hash;
 - ``modules``: the accelerated subclasses of the reference modules, which call the kernels where
