@@ -151,13 +151,36 @@ def test_the_c_loop_composes_the_attentions_parts(
 
 
 @needs_sgemm
+@needs_sgemm
+@pytest.mark.parametrize("input_feeding", [False, True], ids=["", "input_feeding"])
+@pytest.mark.parametrize("attention", ["scaled_dot", "additive", "general"])
+@pytest.mark.parametrize("parts", ["softmax", "sparsemax+local_m", "learned_alpha"])
+def test_the_c_loop_composes_several_heads(
+    attention: str, parts: str, input_feeding: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model.num_heads = 2: each head scored in the loop as a sentence of its own, the block's
+    W_q and W_o folded into the loop's GEMMs; the weights are the heads' average."""
+    model = make_luong(
+        attention, parts=GREEDY_PARTS.get(parts), num_heads=2, input_feeding=input_feeding
+    )
+    for seed in range(2):
+        src, src_lens = make_sources(17, seed)
+        with torch.no_grad():
+            assert model.fused_greedy(*decoder_inputs(model, src=src, src_lens=src_lens))
+        fused, stepped = both_ways(model, src, src_lens, 3, monkeypatch)
+        assert torch.equal(fused.tokens, stepped.tokens)
+        assert torch.equal(fused.lengths, stepped.lengths)
+        torch.testing.assert_close(fused.attention, stepped.attention, rtol=1e-5, atol=1e-6)
+
+
+@needs_sgemm
 def test_parts_the_c_loop_does_not_compose_step_in_python() -> None:
-    """Local-p predicts its centre from the state (W_p): its steps run decode_step, as several
-    heads' do."""
+    """Local-p predicts its centre from the state (W_p), and several heads' coverage weighs
+    each head: their steps run decode_step."""
     model = make_luong("scaled_dot", parts=AttentionParts(window="local_p", window_size=1))
     with torch.no_grad():
         assert model.fused_greedy(*decoder_inputs(model)) is None
-    heads = make_luong("scaled_dot", parts=AttentionParts("sparsemax"), num_heads=2)
+    heads = make_luong("scaled_dot", parts=AttentionParts(coverage=True), num_heads=2)
     with torch.no_grad():
         assert heads.fused_greedy(*decoder_inputs(heads)) is None
 

@@ -47,15 +47,19 @@ class GreedyParts(ctypes.Structure):
         ("coverage", ctypes.c_int64),
         ("gamma", ctypes.c_float),
         ("w_c", ctypes.c_void_p),
+        ("heads", ctypes.c_int64),
+        ("head_size", ctypes.c_int64),
+        ("W_c1", ctypes.c_void_p),
+        ("b_c1", ctypes.c_void_p),
     ]
 
 
 @dataclass
 class StepParts:
     """A Luong decoder's attention for ``luong_greedy``: its C twins (``StepAttention``) and
-    the tensors they read (additive scoring's W_q (A, H), b_q (A,) and w_v (A,), the key bias
-    (P,), the coverage weight: w_c (A,) or γ (0-d)), kept alive while the loop reads them by
-    address."""
+    the tensors they read (the queries' W_q (A or h·K, H) and b_q, additive scoring's w_v (A,),
+    the key bias (P,), the coverage weight: w_c (A,) or γ (0-d); with several heads, W_c1 W_o
+    (H, h·d) and W_c1 b_o (H,)), kept alive while the loop reads them by address."""
 
     parts: StepAttention
     query_weight: Tensor | None = None
@@ -63,25 +67,33 @@ class StepParts:
     score_weight: Tensor | None = None
     key_bias: Tensor | None = None
     coverage_weight: Tensor | None = None
+    context_weight: Tensor | None = None
+    context_bias: Tensor | None = None
 
     @staticmethod
     def applies(parts: StepAttention) -> bool:
         """Whether the greedy loop composes ``parts``: no local-p (its centre is predicted from
-        the state by W_p), no layer norm in the score, one head."""
-        return parts.layer_norm_eps is None and parts.heads == 1 and not parts.needs_centres
+        the state by W_p), no layer norm in the score, and several heads only without
+        coverage."""
+        single = parts.heads == 1 or not parts.coverage
+        return parts.layer_norm_eps is None and single and not parts.needs_centres
 
     def kept_tensors(self) -> tuple[Tensor | None, ...]:
         return (
             self.query_weight, self.query_bias, self.score_weight, self.key_bias,
-            self.coverage_weight,
+            self.coverage_weight, self.context_weight, self.context_bias,
         )  # fmt: skip
 
     def structure(self) -> GreedyParts:
         parts = self.parts
-        query_weight, query_bias, score_weight, key_bias, coverage_weight = (
+        # Contiguous copies where needed, kept on self: the loop reads them by address.
+        self.kept = tuple(
             None if t is None else t.detach().contiguous() for t in self.kept_tensors()
         )
-        self.kept = (query_weight, query_bias, score_weight, key_bias, coverage_weight)
+        (
+            query_weight, query_bias, score_weight, key_bias, coverage_weight, context_weight,
+            context_bias,
+        ) = self.kept  # fmt: skip
         coverage = ("", "logits", "additive").index(parts.coverage)
         gamma = float(coverage_weight) if coverage == 1 and coverage_weight is not None else 0.0
         return GreedyParts(
@@ -90,8 +102,10 @@ class StepParts:
             parts.window_size if parts.window == "local_m" else -1, address(key_bias),
             0 if key_bias is None else key_bias.numel(), address(query_weight),
             address(query_bias), address(score_weight),
-            0 if query_weight is None else query_weight.shape[0], coverage, gamma,
-            address(coverage_weight) if coverage == 2 else None,
+            0 if score_weight is None else score_weight.numel(), coverage, gamma,
+            address(coverage_weight) if coverage == 2 else None, parts.heads,
+            0 if context_weight is None else context_weight.shape[1] // parts.heads,
+            address(context_weight), address(context_bias),
         )  # fmt: skip
 
 
@@ -136,9 +150,13 @@ def luong_greedy(
     assert kernels is not None  # blas_sgemm() found it
     batch, length, key_size = keys.shape
     size, vocabulary = initial.shape[1], output_weight.shape[0]
-    additive = parts is not None and parts.parts.score == "additive"
-    if values.shape != (batch, length, size) or (key_size != size and not additive):
-        return None  # the loop averages vectors of the state's size, scores a product with them
+    heads = 1 if parts is None else parts.parts.heads
+    batch //= heads  # keys and values are split into heads: (B·h, S, ·)
+    projected = parts is not None and parts.query_weight is not None
+    if values.shape[:2] != keys.shape[:2] or (values.shape[2] != size and heads == 1):
+        return None  # one head's values are W_c1 m, of the state's size
+    if key_size != size and not projected:
+        return None  # a product scores the state itself with the keys
     if parts is not None and not usable(*(t for t in parts.kept_tensors() if t is not None)):
         return None
     if feed_weight is not None and (feed is None or feed_weight.stride(1) != 1):
@@ -152,9 +170,13 @@ def luong_greedy(
     limits, max_steps = task.limits.to(torch.int64).contiguous(), task.max_steps
     state = initial.clone(memory_format=torch.contiguous_format)  # (B, H), updated in C
     # The C loop's scratch: 8H + V floats a row, and the parts' projected query and scores.
-    covered = length * key_size if parts is not None and parts.parts.coverage else 0
-    work = initial.new_empty(batch * (8 * size + vocabulary + key_size + length + covered))
-    spans = torch.empty(batch, 2, dtype=torch.int64)
+    # The C loop's scratch, per row: 8H + V floats, and the parts' (parts_step).
+    scratch = 0
+    if parts is not None:
+        covered = length * key_size if parts.parts.coverage else 0
+        scratch = heads * (key_size + 2 * length + values.shape[2]) + covered
+    work = initial.new_empty(batch * (8 * size + vocabulary + scratch))
+    spans = torch.empty(batch * heads, 2, dtype=torch.int64)
     structure = None if parts is None else parts.structure()
     # Each sentence's coverage and fed vector, updated (and rows moved up) in C.
     coverage = None if coverage is None else coverage.clone(memory_format=torch.contiguous_format)

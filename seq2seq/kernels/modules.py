@@ -1044,7 +1044,10 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         self.build_tables(source)
         if not isinstance(source, DecodingSource) or not self.fused_step_applies(query):
             return None
+        # One head averages W_c1 m (``attentional_memory``); several their own values.
         table, values = source.token_gates, source.attentional_memory
+        heads = isinstance(self.attention, MultiHeadAttention)
+        values = source.projected_values if heads else values
         if table is None or values is None or (self.dropout.training and self.dropout.p > 0):
             return None
         scale, parts = self.fused_product_scale(source, query), None
@@ -1063,12 +1066,19 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
 
     def greedy_parts(self, source: EncodedSource, query: Tensor) -> StepParts | None:
         """The attention's C parts and their tensors where ``luong_greedy`` composes them
-        (``StepParts.applies``), else None."""
+        (``StepParts.applies``), else None: with several heads, their projections folded
+        (``loop_inputs``, W_c1 reading the block's output)."""
         fused = self.fused_attention(source, query.shape[0])
         if fused is None or not StepParts.applies(fused[0]):
             return None
-        parts, (query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight) = fused
-        return StepParts(parts, query_weight, query_bias, score_weight, key_bias, coverage_weight)
+        parts, parameters = fused
+        context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
+        inputs, context_weight, context_bias = self.loop_inputs(source, parameters, context_weight)
+        query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight = inputs[3:]
+        folded = (context_weight, context_bias) if parts.heads > 1 else (None, None)
+        return StepParts(
+            parts, query_weight, query_bias, score_weight, key_bias, coverage_weight, *folded
+        )
 
 
 def time_major(rows: Tensor) -> Tensor:

@@ -488,7 +488,12 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
    once per step; else the product q . k) times `scale`; the key bias (P floats, or NULL); the
    window (local-m's half-width D around p_t = min(t, S_b - 1), or -1: every real key); the
    normalizer (0 softmax, 1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`); coverage (0
-   none, 1 gamma c_s on the logits, 2 c_s w_c inside the additive score's tanh). */
+   none, 1 gamma c_s on the logits, 2 c_s w_c inside the additive score's tanh). With several
+   heads (`heads` > 1, no coverage), W_q (heads K, H) and b_q give a row's heads' queries
+   (FastDecoder.loop_inputs folds a multi-head block's projections), head i of sentence b
+   reads keys and values (head_size d) of sentence b heads + i, and the heads' contexts,
+   side by side, become the attentional state's part through W_c1 (H, heads d) and b_c1 (H,
+   or NULL): W_c1 W_o and W_c1 b_o, the block's W_o folded in. */
 typedef struct {
   int64_t additive;
   float scale;
@@ -505,6 +510,10 @@ typedef struct {
   int64_t coverage;
   float gamma;
   const float *w_c;
+  int64_t heads;
+  int64_t head_size;
+  const float *W_c1;
+  const float *b_c1;
 } greedy_parts;
 
 /* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
@@ -546,6 +555,51 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
     for (int64_t s = 0; s < S; ++s) coverage[s] += weights[s];
 }
 
+/* A greedy step's attention through the parts for the `active` rows (row r is sentence rows[r]):
+   queries (active, H) -> each row's weights (the heads' average) into weights (row b's at
+   b * max_steps + t) and its part of the attentional state into attentional (active, H).
+   Scratch in `work` (active * heads * (K + 2S + d) floats, and S K each with additive
+   coverage) and spans (2 * active * heads). */
+static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, int64_t S,
+                       int64_t H, int64_t K, int64_t t, int64_t max_steps, const float *query,
+                       const float *keys, const float *values, const int64_t *lens,
+                       const int64_t *rows, float *coverage, float *weights, float *attentional,
+                       float *work, int64_t *spans) {
+  const int64_t heads = parts->heads, d = heads > 1 ? parts->head_size : H;
+  float *projected = work, *scores = projected + active * heads * K;
+  float *head_weights = scores + active * heads * S, *contexts = head_weights + active * heads * S;
+  float *covered = contexts + active * heads * d;
+  const float *q = query; /* h, or the heads' W_q h + b_q: (active, heads K) */
+  if (parts->W_q != NULL) {
+    seq2seq_affine_rows(sgemm, active, heads * K, H, parts->W_q, H, parts->b_q, query, projected);
+    q = projected;
+  }
+  /* One head: the context is the attentional state's part itself (values are W_c1 m). */
+  float *context = heads > 1 ? contexts : attentional;
+#pragma omp parallel for schedule(static) if (active * heads * S * 2 * K >= 4 * PARALLEL_MIN)
+  for (int64_t r = 0; r < active; ++r) {
+    const int64_t b = rows[r];
+    float *out = weights + (b * max_steps + t) * S;
+    for (int64_t i = 0; i < heads; ++i) {
+      const int64_t row = r * heads + i, sentence = b * heads + i;
+      parts_row(parts, S, K, d, t, q + row * K, keys + sentence * S * K,
+                values + sentence * S * d, lens + b, parts->coverage ? coverage + r * S : NULL,
+                spans + 2 * row, scores + row * S, covered + r * S * K,
+                heads > 1 ? head_weights + row * S : out, context + row * d);
+    }
+    if (heads > 1) { /* the heads' average, as the reference returns it */
+      for (int64_t s = 0; s < S; ++s) {
+        float total = 0.0f;
+        for (int64_t i = 0; i < heads; ++i) total += head_weights[(r * heads + i) * S + s];
+        out[s] = total / (float)heads;
+      }
+    }
+  }
+  if (heads > 1) /* W_c1 (W_o c + b_o) = (W_c1 W_o) c + W_c1 b_o: (active, H) */
+    seq2seq_affine_rows(sgemm, active, H, heads * d, parts->W_c1, heads * d, parts->b_c1,
+                        contexts, attentional);
+}
+
 /* Greedy decoding with the Luong decoder (seq2seq/kernels/greedy.py): a GRU cell, attention scored
    scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
    tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
@@ -561,10 +615,10 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
    keeps them); tokens (B, max_steps) and weights (B, max_steps, S) receive the active rows of
    each step (the rest stays as the caller filled it). Returns the number of steps run.
 
-   With `parts` (not NULL) the attention is composed of them instead (parts_row): keys are
-   (B, S, K), K = parts->A for an additive score, and work holds B * (8H + V + K + S + S K)
-   floats and spans 2B int64 more (in `spans`); with coverage, `coverage` (B, S) enters as each
-   sentence's so far (and is scratch). With input feeding, W_if (3H, H) at row stride ld_if
+   With `parts` (not NULL) the attention is composed of them instead (parts_step): keys are
+   (B heads, S, K), K = parts->A for an additive score, values (B heads, S, d), and work holds
+   B * (8H + V) floats and parts_step's scratch for B rows more, spans its; with coverage,
+   `coverage` (B, S) enters as each sentence's so far (and is scratch). With input feeding, W_if (3H, H) at row stride ld_if
    adds W_if f_{t-1} to the cell's input, f the last attentional vector, `feed` (B, H), which
    enters as f_0 (and is scratch); else W_if is NULL. */
 int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64_t V,
@@ -580,13 +634,15 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                              float *restrict coverage, const float *W_if, int64_t ld_if,
                              float *restrict feed) {
   const int64_t G = 3 * H;
-  const int64_t K = parts != NULL && parts->additive ? parts->A : H; /* a key's size */
+  /* A key's size: additive scoring's A, a head's d, or the state's. */
+  int64_t K = H;
+  if (parts != NULL && parts->additive) K = parts->A;
+  else if (parts != NULL && parts->heads > 1) K = parts->head_size;
   const int covers = parts != NULL && parts->coverage != 0;
   const float one = 1.0f;
   float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
   float *attentional = query + B * H, *logits = attentional + B * H;
-  float *projected = logits + B * V, *scores = projected + B * K; /* parts only */
-  float *covered = scores + B * S;
+  float *scratch = logits + B * V; /* parts_step's */
   int64_t active = B;
   for (int64_t b = 0; b < B; ++b) {
     rows[b] = b;
@@ -611,18 +667,8 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                     values + b * S * H, weights + (b * max_steps + t) * S, attentional + r * H);
       }
     } else {
-      const float *q = query; /* additive: q = W_q h + b_q, (A, K) */
-      if (parts->additive) {
-        seq2seq_affine_rows(sgemm, active, K, H, parts->W_q, H, parts->b_q, query, projected);
-        q = projected;
-      }
-#pragma omp parallel for schedule(static) if (active * S * 2 * K >= 4 * PARALLEL_MIN)
-      for (int64_t r = 0; r < active; ++r) {
-        const int64_t b = rows[r];
-        parts_row(parts, S, K, H, t, q + r * K, keys + b * S * K, values + b * S * H, lens + b,
-                  covers ? coverage + r * S : NULL, spans + 2 * r, scores + r * S,
-                  covered + r * S * K, weights + (b * max_steps + t) * S, attentional + r * H);
-      }
+      parts_step(sgemm, parts, active, S, H, K, t, max_steps, query, keys, values, lens, rows,
+                 coverage, weights, attentional, scratch, spans);
     }
     /* attentional (A, H) = tanh(W_c1 c + h W_c2^T), then logits (A, V) = b_s + a W_s^T. */
     ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
