@@ -1,0 +1,508 @@
+"""Check an attention written by a user: the properties that matter, on random inputs against
+float64, and when one fails, the bug that fits the evidence, named (issue 69).
+
+``check(target)`` takes a normalizer function ``(logits, mask) -> weights`` (``mask`` True at a
+real key, the shape of the logits), or an attention module with the d2l interface
+``forward(queries, keys, values, valid_lens)`` that returns the context, ``(context, weights)``
+or the context with the weights left in an ``attention_weights`` attribute (every scoring
+function of ``seq2seq.attention`` is one), or a subclass of ``seq2seq.attention.Attention``,
+built at each size it is checked at. It returns a ``CheckResult``: one ``Finding`` per
+property, which renders as a table (and in a notebook), and raises nothing unless asked
+(``raise_for_failures``).
+
+Each property runs over several shapes (batch 1 and many, one query and many, one key and many,
+lengths mixed and equal) and seeds; a failure shows the expected and actual value at the first
+bad position. Tolerances follow the dtype, as PyTorch's own attention tests set them.
+
+Shape legend: B batch, Tq queries, Tk keys, D query and key size, V value size.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.attention import Attention
+
+# (B, Tq, Tk, valid lengths): one of each kind the properties must hold on.
+SHAPES: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
+    (1, 1, 1, (1,)),
+    (1, 4, 6, (6,)),
+    (3, 1, 5, (5, 2, 3)),
+    (4, 3, 7, (7, 1, 4, 7)),
+    (2, 5, 4, (4, 4)),
+)
+SEEDS = (0, 1, 2)
+# Tolerances per dtype against the float64 reference (rtol, atol), as PyTorch's SDPA tests use
+# for its low-precision kernels.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-9),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.bfloat16: (1.6e-2, 2e-2),
+    torch.float16: (1e-3, 2e-3),
+}
+
+
+@dataclass
+class Finding:
+    """One property's outcome: ``passed``, what was seen (``detail``: expected against actual at
+    the first bad position), and where it failed, the bug that fits (``bug``, or None). An
+    ``info`` finding is a diagnostic, never a failure."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+    bug: str | None = None
+    info: bool = False
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found for ``target`` (a ``kind`` of attention): its findings, in order."""
+
+    target: str
+    kind: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(f.passed for f in self.findings if not f.info)
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [f for f in self.findings if not f.passed and not f.info]
+
+    def table(self) -> str:
+        """The findings as a markdown table."""
+        lines = [
+            f"**{self.target}** ({self.kind}): "
+            + ("every property holds" if self.passed else f"{len(self.failures)} failed"),
+            "",
+            "| property | result | likely bug | detail |",
+            "|---|---|---|---|",
+        ]
+        for f in self.findings:
+            result = "info" if f.info else ("pass" if f.passed else "**FAIL**")
+            lines.append(f"| {f.name} | {result} | {f.bug or ''} | {f.detail} |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_markdown_(self) -> str:
+        return self.table()
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "passed": self.passed}, indent=2)
+
+    def raise_for_failures(self) -> None:
+        """Raise ``AttentionCheckError`` naming each failed property and its likely bug."""
+        if not self.passed:
+            raise AttentionCheckError(self)
+
+
+class AttentionCheckError(AssertionError):
+    """Some property of a checked attention failed (``CheckResult.raise_for_failures``)."""
+
+    def __init__(self, result: CheckResult) -> None:
+        self.result = result
+        named = "; ".join(
+            f"{f.name}: {f.bug or 'see the detail'} ({f.detail})" for f in result.failures
+        )
+        super().__init__(f"{result.target} fails {len(result.failures)} check(s): {named}")
+
+
+class TargetError(TypeError):
+    """``check`` was given something it cannot check; the message says what it accepts."""
+
+
+Normalizer = Callable[[Tensor, Tensor], Tensor]
+
+
+def check(target: Any, name: str | None = None) -> CheckResult:
+    """Check ``target`` (module docstring): a normalizer function, an attention module, or a
+    subclass of ``seq2seq.attention.Attention``."""
+    label = name or str(getattr(target, "__qualname__", type(target).__name__))
+    factory = target.func if isinstance(target, functools.partial) else target
+    if isinstance(target, functools.partial) and inspect.isclass(factory):
+        label = name or factory.__qualname__
+    if inspect.isclass(factory) and issubclass(factory, Attention):
+        # Built as the decoders build a scoring function (seq2seq.models.decoder).
+        scoring: Any = target
+        return check_module_factory(lambda size: scoring(query_size=size, key_size=size), label)
+    if isinstance(target, nn.Module):
+        return check_module_factory(lambda size: target, label, sized=False)
+    if callable(target) and not inspect.isclass(target):
+        return check_normalizer(target, label)
+    raise TargetError(
+        f"{label!r} is not something `check` can check: give a normalizer function "
+        "(logits, mask) -> weights, an attention module with forward(queries, keys, values, "
+        "valid_lens), or a subclass of seq2seq.attention.Attention (built at each size)."
+    )
+
+
+# ---- Normalizers ---------------------------------------------------------------------------
+
+
+def key_mask(batch: int, queries: int, keys: int, lengths: tuple[int, ...]) -> Tensor:
+    """(B, Tq, Tk) bool: True at sentence b's first lengths[b] keys."""
+    lens = torch.tensor(lengths)[:, None, None]
+    return (torch.arange(keys)[None, None, :] < lens).expand(batch, queries, keys)
+
+
+def check_normalizer(normalize: Normalizer, label: str) -> CheckResult:
+    return CheckResult(label, "normalizer", normalizer_findings(normalize))
+
+
+def normalizer_findings(weights_of: Callable[[Tensor, Tensor], Tensor]) -> list[Finding]:
+    """The properties of weights = f(logits, mask) over ``SHAPES`` and ``SEEDS``."""
+    findings = [
+        attempt("returns weights of the logits' shape", lambda: shape_finding(weights_of)),
+        attempt("padded keys get weight exactly 0", lambda: padding_finding(weights_of)),
+        attempt("rows are non-negative and sum to 1", lambda: normalized_finding(weights_of)),
+        attempt("a row with no real key gives zeros, not NaN", lambda: empty_finding(weights_of)),
+        attempt("more padding changes nothing", lambda: more_padding_finding(weights_of)),
+        attempt("permuting the keys permutes the weights", lambda: permutation_finding(weights_of)),
+        attempt("low precision matches float64", lambda: dtype_finding(weights_of)),
+    ]
+    return findings
+
+
+def attempt(name: str, run: Callable[[], Finding]) -> Finding:
+    """``run``'s finding, named; an exception from the user's code is a failure that says what
+    it was, never a traceback."""
+    try:
+        finding = run()
+    except Exception as error:  # the user's code may raise anything
+        message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        bug = None
+        if "overflow" in message and "Half" in message:
+            bug = "a fixed fill too large for float16 (e.g. -1e9): use torch.finfo(dtype).min"
+        return Finding(name, False, f"raised {message}", bug)
+    finding.name = name
+    return finding
+
+
+def cases(dtype: torch.dtype = torch.float64) -> Iterator[tuple[Tensor, Tensor]]:
+    """(logits (B, Tq, Tk), mask) over the shapes and seeds."""
+    for batch, queries, keys, lengths in SHAPES:
+        for seed in SEEDS:
+            generator = torch.Generator().manual_seed(seed)
+            logits = torch.randn(batch, queries, keys, generator=generator, dtype=torch.float64)
+            yield (logits * 3).to(dtype), key_mask(batch, queries, keys, lengths)
+
+
+def first_bad(bad: Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def shape_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for logits, mask in cases():
+        weights = weights_of(logits, mask)
+        if not isinstance(weights, Tensor) or weights.shape != logits.shape:
+            got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+            return Finding("", False, f"expected {tuple(logits.shape)}, got {got}", None)
+    return Finding("", True)
+
+
+def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for logits, mask in cases():
+        weights = weights_of(logits, mask)
+        padded = ~mask & (weights != 0)
+        if padded.any():
+            where = first_bad(padded)
+            row = where[:-1]
+            real = float(weights[row][mask[row]].abs().sum())  # the row's real keys' mass
+            bug = "padding leaks: padded keys are not masked"
+            if real < 1e-6:
+                bug = "mask inverted: real keys get 0 and padded keys the weight"
+            return Finding(
+                "", False, f"expected 0 at {where}, got {float(weights[where]):.4g}", bug
+            )
+    return Finding("", True)
+
+
+def normalized_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for logits, mask in cases():
+        weights = weights_of(logits, mask)
+        rows = mask.any(-1)  # (B, Tq): rows with a real key
+        sums = weights.sum(-1)
+        if (weights < 0).any():
+            where = first_bad(weights < 0)
+            return Finding("", False, f"expected >= 0 at {where}, got {float(weights[where]):.4g}")
+        off = rows & ((sums - 1).abs() > 1e-6)
+        if off.any():
+            where = first_bad(off)
+            bug = None
+            column_sums = weights.sum(-2)
+            if weights.shape[-2] > 1 and torch.allclose(column_sums, torch.ones_like(column_sums)):
+                bug = "softmax over the wrong axis: the columns (queries, dim=-2) sum to 1"
+            return Finding(
+                "", False, f"row {where} sums to {float(sums[where]):.6g}, expected 1", bug
+            )
+    return Finding("", True)
+
+
+def empty_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    mask = key_mask(2, 3, 5, (5, 0))
+    weights = weights_of(logits, mask)
+    if not torch.isfinite(weights).all():
+        return Finding(
+            "", False, f"row (1, 0) of a sentence with no real key is {weights[1, 0].tolist()}",
+            "-inf fill: a row with every key masked is softmax of -inf only, NaN",
+        )  # fmt: skip
+    if (weights[1] != 0).any():
+        return Finding(
+            "", False, f"expected zeros, got {weights[1, 0].tolist()}",
+            "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights: "
+            "zero the row after the softmax",
+        )  # fmt: skip
+    (grad,) = torch.autograd.grad(weights.sin().sum(), logits)
+    if not torch.isfinite(grad).all():
+        return Finding("", False, "the gradient is not finite", "NaN gradient through a -inf fill")
+    return Finding("", True)
+
+
+def more_padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for logits, mask in cases():
+        weights = weights_of(logits, mask)
+        extra = torch.randn(*logits.shape[:2], 3, dtype=logits.dtype) * 10  # 3 more padded keys
+        wider = torch.cat([mask, mask.new_zeros(*mask.shape[:2], 3)], -1)
+        padded = weights_of(torch.cat([logits, extra], -1), wider)[..., : logits.shape[-1]]
+        bad = ~torch.isclose(padded, weights, rtol=1e-6, atol=1e-9)
+        if bad.any():
+            where = first_bad(bad)
+            return Finding(
+                "", False, f"at {where} {float(weights[where]):.6g} became "
+                f"{float(padded[where]):.6g} with 3 more padded keys",
+                "padding leaks: padded keys take part in the normalization",
+            )  # fmt: skip
+    return Finding("", True)
+
+
+def permutation_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for logits, mask in cases():
+        keys = logits.shape[-1]
+        order = torch.randperm(keys, generator=torch.Generator().manual_seed(keys))
+        full = mask.all()  # permute only where every key is real: padding stays at the end
+        if not full:
+            continue
+        weights = weights_of(logits, mask)
+        permuted = weights_of(logits[..., order], mask[..., order])
+        bad = ~torch.isclose(permuted, weights[..., order], rtol=1e-6, atol=1e-9)
+        if bad.any():
+            where = first_bad(bad)
+            return Finding(
+                "", False, f"at {where} expected {float(weights[..., order][where]):.6g}, "
+                f"got {float(permuted[where]):.6g}", "the weights depend on the keys' positions",
+            )  # fmt: skip
+    return Finding("", True)
+
+
+def dtype_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        rtol, atol = TOLERANCES[dtype]
+        for logits, mask in cases():
+            reference = weights_of(logits, mask)
+            weights = weights_of(logits.to(dtype), mask)
+            if not torch.isfinite(weights).all():
+                where = first_bad(~torch.isfinite(weights))
+                return Finding(
+                    "", False, f"{dtype} gives {float(weights[where])} at {where}",
+                    "a fill or constant that overflows in low precision",
+                )  # fmt: skip
+            bad = ~torch.isclose(weights.double(), reference, rtol=rtol, atol=atol)
+            if bad.any():
+                where = first_bad(bad)
+                return Finding(
+                    "", False, f"{dtype} at {where}: expected {float(reference[where]):.6g}, "
+                    f"got {float(weights[where]):.6g}",
+                )  # fmt: skip
+    return Finding("", True)
+
+
+# ---- Attention modules ---------------------------------------------------------------------
+
+
+def check_module_factory(
+    build: Callable[[int], nn.Module], label: str, sized: bool = True
+) -> CheckResult:
+    """The module's properties; ``build(D)`` gives it for queries and keys of size D (the same
+    module every time where it is not ``sized``)."""
+    result = CheckResult(label, "attention module")
+    try:
+        module = build(8)
+    except Exception as error:
+        raise TargetError(
+            f"{label} could not be built for queries and keys of size 8: "
+            f"{type(error).__name__}: {error}. An Attention subclass is built as "
+            "Cls(query_size=D, key_size=D): give its other arguments with functools.partial "
+            "(e.g. partial(AdditiveAttention, num_hiddens=16)), or a built module."
+        ) from error
+    size = 8 if sized else module_size(module)
+    module = module.double().eval()
+    result.findings += attention_findings(module, size)
+    if sized:
+        result.findings.append(attempt("√d growth of the logits", lambda: growth_info(build)))
+    return result
+
+
+def module_size(module: nn.Module) -> int:
+    """The query size a built module takes: its first linear layer's input, else 8."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear | nn.LazyLinear) and not isinstance(layer, nn.LazyLinear):
+            return int(layer.in_features)
+    return 8
+
+
+def run_module(
+    module: nn.Module, queries: Tensor, keys: Tensor, values: Tensor, lens: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(context, weights) of a d2l-interface module (module docstring's three forms)."""
+    out = module(queries, keys, values, lens)
+    if isinstance(out, tuple) and len(out) == 2:
+        return out[0], out[1]
+    weights = getattr(module, "attention_weights", None)
+    if not isinstance(out, Tensor) or not isinstance(weights, Tensor):
+        raise TargetError(
+            "forward returned neither (context, weights) nor a context with the weights in "
+            "an attention_weights attribute"
+        )
+    return out, weights
+
+
+def module_cases(size: int) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """(queries, keys, values, valid_lens) over the shapes and seeds, float64."""
+    for batch, queries, keys, lengths in SHAPES:
+        for seed in SEEDS:
+            generator = torch.Generator().manual_seed(seed)
+            q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
+            k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
+            v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+            yield q, k, v, torch.tensor(lengths)
+
+
+def attention_findings(module: nn.Module, size: int) -> list[Finding]:
+    def run(q: Tensor, k: Tensor, v: Tensor, lens: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():
+            return run_module(module, q, k, v, lens)
+
+    def as_normalizer(finding: Callable[[Callable[[Tensor, Tensor], Tensor]], Finding]) -> Finding:
+        return finding(lambda logits, mask: mask_weights(run, size, mask))
+
+    return [
+        attempt("padded keys get weight exactly 0", lambda: as_normalizer(padding_finding)),
+        attempt("rows are non-negative and sum to 1", lambda: as_normalizer(normalized_finding)),
+        attempt("a row with no real key gives zeros, not NaN", lambda: module_empty(module, size)),
+        attempt("padding never reaches the context", lambda: leak_finding(run, size)),
+        attempt("one sentence does not depend on the others", lambda: batch_finding(run, size)),
+    ]
+
+
+def mask_weights(
+    run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int, mask: Tensor
+) -> Tensor:
+    """The module's weights for random queries and keys where ``mask`` (B, Tq, Tk) marks each
+    sentence's real keys (every query of a sentence has the same)."""
+    batch, queries, keys = mask.shape
+    generator = torch.Generator().manual_seed(batch * 100 + queries * 10 + keys)
+    q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
+    k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
+    v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+    _, weights = run(q, k, v, mask[:, 0].sum(-1))
+    return weights
+
+
+def module_empty(module: nn.Module, size: int) -> Finding:
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, size, generator=generator, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 4, size, generator=generator, dtype=torch.float64)
+    v = torch.randn(2, 4, 5, generator=generator, dtype=torch.float64)
+    context, weights = run_module(module, q, k, v, torch.tensor([4, 0]))
+    if not (torch.isfinite(weights).all() and torch.isfinite(context).all()):
+        return Finding(
+            "", False, "a sentence with no real key gives NaN weights or context",
+            "-inf fill: a row with every key masked is softmax of -inf only, NaN",
+        )  # fmt: skip
+    if (weights[1] != 0).any() or (context[1] != 0).any():
+        return Finding(
+            "", False, f"expected zero weights, got {weights[1, 0].tolist()}",
+            "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights",
+        )  # fmt: skip
+    (grad,) = torch.autograd.grad(context.sin().sum(), q)
+    if not torch.isfinite(grad).all():
+        return Finding("", False, "the queries' gradient is not finite", "NaN gradient")
+    return Finding("", True)
+
+
+def leak_finding(
+    run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int
+) -> Finding:
+    for q, k, v, lens in module_cases(size):
+        context, _ = run(q, k, v, lens)
+        keys = k.shape[1]
+        padded = torch.arange(keys)[None, :, None] >= lens[:, None, None]  # (B, Tk, 1)
+        noisy_k = torch.where(padded, torch.randn_like(k) * 100, k)
+        noisy_v = torch.where(padded, torch.randn_like(v) * 100, v)
+        changed, _ = run(q, noisy_k, noisy_v, lens)
+        real = lens > 0
+        bad = ~torch.isclose(changed, context, rtol=1e-6, atol=1e-9) & real[:, None, None]
+        if bad.any():
+            where = first_bad(bad)
+            return Finding(
+                "", False, f"context at {where} moved from {float(context[where]):.6g} to "
+                f"{float(changed[where]):.6g} when only padded keys and values changed",
+                "padding leaks into the context (mask not applied, or applied on the wrong axis)",
+            )  # fmt: skip
+    return Finding("", True)
+
+
+def batch_finding(
+    run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int
+) -> Finding:
+    for q, k, v, lens in module_cases(size):
+        if q.shape[0] < 2:
+            continue
+        context, _ = run(q, k, v, lens)
+        for b in range(q.shape[0]):
+            alone, _ = run(q[b : b + 1], k[b : b + 1], v[b : b + 1], lens[b : b + 1])
+            bad = ~torch.isclose(alone[0], context[b], rtol=1e-6, atol=1e-9)
+            if bad.any():
+                where = (b, *first_bad(bad))
+                return Finding(
+                    "", False, f"sentence {b} alone gives {float(alone[0][where[1:]]):.6g} at "
+                    f"{where}, in the batch {float(context[where]):.6g}",
+                    "batch mixing: a reshape, transpose or mask broadcast mixes sentences",
+                )  # fmt: skip
+    return Finding("", True)
+
+
+def growth_info(build: Callable[[int], nn.Module]) -> Finding:
+    """The logits' spread against the size D (information): unscaled dot products grow as √D."""
+    spreads = []
+    for size in (16, 64, 256):
+        module = build(size).double().eval()
+        generator = torch.Generator().manual_seed(size)
+        q = torch.randn(8, 6, size, generator=generator, dtype=torch.float64)
+        k = torch.randn(8, 6, size, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            logits = (
+                module.score(q, module.project_keys(k)) if isinstance(module, Attention) else None
+            )
+        if logits is None:
+            return Finding("", True, "no score() to read", info=True)
+        spreads.append(float(logits.std()))
+    ratio = spreads[-1] / spreads[0]
+    grows = ratio > math.sqrt(256 / 16) / 2
+    detail = f"logit std at D = 16, 64, 256: {', '.join(f'{s:.3g}' for s in spreads)}"
+    return Finding("", True, detail + (" (grows as √D: scale by 1/√D)" if grows else ""), info=True)

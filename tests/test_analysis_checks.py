@@ -1,0 +1,175 @@
+"""seq2seq.analysis.checks: every built-in part passes, and a catalogue of attentions written
+with the usual bugs, as a student would write them, fails with the bug named."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from seq2seq.analysis.checks import AttentionCheckError, TargetError, check
+from seq2seq.attention import AdditiveAttention, DotProductAttention, GeneralAttention
+from seq2seq.normalizers import entmax15, softmax, sparsemax
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("normalizer", [softmax, sparsemax, entmax15])
+def test_the_built_in_normalizers_pass(normalizer: object) -> None:
+    result = check(normalizer)
+    assert result.passed, result.table()
+
+
+@pytest.mark.parametrize(
+    "scoring",
+    [
+        DotProductAttention,
+        partial(DotProductAttention, scaled=False),
+        GeneralAttention,
+        partial(AdditiveAttention, num_hiddens=16),
+    ],
+    ids=["scaled_dot", "dot", "general", "additive"],
+)
+def test_the_built_in_scoring_functions_pass(scoring: object) -> None:
+    result = check(scoring)
+    assert result.passed, result.table()
+
+
+def test_a_users_example_passes() -> None:
+    path = ROOT / "examples" / "cosine_attention" / "cosine_attention.py"
+    spec = importlib.util.spec_from_file_location("cosine_attention", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = check(module.CosineAttention)
+    assert result.passed, result.table()
+
+
+# ---- The catalogue: normalizers (logits, mask) -> weights, mask True at a real key ---------
+
+
+def mask_inverted(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(logits.masked_fill(mask, -1e4), dim=-1)
+
+
+def softmax_over_queries(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(logits.masked_fill(~mask, -1e4), dim=-2)
+
+
+def minus_inf_fill(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def fill_too_large_for_float16(logits: Tensor, mask: Tensor) -> Tensor:
+    weights = torch.softmax(logits.masked_fill(~mask, -1e9), dim=-1)
+    return weights * mask.any(-1, keepdim=True)  # empty rows handled: only the fill is wrong
+
+
+def unmasked(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(logits, dim=-1)
+
+
+CATALOGUE = {
+    mask_inverted: ("padded keys get weight exactly 0", "mask inverted"),
+    softmax_over_queries: ("rows are non-negative and sum to 1", "softmax over the wrong axis"),
+    minus_inf_fill: ("a row with no real key gives zeros, not NaN", "-inf fill"),
+    fill_too_large_for_float16: ("low precision matches float64", "too large for float16"),
+    unmasked: ("padded keys get weight exactly 0", "padding leaks"),
+}
+
+
+@pytest.mark.parametrize("broken", list(CATALOGUE), ids=lambda f: f.__name__)
+def test_each_catalogued_bug_is_named(broken: object) -> None:
+    prop, bug = CATALOGUE[broken]  # type: ignore[index]
+    result = check(broken)
+    assert not result.passed
+    failed = {f.name: f for f in result.failures}
+    assert prop in failed, result.table()
+    assert bug in (failed[prop].bug or ""), result.table()
+    with pytest.raises(AttentionCheckError, match=bug.split(":")[0]):
+        result.raise_for_failures()
+
+
+# ---- The catalogue: d2l-style modules forward(queries, keys, values, valid_lens) ---------------
+
+
+class D2LScaledDot(nn.Module):
+    """d2l's DotProductAttention with its masked softmax (a -1e6 fill), the weights in an
+    attribute: padded keys get exactly 0 in float64, but an empty row gets uniform weights."""
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor) -> Tensor:
+        scores = queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])
+        mask = torch.arange(keys.shape[1])[None, None, :] < valid_lens[:, None, None]
+        self.attention_weights = torch.softmax(scores.masked_fill(~mask, -1e6), dim=-1)
+        return self.attention_weights @ values
+
+
+class MaskOnQueries(nn.Module):
+    """The mask built along the queries' axis: padding reaches the context."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        scores = queries @ keys.transpose(1, 2)
+        mask = torch.arange(queries.shape[1])[None, :, None] < valid_lens[:, None, None]
+        weights = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
+        return weights @ values, weights
+
+
+class BatchMixing(nn.Module):
+    """Heads split with a view that crosses sentences (view instead of a transpose first)."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        batch = queries.shape[0]
+        mixed = queries.transpose(0, 1).reshape(batch, queries.shape[1], -1)  # wrong order
+        scores = mixed @ keys.transpose(1, 2)
+        mask = torch.arange(keys.shape[1])[None, None, :] < valid_lens[:, None, None]
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+        return weights @ values, weights
+
+
+MODULES = {
+    D2LScaledDot: ("a row with no real key gives zeros, not NaN", "uniform weights"),
+    MaskOnQueries: ("padded keys get weight exactly 0", "padding leaks"),
+    BatchMixing: ("one sentence does not depend on the others", "batch mixing"),
+}
+
+
+@pytest.mark.parametrize("module", list(MODULES), ids=lambda m: m.__name__)
+def test_each_catalogued_module_bug_is_named(module: type[nn.Module]) -> None:
+    prop, bug = MODULES[module]
+    result = check(module())
+    failed = {f.name: f for f in result.failures}
+    assert prop in failed, result.table()
+    assert bug in (failed[prop].bug or ""), result.table()
+
+
+def test_what_cannot_be_checked_is_one_paragraph() -> None:
+    with pytest.raises(TargetError, match="normalizer function"):
+        check(42)
+    with pytest.raises(TargetError, match=r"functools\.partial"):
+        check(AdditiveAttention)  # needs num_hiddens
+
+
+def test_a_normalizer_that_raises_or_returns_the_wrong_shape_fails_without_a_traceback() -> None:
+    def raises(logits: Tensor, mask: Tensor) -> Tensor:
+        raise ValueError("not written yet")
+
+    result = check(raises)
+    assert all("raised ValueError: not written yet" in f.detail for f in result.failures)
+    flat = check(lambda logits, mask: logits.flatten())
+    assert "expected (1, 1, 1)" in flat.failures[0].detail
+
+
+def test_the_result_renders_and_serializes() -> None:
+    result = check(minus_inf_fill)
+    assert "| a row with no real key gives zeros, not NaN | **FAIL** | -inf fill" in result.table()
+    assert result._repr_markdown_() == result.table()
+    assert '"passed": false' in result.to_json()
