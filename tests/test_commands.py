@@ -19,6 +19,7 @@ SCRIPTS = {  # command -> the checkout's script
     "compare": "scripts/compare_runs.py", "average": "scripts/average_checkpoints.py",
     "download": "scripts/download_data.py", "tune": "scripts/tune_decoding.py",
     "align": "scripts/alignment.py", "toy-data": "scripts/make_toy_data.py",
+    "check": "scripts/check_attention.py",
 }  # fmt: skip
 
 

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention
+from seq2seq.errors import Seq2SeqError
 
 # (B, Tq, Tk, valid lengths): one of each kind the properties must hold on.
 SHAPES: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
@@ -120,7 +121,7 @@ class AttentionCheckError(AssertionError):
         super().__init__(f"{result.target} fails {len(result.failures)} check(s): {named}")
 
 
-class TargetError(TypeError):
+class TargetError(Seq2SeqError, TypeError):
     """``check`` was given something it cannot check; the message says what it accepts."""
 
 

@@ -2,7 +2,7 @@
 
     seq2seq train attention=additive trainer.max_epochs=1     # python train.py's overrides
     seq2seq translate --model RUN/checkpoints/best.ckpt < in.txt
-    seq2seq evaluate|export|explore|serve|compare|average|download|tune|align|toy-data --help
+    seq2seq evaluate|export|explore|serve|compare|average|download|tune|align|check|toy-data --help
 
 Each command is exactly the script of the same job in a checkout (``scripts/translate.py`` is
 ``seq2seq translate``, ``train.py`` is ``seq2seq train``): the scripts call these modules.
@@ -26,6 +26,7 @@ COMMANDS = {
     "download": ("seq2seq.commands.download", "download a real corpus"),
     "tune": ("seq2seq.commands.tune", "choose beam size and length penalty on a dev set"),
     "align": ("seq2seq.commands.align", "AER of a model against gold alignments"),
+    "check": ("seq2seq.commands.check", "check an attention you wrote; the bug named"),
     "toy-data": ("seq2seq.commands.toy_data", "write a toy task's splits as files"),
 }
 

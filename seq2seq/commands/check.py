@@ -1,0 +1,107 @@
+"""Check an attention you wrote: its properties on random inputs, and the bug that fits a failure.
+
+    seq2seq check my_attention.py:MyAttention          # a subclass of seq2seq.attention.Attention
+    seq2seq check my_attention.py:MyAttention --init num_hiddens=16
+    seq2seq check my_normalizers.py:masked_softmax     # (logits, mask) -> weights
+    seq2seq check mypkg.attention:D2LAttention --json  # a module: forward(q, k, v, valid_lens)
+
+TARGET is FILE.py:NAME or package.module:NAME. Naming your own file here runs its code, as
+training with it does. The exit status is 1 when a property fails, 0 when all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from seq2seq.analysis.checks import check
+from seq2seq.attention import Attention
+from seq2seq.cli import UsageError
+from seq2seq.inference.plugins import import_file
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )  # fmt: skip
+    parser.add_argument("target", help="FILE.py:NAME or package.module:NAME")
+    parser.add_argument(
+        "--init", action="append", default=[], metavar="KEY=VALUE",
+        help="another argument of the class's constructor (repeatable), e.g. num_hiddens=16",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = parser.parse_args()
+    target = built(load_target(args.target), init_arguments(args.init), args.target)
+    result = check(target, name=args.target)
+    print(result.to_json() if args.json else result.table())
+    return 0 if result.passed else 1
+
+
+def load_target(spec: str) -> Any:
+    """The object ``FILE.py:NAME`` or ``package.module:NAME`` names."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise UsageError(
+            f"{spec!r} names no object: write FILE.py:NAME (e.g. my_attention.py:MyAttention) or "
+            "package.module:NAME."
+        )
+    if where.endswith(".py"):
+        module_name = import_file(Path(where))  # the user's own file, named: run as training does
+        module = importlib.import_module(module_name)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as error:
+            raise UsageError(
+                f"{spec}: the module {where!r} cannot be imported ({error}); give the file "
+                "instead (path/to/file.py:NAME) or put its directory on PYTHONPATH."
+            ) from error
+    if not hasattr(module, name):
+        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        raise UsageError(
+            f"{spec}: {where} defines no {name!r}; it defines {', '.join(public) or 'nothing'}."
+        )
+    return getattr(module, name)
+
+
+def init_arguments(pairs: list[str]) -> dict[str, Any]:
+    """``--init KEY=VALUE`` pairs, each value read as a number or a word."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        if not equals or not key.isidentifier():
+            raise UsageError(f"--init {pair!r}: write KEY=VALUE, e.g. --init num_hiddens=16.")
+        value: Any = text
+        for kind in (int, float):
+            try:
+                value = kind(text)
+                break
+            except ValueError:
+                continue
+        arguments[key] = {"true": True, "false": False}.get(text, value)
+    return arguments
+
+
+def built(target: Any, init: dict[str, Any], spec: str) -> Any:
+    """What ``check`` takes: an Attention subclass with its other arguments bound; another
+    module class built with them; a function as it is."""
+    if inspect.isclass(target) and issubclass(target, Attention):
+        return partial(target, **init) if init else target
+    if inspect.isclass(target) and issubclass(target, nn.Module):
+        try:
+            return target(**init)
+        except TypeError as error:
+            raise UsageError(
+                f"{spec} could not be built with {init or 'no arguments'} ({error}): give its "
+                "constructor's arguments with --init KEY=VALUE."
+            ) from error
+    if init:
+        raise UsageError(f"--init is for a class; {spec} is a {type(target).__name__}.")
+    return target
