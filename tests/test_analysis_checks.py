@@ -135,7 +135,30 @@ class BatchMixing(nn.Module):
         return weights @ values, weights
 
 
+class UnusedParameter(D2LScaledDot):
+    """A projection built and never applied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.W_q = nn.Linear(8, 8)
+
+
+class DropoutInEval(nn.Module):
+    """Dropout called as a function, training=True: random in eval mode."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        scores = queries @ keys.transpose(1, 2)
+        mask = torch.arange(keys.shape[1])[None, None, :] < valid_lens[:, None, None]
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+        weights = nn.functional.dropout(weights, 0.5, training=True)
+        return weights @ values, weights
+
+
 MODULES = {
+    UnusedParameter: ("gradients reach every parameter, finite", "never uses"),
+    DropoutInEval: ("two calls in eval mode agree", "randomness in eval mode"),
     D2LScaledDot: ("a row with no real key gives zeros, not NaN", "uniform weights"),
     MaskOnQueries: ("padded keys get weight exactly 0", "padding leaks"),
     BatchMixing: ("one sentence does not depend on the others", "batch mixing"),

@@ -382,9 +382,14 @@ def run_module(
     return out, weights
 
 
-def module_cases(size: int) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """(queries, keys, values, valid_lens) over the shapes and seeds, float64."""
+def module_cases(
+    size: int, batch_at_least: int = 1
+) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """(queries, keys, values, valid_lens) over the shapes (of ``batch_at_least`` sentences or
+    more) and seeds, float64."""
     for batch, queries, keys, lengths in SHAPES:
+        if batch < batch_at_least:
+            continue
         for seed in SEEDS:
             generator = torch.Generator().manual_seed(seed)
             q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
@@ -407,7 +412,91 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
         attempt("a row with no real key gives zeros, not NaN", lambda: module_empty(module, size)),
         attempt("padding never reaches the context", lambda: leak_finding(run, size)),
         attempt("one sentence does not depend on the others", lambda: batch_finding(run, size)),
+        attempt("low precision and autocast match float64", lambda: module_dtypes(module, size)),
+        attempt("gradients reach every parameter, finite", lambda: module_gradients(module, size)),
+        attempt("two calls in eval mode agree", lambda: module_repeats(run, size)),
     ]
+
+
+def module_dtypes(module: nn.Module, size: int) -> Finding:
+    """The context in float32, bfloat16 and float16 (the module cast), and float32 under CPU
+    autocast to bfloat16, against float64, at each dtype's tolerance."""
+    q, k, v, lens = next(module_cases(size, batch_at_least=2))
+    with torch.no_grad():
+        reference, _ = run_module(module, q, k, v, lens)
+        for dtype, autocast in (
+            (torch.float32, False), (torch.bfloat16, False), (torch.float16, False),
+            (torch.float32, True),
+        ):  # fmt: skip
+            copy = copy_module(module).to(dtype)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                context, _ = run_module(copy, q.to(dtype), k.to(dtype), v.to(dtype), lens)
+            label = "float32 under autocast (bfloat16)" if autocast else str(dtype)
+            if not torch.isfinite(context).all():
+                return Finding(
+                    "", False, f"{label} gives a context that is not finite",
+                    "a fill or constant that overflows in low precision (-1e9 in float16)",
+                )  # fmt: skip
+            rtol, atol = TOLERANCES[torch.bfloat16 if autocast else dtype]
+            # A product over D terms rounds D times: its tolerance grows with √D.
+            atol *= math.sqrt(size)
+            bad = ~torch.isclose(context.double(), reference, rtol=rtol, atol=atol)
+            if bad.any():
+                where = first_bad(bad)
+                return Finding(
+                    "", False, f"{label} at {where}: expected {float(reference[where]):.6g}, "
+                    f"got {float(context[where]):.6g}",
+                )  # fmt: skip
+    return Finding("", True)
+
+
+def copy_module(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def module_gradients(module: nn.Module, size: int) -> Finding:
+    """Every parameter gets a finite gradient from the context (training mode, dropout off)."""
+    copy = copy_module(module).train()
+    for layer in copy.modules():
+        if isinstance(layer, nn.Dropout):
+            layer.p = 0.0
+    q, k, v, lens = next(module_cases(size, batch_at_least=2))
+    inputs = {"queries": q, "keys": k, "values": v}
+    for tensor in inputs.values():
+        tensor.requires_grad_()
+    context, _ = run_module(copy, q, k, v, lens)
+    context.sin().sum().backward()
+    for name, tensor in inputs.items():
+        if tensor.grad is None or not torch.isfinite(tensor.grad).all():
+            return Finding(
+                "", False, f"the {name}' gradient is missing or not finite", "NaN gradient"
+            )
+    for name, parameter in copy.named_parameters():
+        if parameter.grad is None:
+            return Finding(
+                "", False, f"{name} gets no gradient",
+                "a parameter the forward pass never uses (or uses through .data / detach)",
+            )  # fmt: skip
+        if not torch.isfinite(parameter.grad).all():
+            return Finding("", False, f"{name}'s gradient is not finite", "NaN gradient")
+    return Finding("", True)
+
+
+def module_repeats(
+    run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int
+) -> Finding:
+    q, k, v, lens = next(module_cases(size, batch_at_least=2))
+    first, _ = run(q, k, v, lens)
+    second, _ = run(q, k, v, lens)
+    if not torch.equal(first, second):
+        where = first_bad(first != second)
+        return Finding(
+            "", False, f"at {where} {float(first[where]):.6g} then {float(second[where]):.6g}",
+            "randomness in eval mode (dropout called as a function, or torch.rand in forward)",
+        )  # fmt: skip
+    return Finding("", True)
 
 
 def mask_weights(
