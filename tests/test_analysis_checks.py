@@ -174,6 +174,21 @@ def test_each_catalogued_module_bug_is_named(module: type[nn.Module]) -> None:
     assert bug in (failed[prop].bug or ""), result.table()
 
 
+class StaleKeys(DotProductAttention):
+    """Caches the first batch's projected keys and serves them to every later batch."""
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        if not hasattr(self, "cached"):
+            self.cached = keys
+        return self.cached
+
+
+def test_state_kept_between_calls_fails_inside_a_model() -> None:
+    result = check(StaleKeys)
+    failed = {f.name for f in result.failures}
+    assert "Bahdanau: batched beam search equals one sentence at a time" in failed, result.table()
+
+
 def test_what_cannot_be_checked_is_one_paragraph() -> None:
     with pytest.raises(TargetError, match="normalizer function"):
         check(42)

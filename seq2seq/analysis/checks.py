@@ -355,7 +355,107 @@ def check_module_factory(
     result.findings += attention_findings(module, size)
     if sized:
         result.findings.append(attempt("√d growth of the logits", lambda: growth_info(build)))
+        result.findings += model_findings(build)
     return result
+
+
+# ---- Inside a model built with it ------------------------------------------------------------
+
+BOS, EOS, PAD = 2, 3, 0  # seq2seq.data.tokenization's ids
+
+
+def model_findings(build: Callable[[int], nn.Module]) -> list[Finding]:
+    """A scoring function inside each RNN decoder (small random models, float64, eval mode):
+    teacher forcing equals stepping ``decode_step`` on the same tokens, and batched beam search
+    over sources of mixed lengths equals one sentence at a time."""
+    from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
+
+    findings = []
+    for decoder in (BahdanauDecoder, LuongDecoder):
+        name = decoder.__name__.removesuffix("Decoder")
+
+        findings += [
+            attempt(f"{name}: teacher forcing equals decoding step by step",
+                    functools.partial(in_model, stepping_finding, build, decoder)),
+            attempt(f"{name}: batched beam search equals one sentence at a time",
+                    functools.partial(in_model, beam_finding, build, decoder)),
+        ]  # fmt: skip
+    return findings
+
+
+def in_model(
+    finding: Callable[[Any], Finding], build: Callable[[int], nn.Module], decoder: type
+) -> Finding:
+    """``finding`` of a ``small_model`` (built inside ``attempt``: building may raise too)."""
+    return finding(small_model(build, decoder))
+
+
+def small_model(build: Callable[[int], nn.Module], decoder: type) -> nn.Module:
+    """A random Seq2Seq (float64, eval mode) whose ``decoder`` attends with ``build``'s module,
+    built for the decoder's state size (16: the memory's too)."""
+    from seq2seq.models.model import Seq2Seq
+
+    def scoring(query_size: int, key_size: int) -> Any:
+        return build(query_size)
+
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        src_vocab_size=13, tgt_vocab_size=11, attention=scoring, embedding_size=8,
+        hidden_size=16, dropout=0.0, decoder=decoder,
+    )  # fmt: skip
+    return model.double().eval()
+
+
+def model_batch() -> tuple[Tensor, Tensor, Tensor]:
+    """src (B, S) of mixed lengths, src_lens (B,) and tgt_in (B, T) starting with BOS."""
+    generator = torch.Generator().manual_seed(0)
+    src_lens = torch.tensor([7, 3, 5, 1])
+    src = torch.randint(4, 13, (4, 7), generator=generator)
+    src[torch.arange(7)[None, :] >= src_lens[:, None]] = PAD
+    tgt_in = torch.randint(4, 11, (4, 6), generator=generator)
+    tgt_in[:, 0] = BOS
+    return src, src_lens, tgt_in
+
+
+def stepping_finding(model: Any) -> Finding:
+    src, src_lens, tgt_in = model_batch()
+    with torch.no_grad():
+        forced, _ = model(src, src_lens, tgt_in)  # (B, T, V)
+        source, state = model.encode(src, src_lens)
+        for t in range(tgt_in.shape[1]):
+            logits, state, _ = model.decoder.decode_step(tgt_in[:, t], state, source)
+            bad = ~torch.isclose(logits, forced[:, t], rtol=1e-6, atol=1e-9)
+            if bad.any():
+                where = (*first_bad(bad)[:1], t, *first_bad(bad)[1:])
+                return Finding(
+                    "", False, f"logit {where}: teacher forcing {float(forced[where]):.6g}, "
+                    f"a step {float(logits[where[0], where[2]]):.6g}",
+                    "state kept in the module between calls, or a mask that sees the future",
+                )  # fmt: skip
+    return Finding("", True)
+
+
+def beam_finding(model: Any) -> Finding:
+    from seq2seq.search import beam_search
+
+    src, src_lens, _ = model_batch()
+    with torch.no_grad():
+        batched = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=3, max_len_b=4).best
+        for b in range(src.shape[0]):
+            length = int(src_lens[b])
+            alone = beam_search(
+                model, src[b : b + 1, :length], src_lens[b : b + 1], BOS, EOS, PAD,
+                beam_size=3, max_len_b=4,
+            ).best  # fmt: skip
+            tokens = batched.tokens[b, : int(batched.lengths[b])]
+            single = alone.tokens[0, : int(alone.lengths[0])]
+            if not torch.equal(tokens, single):
+                return Finding(
+                    "", False, f"sentence {b}: batched {tokens.tolist()}, alone {single.tolist()}",
+                    "padding or another sentence reaches a hypothesis (masks or states "
+                    "repeated in the wrong order for the beams)",
+                )  # fmt: skip
+    return Finding("", True)
 
 
 def module_size(module: nn.Module) -> int:
