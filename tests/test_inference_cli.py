@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
+from seq2seq.commands.evaluate import bleu_metric_for
 from seq2seq.data.toy import ToyTranslation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,6 +169,20 @@ def test_evaluate_bleu_equals_the_sacrebleu_cli(bundle: Path, tmp_path: Path) ->
         hyp.read_text(encoding="utf-8").splitlines(), [[example.tgt for example in test]]
     )
     assert result["chrf"] == pytest.approx(chrf.score)
+
+
+@pytest.mark.parametrize(("tokenize", "warns"), [("none", False), ("13a", True)])
+def test_evaluate_with_tokenize_none_does_not_warn_about_tokenized_text(
+    tokenize: str, warns: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The toy task's text is tokenized on purpose: with --tokenize none sacreBLEU is told so
+    (its force) and does not warn at 100 lines ending in " ."; with 13a it still warns."""
+    lines = [f"the dog sees cat {i} ." for i in range(120)]
+    metric = bleu_metric_for(tokenize)
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        score = metric.corpus_score(lines, [lines])
+    assert ("detokenize" in caplog.text) == warns
+    assert score.score == pytest.approx(100.0)
 
 
 def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ out by hand, and intervals over seeds against Student's t by hand."""
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import re
@@ -128,3 +129,16 @@ def test_the_interval_is_students_t_by_hand() -> None:
 def test_an_interval_needs_two_runs() -> None:
     with pytest.raises(IntervalError, match="needs at least 2 runs, got 1"):
         mean_interval([99.0])
+
+
+def test_sacrebleus_progress_lines_are_debug_records(caplog: pytest.LogCaptureFixture) -> None:
+    """ "Pre-computing BLEU statistics ..." is sacreBLEU's INFO: at a sweep's end it stood beside
+    the results under Hydra's tag. Now it is shown only where debug logging is on."""
+    hypotheses = [f"a b c {i}" for i in range(30)]
+    references = [f"a b d {i}" for i in range(30)]
+    with caplog.at_level(logging.INFO):
+        paired_translation_test(hypotheses, hypotheses, references, samples=50)
+    assert "Pre-computing" not in caplog.text
+    with caplog.at_level(logging.DEBUG):
+        paired_translation_test(hypotheses, hypotheses, references, samples=50)
+    assert any(r.levelno == logging.DEBUG and "Pre-computing" in r.message for r in caplog.records)

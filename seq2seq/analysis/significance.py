@@ -11,8 +11,10 @@ whose centred |difference| exceeds the observed one ((c + 1) / (n + 1)).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,14 +70,15 @@ def paired_translation_test(
     # tokenize="none" scores text tokenized on purpose (the toy tasks): say so (force), or
     # sacreBLEU warns that it looks like text left tokenized by mistake.
     metrics = {"BLEU": BLEU(tokenize=tokenize, force=tokenize == "none"), "chrF": CHRF()}
-    paired = PairedTest(
-        [("baseline", list(baseline)), ("system", list(system))],
-        metrics,
-        [list(references)],
-        test_type=test,
-        n_samples=samples or DEFAULT_SAMPLES[test],
-    )
-    _, scores = paired()
+    with progress_at_debug_level():  # its constructor scores the baseline already
+        paired = PairedTest(
+            [("baseline", list(baseline)), ("system", list(system))],
+            metrics,
+            [list(references)],
+            test_type=test,
+            n_samples=samples or DEFAULT_SAMPLES[test],
+        )
+        _, scores = paired()
     results = []
     # Results are keyed by the metrics' own names (chrF is "chrF2": β = 2), in order.
     for name, key in zip(metrics, list(scores)[1:], strict=True):
@@ -118,6 +121,26 @@ def paired_aer_bootstrap(
     centred = differences - differences.mean()
     exceeding = int(np.sum(centred > abs(observed[1] - observed[0])))
     return PairedResult("AER", observed[0], observed[1], (exceeding + 1) / (samples + 1))
+
+
+@contextlib.contextmanager
+def progress_at_debug_level() -> Iterator[None]:
+    """sacreBLEU's progress lines ("Pre-computing BLEU statistics ...", INFO on its logger) as
+    DEBUG records while a test runs: shown where debug logging is on, never at the end of
+    every sweep beside the results."""
+    sacrebleu_log = logging.getLogger("sacrebleu")
+
+    def demote(record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return sacrebleu_log.isEnabledFor(logging.DEBUG)
+
+    sacrebleu_log.addFilter(demote)
+    try:
+        yield
+    finally:
+        sacrebleu_log.removeFilter(demote)
 
 
 def check_parallel(*sides: Sequence[str]) -> None:

@@ -43,7 +43,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--beam-size", type=int_at_least(1), default=5, help="1 = greedy (5)")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
-    parser.add_argument("--tokenize", default=BLEU.TOKENIZER_DEFAULT, help="sacreBLEU tokenizer")
+    parser.add_argument(
+        "--tokenize", default=BLEU.TOKENIZER_DEFAULT,
+        help="sacreBLEU tokenizer (13a); none: the text is tokenized already, as the toy "
+        "tasks' is (sacreBLEU's force, so it does not warn about tokenized input)",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_coverage_penalty_argument(parser)
@@ -70,7 +74,7 @@ def main() -> int:
     if args.hyp_out is not None:
         args.hyp_out.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
 
-    bleu_metric, chrf_metric = BLEU(tokenize=args.tokenize), CHRF()
+    bleu_metric, chrf_metric = bleu_metric_for(args.tokenize), CHRF()
     bleu = bleu_metric.corpus_score(hypotheses, [references])
     chrf = chrf_metric.corpus_score(hypotheses, [references])
     log.info(
@@ -95,6 +99,13 @@ def main() -> int:
         print(bleu.format(signature=str(bleu_metric.get_signature())))
         print(chrf.format(signature=str(chrf_metric.get_signature())))
     return 0
+
+
+def bleu_metric_for(tokenize: str) -> BLEU:
+    """sacreBLEU's BLEU with ``tokenize``. ``none`` scores text that is tokenized on purpose (the
+    toy tasks'): it says so (sacreBLEU's force), or sacreBLEU would guess the text was left
+    tokenized by mistake and warn that the user "forgot to detokenize"."""
+    return BLEU(tokenize=tokenize, force=tokenize == "none")
 
 
 if __name__ == "__main__":
