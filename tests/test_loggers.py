@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import socket
 import struct
@@ -305,6 +306,43 @@ def test_unreachable_server_falls_back_to_offline(
     assert bool(held) == (server == "never answers")  # W&B did reach the silent server
     logger.experiment.finish()
     assert list(tmp_path.glob("wandb/offline-run-*"))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` -> its content's SHA-256."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_compare_runs_never_writes_into_the_runs_it_reads(
+    wandb_run: Path, tensorboard_run: Path, tmp_path: Path
+) -> None:
+    """Without --out the figures go to comparison-NAME in the current directory, said in the
+    log; the input directories are byte for byte what they were; --out inside a run is refused
+    in one paragraph."""
+    before = [tree_digest(wandb_run), tree_digest(tensorboard_run)]
+    here = tmp_path / "here"
+    here.mkdir()
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/compare_runs.py"), str(wandb_run),
+         str(tensorboard_run)],
+        cwd=here, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    out = here / f"comparison-{wandb_run.name}+1"
+    assert (out / "bleu_curves.png").is_file()
+    assert f"comparison-{wandb_run.name}+1" in completed.stderr
+    assert [tree_digest(wandb_run), tree_digest(tensorboard_run)] == before
+    refused = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(wandb_run), "--out",
+         str(wandb_run / "figures")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "inside the run directory" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (wandb_run / "figures").exists()
 
 
 def test_compare_runs_tables_and_plots_two_runs(

@@ -12,7 +12,8 @@ by seed, with whether the difference is beyond the seed-to-seed spread. --pair t
 Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
 interval), attention_grid.png (one validation sentence's attention under each run) and
 explorer.html (the attention explorer: every run's best checkpoint on the same validation
-sentences, side by side) to --out (default: the first directory given).
+sentences, side by side) to --out, by default comparison-NAME in the current directory, NAME the
+first directory's (and "+N" for N more): never into the runs it reads.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ log = logging.getLogger("seq2seq.compare_runs")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="run or multirun directories")
-    parser.add_argument("--out", type=Path, help="where to write the PNGs (the first directory)")
+    parser.add_argument(
+        "--out", type=Path,
+        help="where to write the figures and explorer.html (comparison-NAME here, NAME the "
+        "first directory's); never inside a run directory",
+    )  # fmt: skip
     parser.add_argument(
         "--by", nargs="+", metavar="KEY",
         help="group by these config keys (default: every key but the seed and where it ran)",
@@ -90,8 +95,9 @@ def main() -> int:
     for path in args.pair or []:
         if not path.is_dir():
             raise UsageError(f"--pair {path}: no such run directory.")
-    runs = [read_run(path) for path in find_runs(args.runs)]
-    out_dir: Path = args.out or args.runs[0]
+    run_dirs = find_runs(args.runs)
+    runs = [read_run(path) for path in run_dirs]
+    out_dir = output_directory(args.out, args.runs, run_dirs)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -110,6 +116,25 @@ def main() -> int:
     if page is not None:
         log.info("wrote %s", page)
     return 0
+
+
+def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path]) -> Path:
+    """--out, or comparison-NAME in the current directory (NAME the first input's, "+N" for N
+    more inputs), said in the log; refused inside a run directory: a comparison never writes
+    into the runs it reads."""
+    if out is None:
+        name = inputs[0].resolve().name or "runs"
+        out = Path(f"comparison-{name}" + (f"+{len(inputs) - 1}" if len(inputs) > 1 else ""))
+        log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
+    resolved = out.resolve()
+    for run_dir in run_dirs:
+        if resolved == run_dir.resolve() or run_dir.resolve() in resolved.parents:
+            raise UsageError(
+                f"--out {out} is inside the run directory {run_dir}: a comparison does not "
+                "write into the runs it reads; choose another directory (e.g. --out "
+                f"comparison-{run_dir.name})."
+            )
+    return out
 
 
 def print_groups(
