@@ -185,6 +185,18 @@ def test_evaluate_with_tokenize_none_does_not_warn_about_tokenized_text(
     assert score.score == pytest.approx(100.0)
 
 
+def test_translate_reports_unknown_source_words_once(bundle: Path) -> None:
+    """Words the model's vocabulary lacks are read as <unk>: translate still translates every
+    line, and says once, on stderr, how many words and which."""
+    lines = b"the zebra sees a cat .\nthe dog xylophones a zebra .\nthe dog sees a cat .\n"
+    completed = run_script("translate.py", "--model", bundle, stdin=lines)
+    assert completed.returncode == 0, completed.stderr.decode()
+    assert len(completed.stdout.decode().splitlines()) == 3
+    stderr = completed.stderr.decode()
+    assert stderr.count("not in the model's vocabulary") == 1, stderr
+    assert "zebra (×2)" in stderr and "xylophones" in stderr
+
+
 def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Path) -> None:
     src, ref = tmp_path / "a.src", tmp_path / "a.ref"
     src.write_text("a dog .\na cat .\n", encoding="utf-8")

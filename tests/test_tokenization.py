@@ -28,6 +28,7 @@ from seq2seq.data.tokenization import (
     encode_batch,
     train_tokenizers,
     train_word_tokenizer,
+    unknown_words,
 )
 from seq2seq.errors import ConfigError
 
@@ -350,3 +351,12 @@ def test_normalized_text_is_nfc() -> None:
     tokenizer = TokenizerSpec("bpe", vocab_size=100).train(["café"])
     decomposed = unicodedata.normalize("NFD", "café")
     assert round_trip(tokenizer, decomposed) == "café"
+
+
+@pytest.mark.parametrize("level", ["whitespace", "word"])
+def test_unknown_words_are_the_source_pieces_read_as_unk(level: TokenizerLevel) -> None:
+    """What translate reports: each word the vocabulary lacks, as the user wrote it, counted."""
+    tokenizer = spec_for(level).train(["the dog sees a cat ."] * 3)
+    found = unknown_words(tokenizer, ["the zebra eats a pizza .", "a zebra .", "the dog ."])
+    assert found == Counter({"zebra": 2, "eats": 1, "pizza": 1})
+    assert not unknown_words(tokenizer, ["the cat sees a dog ."])

@@ -33,6 +33,7 @@ encoded as that token; neither Multi30k nor Tatoeba contains one.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -269,6 +270,17 @@ def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     # reads: 1.9 against 2.9 ms for the reverse task's 500 test sentences.
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     return [encoding.ids for encoding in encode(list(texts))]
+
+
+def unknown_words(tokenizer: Tokenizer, texts: Sequence[str]) -> Counter[str]:
+    """How often each piece of ``texts`` that the vocabulary lacks (what the model reads as
+    <unk>: a word-level vocabulary's unknown word, a subword one's unknown character) occurs."""
+    found: Counter[str] = Counter()
+    for text, encoding in zip(texts, tokenizer.encode_batch(list(texts)), strict=True):
+        for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
+            if token_id == UNK_ID:
+                found[text[start:end].strip() or text[start:end]] += 1
+    return found
 
 
 def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:

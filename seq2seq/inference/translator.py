@@ -7,8 +7,9 @@ Translator.load("bundle/").translate(["ein Hund läuft ."], beam_size=5)
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,15 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from seq2seq.data.batching import pad
-from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode_batch
+from seq2seq.data.tokenization import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    decode,
+    encode_batch,
+    unknown_words,
+)
 from seq2seq.errors import CTRANSLATE2, ONNX, ModelFileError, missing_extra, require_extra
 from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.models import Transformer
@@ -448,6 +457,7 @@ class StreamReport:
     lines: int = 0
     invalid: int = 0  # invalid UTF-8 or NUL bytes: answered with an empty line
     truncated: int = 0  # longer than the model's maximum source length
+    unknown: Counter[str] = field(default_factory=Counter)  # source words read as <unk>
 
 
 def translate_stream(
@@ -471,6 +481,7 @@ def translate_stream(
 
     def flush() -> None:
         texts = [text for text in chunk if text is not None]
+        report.unknown.update(unknown_words(translator.src_tokenizer, texts))
         translations = iter(
             translator.translate_detailed(
                 texts, beam_size, length_penalty, batch_size, coverage_penalty=coverage_penalty
@@ -508,4 +519,19 @@ def translate_stream(
             report.truncated,
             translator.max_src_len,
         )
+    if report.unknown:
+        log.warning("%s", unknown_words_message(report.unknown))
     return report
+
+
+def unknown_words_message(unknown: Counter[str], shown: int = 5) -> str:
+    """One line on the source words the vocabulary lacks: how many, and the most frequent."""
+    examples = ", ".join(
+        word if count == 1 else f"{word} (×{count})" for word, count in unknown.most_common(shown)
+    )
+    more = f" and {len(unknown) - shown} more" if len(unknown) > shown else ""
+    total = sum(unknown.values())
+    return (
+        f"{total} source word(s) are not in the model's vocabulary and were read as <unk>: "
+        f"{examples}{more}. The translations are what the model makes of <unk> there."
+    )
