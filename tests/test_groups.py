@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from seq2seq.analysis.compare import RunsError, read_run
-from seq2seq.analysis.groups import group_runs
+from seq2seq.analysis.groups import group_runs, groups_table
+from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from tests.configs import ROOT, TINY
 
@@ -300,3 +301,29 @@ def test_a_corrupt_summary_is_one_paragraph(tmp_path: Path) -> None:
     completed = run_compare(run, "--out", tmp_path / "out")
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert "summary.json is not valid JSON" in completed.stderr
+
+
+def test_an_interval_never_reaches_past_what_the_figure_can_be() -> None:
+    """Two seeds at 99.5 and 100 BLEU: the t interval (±3.2) would reach 103; it is cut at 100
+    and marked, its low end kept."""
+    plain = mean_interval([99.5, 100.0])
+    cut = mean_interval([99.5, 100.0], bounds=(0.0, 100.0))
+    assert plain.high > 100 and not plain.clipped
+    assert (cut.low, cut.high, cut.clipped) == (plain.low, 100.0, True)
+    assert cut.format(1) == f"99.8 [{plain.low:.1f}, 100.0]*"
+    inside = mean_interval([40.0, 41.0, 42.0], bounds=(0.0, 100.0))
+    assert not inside.clipped and inside.format(1) == "41.0 ± 2.5"
+
+
+def test_the_groups_table_says_when_seeds_are_too_few_and_intervals_cut(tmp_path: Path) -> None:
+    runs = [
+        fake_run(tmp_path / "a1", config(1), 99.5),
+        fake_run(tmp_path / "a2", config(2), 100.0),
+        fake_run(tmp_path / "b1", config(1, attention__normalizer="sparsemax"), 90.0),
+        fake_run(tmp_path / "b2", config(2, attention__normalizer="sparsemax"), 91.0),
+        fake_run(tmp_path / "b3", config(3, attention__normalizer="sparsemax"), 92.0),
+    ]
+    table = groups_table(group_runs([read_run(path) for path in runs]))
+    assert "100.0]*" in table and "shown cut there" in table
+    assert "attention.normalizer=softmax: fewer than 3 seeds" in table
+    assert "sparsemax: fewer" not in table

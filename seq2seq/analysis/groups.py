@@ -54,6 +54,13 @@ FIGURES = (
     ("best_val_bleu", "best val BLEU", 1),
     ("train_tokens_per_s", "tokens/s", 0),
 )
+# What each figure can be: its interval is cut there (and marked).
+RANGES = {
+    "test_bleu": (0.0, 100.0), "test_chrf": (0.0, 100.0), "test_aer": (0.0, 1.0),
+    "best_val_bleu": (0.0, 100.0), "train_tokens_per_s": (0.0, math.inf),
+}  # fmt: skip
+# Fewer seeds than this give an interval too wide to separate anything (t_{0.975, 1} = 12.7).
+ENOUGH_SEEDS = 3
 
 
 @dataclass
@@ -213,7 +220,7 @@ def group_figures(group: Group) -> dict[str, Interval | float | None]:
     for key, _, _ in FIGURES:
         values = [v for run in group.runs if (v := figure_of(run, key)) is not None]
         if len(values) >= 2:
-            figures[key] = mean_interval(values)
+            figures[key] = mean_interval(values, bounds=RANGES[key])
         else:
             figures[key] = values[0] if values else None
     return figures
@@ -226,8 +233,30 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def groups_table(groups: Sequence[Group]) -> str:
-    """Markdown: a row per group, n runs, each figure's mean ± 95 % half-width over seeds."""
-    return markdown(*groups_rows(groups))
+    """Markdown: a row per group, n runs, each figure's mean ± 95 % half-width over seeds; and
+    under it what a reader must know: intervals cut at a figure's range, groups of fewer than
+    ``ENOUGH_SEEDS`` seeds."""
+    table = markdown(*groups_rows(groups))
+    return table + "".join(f"\n{note}\n" for note in interval_notes(groups))
+
+
+def interval_notes(groups: Sequence[Group]) -> list[str]:
+    """The footnotes of ``groups_table`` (also what the console says)."""
+    notes = []
+    figures = [group_figures(group) for group in groups]
+    if any(isinstance(v, Interval) and v.clipped for f in figures for v in f.values()):
+        notes.append(
+            "\\* the 95 % t interval reached past what the figure can be (BLEU and chrF 0-100, "
+            "AER 0-1) and is shown cut there, as [low, high]."
+        )
+    few = [group.label for group in groups if 1 < len(group.runs) < ENOUGH_SEEDS]
+    if few:
+        notes.append(
+            f"{', '.join(few)}: fewer than {ENOUGH_SEEDS} seeds. With 2 the t interval is ±12.7 "
+            "standard errors wide and separates almost nothing: train 3 seeds "
+            "or more (seed=1,2,3) before reading a difference."
+        )
+    return notes
 
 
 def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:

@@ -4,7 +4,9 @@ Reporting one run per setting hides how much a figure moves from seed to seed; C
 "Better hypothesis testing for statistical machine translation: controlling for optimizer
 instability") ask for several runs per setting and their spread. The interval here is Student's t
 interval of the mean of n independent runs, mean ± t_{(1+c)/2, n-1} · s / √n, with s the sample
-standard deviation (n - 1 in the denominator).
+standard deviation (n - 1 in the denominator). A figure with a range (BLEU in [0, 100], AER in
+[0, 1]) gets its interval cut at the range's ends and marked (``clipped``): a t interval of two
+seeds near 100 BLEU would reach past it, which no figure can.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Interval:
     high: float
     n: int
     confidence: float = 0.95
+    clipped: bool = False  # cut at the figure's range (``mean_interval``'s ``bounds``)
 
     @property
     def half_width(self) -> float:
@@ -44,12 +47,20 @@ class Interval:
         return self.low > other.high or other.low > self.high
 
     def format(self, digits: int = 1) -> str:
-        """``mean ± half-width``, e.g. ``99.1 ± 0.4``."""
+        """``mean ± half-width``, e.g. ``99.1 ± 0.4``; an interval cut at the figure's range as
+        its ends with a mark, e.g. ``99.7 [96.2, 100.0]*``."""
+        if self.clipped:
+            return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]*"
         return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
 
 
-def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Student's t interval of the mean of ``values`` (at least two runs)."""
+def mean_interval(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> Interval:
+    """Student's t interval of the mean of ``values`` (at least two runs), cut to ``bounds``
+    (the figure's range) and then marked ``clipped``."""
     values = [float(value) for value in values]
     if len(values) < 2:
         raise IntervalError(
@@ -62,4 +73,6 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     std = statistics.stdev(values)
     quantile = float(stats.t.ppf((1 + confidence) / 2, df=len(values) - 1))
     half = quantile * std / math.sqrt(len(values))
-    return Interval(mean, std, mean - half, mean + half, len(values), confidence)
+    low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
+    clipped = (low, high) != (mean - half, mean + half)
+    return Interval(mean, std, low, high, len(values), confidence, clipped)
