@@ -38,6 +38,7 @@ from seq2seq.kernels.modules import FastBahdanauDecoder, FastDecoder
 from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
 from seq2seq.models.model import Seq2Seq
 from seq2seq.search import beam_search, greedy_search
+from seq2seq.training.loss import alignment_loss, coverage_loss, loss_with_weights
 from tests.test_model import BOS, EOS, PAD, make_batch
 
 pytestmark = pytest.mark.skipif(
@@ -453,6 +454,41 @@ def test_several_heads_train_and_decode_as_the_reference(
 def test_several_heads_with_input_feeding_train_and_decode_as_the_reference(parts: str) -> None:
     model = make_composed("scaled_dot", PARTS[parts], "luong", input_feeding=True, num_heads=2)
     assert_composed_matches_the_reference(model)
+
+
+@pytest.mark.parametrize(
+    ("decoder", "parts", "input_feeding", "num_heads"),
+    [
+        ("bahdanau", "softmax", False, 1),
+        ("bahdanau", "coverage+sparsemax", False, 1),
+        ("bahdanau", "local_p", False, 2),
+        ("luong", "coverage", False, 1),
+        ("luong", "sparsemax", True, 1),
+        ("luong", "key_bias", False, 1),
+    ],
+)
+def test_the_losses_on_the_weights_train_from_the_packed_pass(
+    decoder: str, parts: str, input_feeding: bool, num_heads: int
+) -> None:
+    """The guided-alignment and coverage losses read the weights: the C loops give them from the
+    pass over the real tokens only (zeros at the padded steps, which those losses skip). The
+    token, alignment and coverage losses and every gradient equal the reference's whole-grid
+    pass, in float32 against float64."""
+    model = make_composed("additive", PARTS[parts], decoder, input_feeding, num_heads)
+    reference_model = to_reference(copy.deepcopy(model).double())
+    src, src_lens, tgt_in = make_batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), EOS)], dim=1)
+    tgt_out[1, 3:] = PAD  # sentences of mixed lengths
+    gold = torch.zeros(3, tgt_in.shape[1], src.shape[1])
+    gold[0, 0, 1] = gold[0, 2, 0] = gold[1, 1, 1] = gold[2, 3, 2] = 1.0
+    results = []
+    for candidate in (model, reference_model):
+        token_loss, weights = loss_with_weights(candidate, src, src_lens, tgt_in, tgt_out)
+        total = token_loss + alignment_loss(weights, gold) + coverage_loss(weights, tgt_out != PAD)
+        grads = torch.autograd.grad(total, list(candidate.parameters()))
+        results.append([total.detach(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=5e-5)
 
 
 def assert_composed_matches_the_reference(model: Seq2Seq) -> None:

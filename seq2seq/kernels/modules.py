@@ -649,6 +649,32 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         fused = self.fused_recurrence(source, state[0])
         if fused is None:
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
+        logits, targets, _ = self.packed_pass(tgt_in, tgt_out, state, source, fused, False)
+        return logits, targets
+
+    def teacher_forced_logits_and_weights(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``teacher_forced_logits`` with the weights (B, T, S), 0 at the padded steps: what a
+        loss on the attention reads, from the same packed pass."""
+        fused = self.fused_recurrence(source, state[0])
+        if fused is None:
+            return super().teacher_forced_logits_and_weights(tgt_in, tgt_out, state, source)
+        logits, targets, weights = self.packed_pass(tgt_in, tgt_out, state, source, fused, True)
+        assert weights is not None  # asked for
+        return logits, targets, weights
+
+    def packed_pass(
+        self,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        state: DecoderState,
+        source: EncodedSource,
+        fused: tuple[StepAttention, AttentionParameters],
+        with_weights: bool,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``bahdanau.Recurrence`` over the real target tokens: logits (N, V), targets (N,), and
+        with ``with_weights`` the weights (B, T, S), 0 at the padded steps."""
         parts, parameters = fused
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         order = packed.sorted_indices  # (B,) longest target first
@@ -664,12 +690,14 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         if gate_bias is not None:
             input_gates = input_gates + gate_bias
         # (N, H), (N, M or h·d), (N, S or h·S)
-        states, contexts, _ = FusedRecurrence.apply(
+        states, contexts, weights = FusedRecurrence.apply(
             input_gates, state[0].index_select(0, order), *attention_inputs, coverage,
             *self.centre_parameters(), cell_weight, self.cell.weight_hh, self.cell.bias_hh,
             parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
-        return self.output(states, self.head_output(contexts), embedded), targets  # (N, V), (N,)
+        logits = self.output(states, self.head_output(contexts), embedded)  # (N, V)
+        padded = packed.pad(self.average_heads(weights)) if with_weights else None  # (B, T, S)
+        return logits, targets, padded
 
     def decode_step(
         self, prev_tokens: Tensor, state: DecoderState, source: EncodedSource
@@ -979,9 +1007,10 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         state: DecoderState,
         source: EncodedSource,
         fused: tuple[StepAttention, AttentionParameters],
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``teacher_forced_logits`` through ``SequentialRecurrence`` over the N real target
-        tokens, the batch sorted longest target first: logits (N, V), targets (N,)."""
+        tokens, the batch sorted longest target first: logits (N, V), targets (N,), and the
+        weights (B, T, S), 0 at the padded steps."""
         parts, parameters = fused
         packed, targets = self.pack_targets(tgt_in, tgt_out)
         order = packed.sorted_indices  # (B,) longest target first
@@ -991,13 +1020,14 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
             source, parameters
         )
-        attentionals, _ = SequentialRecurrence.apply(
+        attentionals, weights = SequentialRecurrence.apply(
             input_gates, state[0], self.feed_of(state), *attention_inputs,
             self.coverage_of(state), *self.centre_parameters(), feed_weight,
             self.cell.weight_hh, self.cell.bias_hh, attentional_weight, attentional_bias, keep,
             parts, Steps.packed(packed.batch_sizes),
         )  # fmt: skip
-        return self.output_layer(attentionals), targets  # (N, V), (N,)
+        padded = packed.pad(self.average_heads(weights))  # (B, T, S)
+        return self.output_layer(attentionals), targets, padded  # (N, V), (N,)
 
     def teacher_forced_logits(
         self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
@@ -1012,7 +1042,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             fused = self.fused_sequential(source, state[0])
             if fused is None:
                 return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
-            return self.sequential_logits(tgt_in, tgt_out, state, source, fused)
+            logits, targets, _ = self.sequential_logits(tgt_in, tgt_out, state, source, fused)
+            return logits, targets
         if not self.cell_runs_fused(*params):
             return super().teacher_forced_logits(tgt_in, tgt_out, state, source)
         packed, targets = self.pack_targets(tgt_in, tgt_out)
@@ -1033,6 +1064,17 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             padded, _ = self.attend(packed.pad(hiddens), source, False, positions)
             contexts = packed.select(padded)
         return self.output(hiddens, contexts), targets  # (N, V), (N,)
+
+    def teacher_forced_logits_and_weights(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """With input feeding or coverage, from ``sequential_logits``' packed pass (the weights
+        0 at the padded steps); otherwise the reference's, whose grid's modules are the fast
+        ones already (the cell in one call, the attention's parts)."""
+        fused = self.fused_sequential(source, state[0]) if self.is_sequential else None
+        if fused is None:
+            return super().teacher_forced_logits_and_weights(tgt_in, tgt_out, state, source)
+        return self.sequential_logits(tgt_in, tgt_out, state, source, fused)
 
     def fused_greedy(
         self, source: EncodedSource, state: DecoderState, task: GreedyTask

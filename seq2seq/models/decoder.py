@@ -360,6 +360,16 @@ class AttentionDecoder(nn.Module):
         logits, _ = self(tgt_in, state, source, need_weights=False)  # (B, T, V)
         return logits.flatten(0, 1), tgt_out.flatten()  # (B·T, V), (B·T,)
 
+    def teacher_forced_logits_and_weights(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``teacher_forced_logits`` and the attention weights (B, T, S), what the losses on the
+        attention read (alignment, coverage). Here the whole grid's; subclasses may return the
+        real tokens' logits and zero weights at the padded steps, which those losses skip."""
+        logits, weights = self(tgt_in, state, source, need_weights=True)  # (B, T, V)
+        assert weights is not None  # asked for
+        return logits.flatten(0, 1), tgt_out.flatten(), weights
+
 
 class BahdanauDecoder(AttentionDecoder):
     """A GRU (or LSTM) cell stepped over the target, attending once per step before the cell.

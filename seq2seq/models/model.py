@@ -58,6 +58,15 @@ class EncoderDecoder(nn.Module):
         source, state = self.encode(src, src_lens)
         return self.decoder(tgt_in, state, source, need_weights)
 
+    def teacher_forced_logits_and_weights(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """What a loss on the attention reads: logits (N, V) and their targets (N,) (the whole
+        (B, T) grid's, or the real tokens' only), and the weights (B, T, S), whatever they are
+        at the padded steps (those losses skip them)."""
+        source, state = self.encode(src, src_lens)
+        return self.decoder.teacher_forced_logits_and_weights(tgt_in, tgt_out, state, source)
+
 
 class Seq2Seq(EncoderDecoder):
     """An encoder–decoder with a pluggable attention scoring function.

@@ -393,6 +393,15 @@ class TransformerDecoder(nn.Module):
         logits, _ = self(tgt_in, state, source, need_weights=False)  # (B, T, V)
         return logits.flatten(0, 1), tgt_out.flatten()
 
+    def teacher_forced_logits_and_weights(
+        self, tgt_in: Tensor, tgt_out: Tensor, state: TransformerState, source: TransformerSource
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``teacher_forced_logits`` and the weights of ``forward`` (B, T, S), what the losses on
+        the attention read (alignment, coverage)."""
+        logits, weights = self(tgt_in, state, source, need_weights=True)  # (B, T, V)
+        assert weights is not None  # asked for
+        return logits.flatten(0, 1), tgt_out.flatten(), weights
+
     def decode_step(
         self, prev_tokens: Tensor, state: TransformerState, source: TransformerSource
     ) -> tuple[Tensor, TransformerState, Tensor]:

@@ -131,11 +131,11 @@ def loss_with_weights(
     weights (B, T, S) (a Transformer's: its last layer's cross-attention, averaged over the
     heads, the map that AER scores), for the losses on them. src (B, S), tgt_in, tgt_out (B, T)
     -> ((), (B, T, S))."""
-    logits, weights = model(src, src_lens, tgt_in, need_weights=True)  # (B, T, V), (B, T, S)
-    assert weights is not None  # asked for
-    # (B, T, V) -> (B·T, V) against (B·T,) targets
-    token_loss = token_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), label_smoothing)
-    return token_loss, weights
+    # (N, V) against (N,) targets, (B, T, S)
+    logits, targets, weights = model.teacher_forced_logits_and_weights(
+        src, src_lens, tgt_in, tgt_out
+    )
+    return token_cross_entropy(logits, targets, label_smoothing), weights
 
 
 def guided_loss(
