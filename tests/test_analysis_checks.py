@@ -211,3 +211,24 @@ def test_the_result_renders_and_serializes() -> None:
     assert "| a row with no real key gives zeros, not NaN | **FAIL** | -inf fill" in result.table()
     assert result._repr_markdown_() == result.table()
     assert '"passed": false' in result.to_json()
+
+
+class ScalarBiasDot(DotProductAttention):
+    """A learned scalar added to every score: the softmax does not see it."""
+
+    def __init__(self, query_size: int, key_size: int) -> None:
+        super().__init__(scaled=False)
+        self.b = nn.Parameter(torch.zeros(()))
+
+    def score(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        return super().score(queries, projected_keys) + self.b
+
+
+def test_the_seeds_diagnostics_are_information_not_failures() -> None:
+    result = check(ScalarBiasDot)
+    info = {f.name: f.detail for f in result.findings if f.info}
+    assert "grows as √D" in info["√d growth of the logits"]
+    assert "b: changes nothing" in info["a scalar bias"]
+    assert info["parameters against additive and general"].startswith("1 at D = 256")
+    assert "no tanh" in info["tanh saturation"]
+    assert result.passed, result.table()  # information never fails a check

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq.attention import Attention
 from seq2seq.errors import Seq2SeqError
@@ -354,7 +355,12 @@ def check_module_factory(
     module = module.double().eval()
     result.findings += attention_findings(module, size)
     if sized:
-        result.findings.append(attempt("√d growth of the logits", lambda: growth_info(build)))
+        result.findings += [
+            attempt("√d growth of the logits", lambda: growth_info(build)),
+            attempt("tanh saturation", lambda: saturation_info(build)),
+            attempt("a scalar bias", lambda: scalar_bias_info(build)),
+            attempt("parameters against additive and general", lambda: parameters_info(build)),
+        ]
         result.findings += model_findings(build)
     return result
 
@@ -696,3 +702,72 @@ def growth_info(build: Callable[[int], nn.Module]) -> Finding:
     grows = ratio > math.sqrt(256 / 16) / 2
     detail = f"logit std at D = 16, 64, 256: {', '.join(f'{s:.3g}' for s in spreads)}"
     return Finding("", True, detail + (" (grows as √D: scale by 1/√D)" if grows else ""), info=True)
+
+
+class TanhOutputs(TorchDispatchMode):
+    """The outputs of every tanh that runs inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: list[Tensor] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket is torch.ops.aten.tanh:
+            self.outputs.append(out.detach())
+        return out
+
+
+def saturation_info(build: Callable[[int], nn.Module]) -> Finding:
+    """The share of tanh units past 0.99 in magnitude (information): an additive score's tanh
+    saturates as the projections grow, and a saturated unit passes almost no gradient."""
+    size = 64
+    module = build(size).double().eval()
+    generator = torch.Generator().manual_seed(size)
+    q = torch.randn(8, 6, size, generator=generator, dtype=torch.float64)
+    k = torch.randn(8, 6, size, generator=generator, dtype=torch.float64)
+    with torch.no_grad(), TanhOutputs() as tanh:
+        run_module(module, q, k, k, torch.full((8,), 6))
+    if not tanh.outputs:
+        return Finding("", True, "no tanh in the score", info=True)
+    values = torch.cat([t.flatten() for t in tanh.outputs])
+    share = float((values.abs() > 0.99).double().mean())
+    hint = " (LayerNorm before the tanh keeps it in range)" if share > 0.1 else ""
+    return Finding("", True, f"{share:.1%} of tanh units past ±0.99 at D = {size}{hint}", info=True)
+
+
+def scalar_bias_info(build: Callable[[int], nn.Module]) -> Finding:
+    """Whether a one-number parameter changes the weights (information): a scalar added to
+    every logit of a row changes nothing after a softmax."""
+    module = build(16).double().eval()
+    scalars = [(n, p) for n, p in module.named_parameters() if p.numel() == 1]
+    if not scalars:
+        return Finding("", True, "no one-number parameter", info=True)
+    q, k, v, lens = next(module_cases(16, batch_at_least=2))
+    with torch.no_grad():
+        _, before = run_module(module, q, k, v, lens)
+        found = []
+        for name, parameter in scalars:
+            parameter.add_(1.0)
+            _, after = run_module(module, q, k, v, lens)
+            parameter.sub_(1.0)
+            moves = not torch.allclose(after, before, rtol=1e-9, atol=1e-12)
+            found.append(f"{name}: {'changes the weights' if moves else 'changes nothing'}")
+    return Finding("", True, "; ".join(found), info=True)
+
+
+def parameters_info(build: Callable[[int], nn.Module]) -> Finding:
+    """Its parameter count at D = 256 beside additive scoring's (A = 256) and general's."""
+    from seq2seq.attention import AdditiveAttention, GeneralAttention
+
+    size = 256
+
+    def count(module: nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    own = count(build(size))
+    additive = count(AdditiveAttention(query_size=size, key_size=size, num_hiddens=size))
+    general = count(GeneralAttention(query_size=size, key_size=size))
+    return Finding(
+        "", True, f"{own:,} at D = 256 (additive: {additive:,}; general: {general:,})", info=True
+    )
