@@ -104,8 +104,11 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     out = completed.stdout
-    groups = re.findall(r"^\| attention=(\w+) \| 2 \| ([0-9.]+) ± ([0-9.]+) \|", out, re.MULTILINE)
-    assert sorted(name for name, _, _ in groups) == ["additive", "scaled_dot"]
+    # mean ± half-width, or an interval cut at BLEU's 100, [low, high]*
+    interval = r"([0-9.]+) (?:± [0-9.]+|\[[0-9.]+, [0-9.]+\]\*)"
+    groups = re.findall(rf"^\| attention=(\w+) \| 2 \| {interval} \|", out, re.MULTILINE)
+    assert sorted(name for name, _ in groups) == ["additive", "scaled_dot"]
+    assert "fewer than 3 seeds" in out  # two seeds each: the table says so
     assert "| attention=additive | attention=scaled_dot | BLEU |" in out
     assert (tmp_path / "bleu_bands.png").is_file()
     # --pair: the first two jobs (seeds 1 and 2 of additive): sacreBLEU's CLI on their files.
@@ -150,14 +153,15 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
     assert tables["groups"]["data"] == rows
     # The same figures as numbers, which W&B can sort and plot.
     numbers = tables["group"]
-    assert numbers["columns"] == ["group", "runs", "figure", "mean", "half_width"]
+    assert numbers["columns"] == ["group", "runs", "figure", "mean", "half_width", "low", "high"]
     for row in rows:
-        [(mean, half)] = [
-            (number[3], number[4])
+        [(mean, half, low, high)] = [
+            tuple(number[3:7])
             for number in numbers["data"]
             if number[0] == row[0] and number[2] == "test BLEU"
         ]
-        assert row[2] == f"{mean:.1f} ± {half:.1f}"
+        cut = f"{mean:.1f} [{low:.1f}, {high:.1f}]*"  # an interval cut at BLEU's range
+        assert row[2] in (f"{mean:.1f} ± {half:.1f}", cut)
 
 
 def run_compare(*arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -278,15 +278,19 @@ def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
 
 def groups_numbers(groups: Sequence[Group]) -> tuple[list[str], list[list[Any]]]:
     """``groups_table``'s figures as numbers, a row per group and figure (group, runs, figure,
-    mean, 95 % half-width or None): what W&B can sort and plot, where the table's cells are text."""
-    header = ["group", "runs", "figure", "mean", "half_width"]
+    mean, 95 % half-width, the interval's low and high ends, None each for one run): what W&B
+    can sort and plot, where the table's cells are text. An interval cut at the figure's range
+    has the ends where it was cut."""
+    header = ["group", "runs", "figure", "mean", "half_width", "low", "high"]
     rows: list[list[Any]] = []
     for group in groups:
         for (_, name, _), value in zip(FIGURES, group_figures(group).values(), strict=True):
+            runs = len(group.runs)
             if isinstance(value, Interval):
-                rows.append([group.label, len(group.runs), name, value.mean, value.half_width])
+                interval = [value.mean, value.half_width, value.low, value.high]
+                rows.append([group.label, runs, name, *interval])
             elif value is not None and not math.isnan(value):
-                rows.append([group.label, len(group.runs), name, value, None])
+                rows.append([group.label, runs, name, value, None, None, None])
     return header, rows
 
 
