@@ -232,3 +232,27 @@ def test_the_seeds_diagnostics_are_information_not_failures() -> None:
     assert info["parameters against additive and general"].startswith("1 at D = 256")
     assert "no tanh" in info["tanh saturation"]
     assert result.passed, result.table()  # information never fails a check
+
+
+def test_a_checked_module_and_the_random_state_are_left_as_they_were() -> None:
+    module = D2LScaledDot().train()
+    parameterised = UnusedParameter()
+    state = torch.random.get_rng_state()
+    check(module), check(parameterised)
+    assert module.training and parameterised.W_q.weight.dtype == torch.float32
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_a_module_class_is_asked_for_as_an_instance() -> None:
+    with pytest.raises(TargetError, match=r"give check\(\) a built module"):
+        check(D2LScaledDot)
+
+
+def test_an_empty_row_that_keeps_weights_is_named_by_what_it_shows() -> None:
+    """Uniform weights on a row with no real key are a finite fill's; other weights, padding
+    never masked."""
+    empty = "a row with no real key gives zeros, not NaN"
+    inverted = {f.name: f for f in check(mask_inverted).failures}
+    assert "padding not masked" in (inverted[empty].bug or "")
+    module = {f.name: f for f in check(D2LScaledDot()).failures}
+    assert "uniform weights" in (module[empty].bug or "")

@@ -45,7 +45,7 @@ def test_bad_targets_are_one_paragraph(tmp_path: Path) -> None:
     for arguments, message in [
         (["mine.py"], "names no object"),
         (["mine.py:nothing"], "defines no 'nothing'"),
-        (["nowhere.py:x"], "no such file"),
+        (["nowhere.py:x"], "there is no file nowhere.py"),
         (["not_a_module_anywhere:x"], "cannot be imported"),
         (["mine.py:torch"], "is not something `check` can check"),
         (["seq2seq.attention:AdditiveAttention"], "functools.partial"),
@@ -54,3 +54,23 @@ def test_bad_targets_are_one_paragraph(tmp_path: Path) -> None:
         done = command("check", *arguments, cwd=tmp_path)
         assert done.returncode == 2, (arguments, done.stdout, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_users_file_imports_as_python_runs_it_and_its_errors_are_one_paragraph(
+    tmp_path: Path,
+) -> None:
+    """A file that imports the file beside it works; a syntax error or an exception at import
+    names the file and line, exit status 2 (not 1: no property failed)."""
+    (tmp_path / "helpers.py").write_text(BROKEN)
+    (tmp_path / "mine.py").write_text("from helpers import masked_softmax\n")
+    done = command("check", "mine.py:masked_softmax", cwd=tmp_path)
+    assert done.returncode == 1 and "-inf fill" in done.stdout, done.stderr
+    (tmp_path / "syntax.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "boom.py").write_text("raise RuntimeError('not ready')\n")
+    for spec, message in [
+        ("syntax.py:f", "line 1"),
+        ("boom.py:f", "raised RuntimeError: not ready"),
+    ]:
+        done = command("check", spec, cwd=tmp_path)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

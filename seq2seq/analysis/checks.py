@@ -19,6 +19,7 @@ Shape legend: B batch, Tq queries, Tk keys, D query and key size, V value size.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -131,7 +132,13 @@ Normalizer = Callable[[Tensor, Tensor], Tensor]
 
 def check(target: Any, name: str | None = None) -> CheckResult:
     """Check ``target`` (module docstring): a normalizer function, an attention module, or a
-    subclass of ``seq2seq.attention.Attention``."""
+    subclass of ``seq2seq.attention.Attention``. Neither ``target`` nor torch's random state is
+    changed (a module is checked as a copy)."""
+    with torch.random.fork_rng():
+        return check_target(target, name)
+
+
+def check_target(target: Any, name: str | None) -> CheckResult:
     label = name or str(getattr(target, "__qualname__", type(target).__name__))
     factory = target.func if isinstance(target, functools.partial) else target
     if isinstance(target, functools.partial) and inspect.isclass(factory):
@@ -141,7 +148,14 @@ def check(target: Any, name: str | None = None) -> CheckResult:
         scoring: Any = target
         return check_module_factory(lambda size: scoring(query_size=size, key_size=size), label)
     if isinstance(target, nn.Module):
-        return check_module_factory(lambda size: target, label, sized=False)
+        # A copy: the checks cast it to float64 and switch it to eval mode.
+        copied = copy.deepcopy(target)
+        return check_module_factory(lambda size: copied, label, sized=False)
+    if inspect.isclass(factory) and issubclass(factory, nn.Module):
+        raise TargetError(
+            f"{label} is a module class: give check() a built module (e.g. check({label}())), "
+            "or a subclass of seq2seq.attention.Attention, which it builds per size."
+        )
     if callable(target) and not inspect.isclass(target):
         return check_normalizer(target, label)
     raise TargetError(
@@ -264,15 +278,26 @@ def empty_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
             "-inf fill: a row with every key masked is softmax of -inf only, NaN",
         )  # fmt: skip
     if (weights[1] != 0).any():
+        row = weights[1, 0].detach()
         return Finding(
-            "", False, f"expected zeros, got {weights[1, 0].tolist()}",
-            "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights: "
-            "zero the row after the softmax",
+            "", False, f"expected zeros, got {[round(float(w), 4) for w in row]}",
+            empty_row_bug(row),
         )  # fmt: skip
     (grad,) = torch.autograd.grad(weights.sin().sum(), logits)
     if not torch.isfinite(grad).all():
         return Finding("", False, "the gradient is not finite", "NaN gradient through a -inf fill")
     return Finding("", True)
+
+
+def empty_row_bug(row: Tensor) -> str:
+    """What a row with no real key but nonzero weights points to: uniform weights are a finite
+    fill's (every logit the same fill); others, padding that was never masked."""
+    if torch.allclose(row, row.mean().expand_as(row)):
+        return (
+            "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights: "
+            "zero the row after the softmax"
+        )
+    return "padding not masked (or the mask inverted): a row with no real key still has weights"
 
 
 def more_padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
@@ -631,9 +656,10 @@ def module_empty(module: nn.Module, size: int) -> Finding:
             "-inf fill: a row with every key masked is softmax of -inf only, NaN",
         )  # fmt: skip
     if (weights[1] != 0).any() or (context[1] != 0).any():
+        row = weights[1, 0].detach()
         return Finding(
-            "", False, f"expected zero weights, got {weights[1, 0].tolist()}",
-            "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights",
+            "", False, f"expected zero weights, got {[round(float(w), 4) for w in row]}",
+            empty_row_bug(row),
         )  # fmt: skip
     (grad,) = torch.autograd.grad(context.sin().sum(), q)
     if not torch.isfinite(grad).all():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import sys
+import traceback
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from torch import nn
 from seq2seq.analysis.checks import check
 from seq2seq.attention import Attention
 from seq2seq.cli import UsageError
+from seq2seq.errors import Seq2SeqError
 from seq2seq.inference.plugins import import_file
 
 
@@ -53,8 +56,7 @@ def load_target(spec: str) -> Any:
             "package.module:NAME."
         )
     if where.endswith(".py"):
-        module_name = import_file(Path(where))  # the user's own file, named: run as training does
-        module = importlib.import_module(module_name)
+        module = import_users_file(Path(where), spec)
     else:
         try:
             module = importlib.import_module(where)
@@ -69,6 +71,32 @@ def load_target(spec: str) -> Any:
             f"{spec}: {where} defines no {name!r}; it defines {', '.join(public) or 'nothing'}."
         )
     return getattr(module, name)
+
+
+def import_users_file(path: Path, spec: str) -> Any:
+    """The user's own file, named on the command line, imported as ``python FILE`` would run
+    it (its directory first on the path, so that it imports the files beside it); what stops
+    it (a syntax error, an exception at import) is one paragraph with the file and line."""
+    if not path.is_file():
+        raise UsageError(f"{spec}: there is no file {path}.")
+    directory = str(path.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        return importlib.import_module(import_file(path))
+    except SyntaxError as error:
+        raise UsageError(
+            f"{spec}: {error.filename}, line {error.lineno}: {error.msg}: fix the file and run "
+            "the check again."
+        ) from None
+    except Seq2SeqError:
+        raise
+    except Exception as error:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        raise UsageError(
+            f"{spec}: importing {path} raised {type(error).__name__}: {error} ({frame.filename}, "
+            f"line {frame.lineno}); the file must import as `python {path}` runs it."
+        ) from None
 
 
 def init_arguments(pairs: list[str]) -> dict[str, Any]:
