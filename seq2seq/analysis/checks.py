@@ -582,8 +582,6 @@ def module_dtypes(module: nn.Module, size: int) -> Finding:
 
 
 def copy_module(module: nn.Module) -> nn.Module:
-    import copy
-
     return copy.deepcopy(module)
 
 
