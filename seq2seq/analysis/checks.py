@@ -278,26 +278,25 @@ def empty_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
             "-inf fill: a row with every key masked is softmax of -inf only, NaN",
         )  # fmt: skip
     if (weights[1] != 0).any():
-        row = weights[1, 0].detach()
-        return Finding(
-            "", False, f"expected zeros, got {[round(float(w), 4) for w in row]}",
-            empty_row_bug(row),
-        )  # fmt: skip
+        return kept_weight_finding(weights[1, 0])
     (grad,) = torch.autograd.grad(weights.sin().sum(), logits)
     if not torch.isfinite(grad).all():
         return Finding("", False, "the gradient is not finite", "NaN gradient through a -inf fill")
     return Finding("", True)
 
 
-def empty_row_bug(row: Tensor) -> str:
-    """What a row with no real key but nonzero weights points to: uniform weights are a finite
-    fill's (every logit the same fill); others, padding that was never masked."""
+def kept_weight_finding(row: Tensor) -> Finding:
+    """The failure of a row with no real key that still has weights, and what they point to:
+    uniform weights are a finite fill's (every logit the same fill); others, padding that was
+    never masked."""
+    row = row.detach()
+    bug = "padding not masked (or the mask inverted): a row with no real key still has weights"
     if torch.allclose(row, row.mean().expand_as(row)):
-        return (
+        bug = (
             "a finite fill (e.g. -1e6) on a row with no real key gives it uniform weights: "
             "zero the row after the softmax"
         )
-    return "padding not masked (or the mask inverted): a row with no real key still has weights"
+    return Finding("", False, f"expected zeros, got {[round(float(w), 4) for w in row]}", bug)
 
 
 def more_padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
@@ -654,11 +653,7 @@ def module_empty(module: nn.Module, size: int) -> Finding:
             "-inf fill: a row with every key masked is softmax of -inf only, NaN",
         )  # fmt: skip
     if (weights[1] != 0).any() or (context[1] != 0).any():
-        row = weights[1, 0].detach()
-        return Finding(
-            "", False, f"expected zero weights, got {[round(float(w), 4) for w in row]}",
-            empty_row_bug(row),
-        )  # fmt: skip
+        return kept_weight_finding(weights[1, 0])
     (grad,) = torch.autograd.grad(context.sin().sum(), q)
     if not torch.isfinite(grad).all():
         return Finding("", False, "the queries' gradient is not finite", "NaN gradient")
