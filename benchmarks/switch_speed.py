@@ -167,17 +167,11 @@ MATRIX_PRODUCTS = {
 }  # fmt: skip
 
 
-def step_flops(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> int:
-    """The FLOPs of one training step (forward and backward) of ``overrides``' model on the
-    reference path, as ``torch.utils.flop_counter`` counts them: its matrix products (the
-    GEMMs and bmm's, 2 per multiply-add); element-wise work (tanh, exp, a sort, α-entmax's
-    bisection) is not counted (``step_work`` counts it)."""
-    return step_work(overrides, batch)["gemm"]
-
-
 def step_work(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> dict[str, int]:
-    """One training step's GEMM FLOPs (``step_flops``) and element-wise work
-    (``ElementwiseCounter``) on the reference path."""
+    """One training step's (forward and backward) work on the reference path: its matrix
+    products' FLOPs as ``torch.utils.flop_counter`` counts them (the GEMMs and bmm's, 2 per
+    multiply-add), ``gemm``, and the element-wise work they leave out (tanh, exp, a sort,
+    α-entmax's bisection: ``ElementwiseCounter``), ``elementwise``."""
     config = compose([*overrides, "model.kernels=off", "trainer=cpu"])
     model = build_dropout_free(config, VOCABULARY, "cpu").train()
     loss = DecoderLoss(model.decoder)
@@ -187,7 +181,7 @@ def step_work(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> dict[
 
 
 def search_flops(overrides: Sequence[str], batch: dict[str, torch.Tensor]) -> dict[str, int]:
-    """``step_flops`` for greedy and beam-5 search of the batch (``Setting.greedy``,
+    """``step_work`` for greedy and beam-5 search of the batch (``Setting.greedy``,
     ``Setting.beam5``): their matrix products on the reference path, and their element-wise
     work (``greedy_elementwise``, ``beam5_elementwise``)."""
     setting = Setting([*overrides, "model.kernels=off"], batch)

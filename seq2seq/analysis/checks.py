@@ -558,9 +558,9 @@ def module_dtypes(module: nn.Module, size: int) -> Finding:
             (torch.float32, False), (torch.bfloat16, False), (torch.float16, False),
             (torch.float32, True),
         ):  # fmt: skip
-            copy = copy_module(module).to(dtype)
+            copied = copy.deepcopy(module).to(dtype)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                context, _ = run_module(copy, q.to(dtype), k.to(dtype), v.to(dtype), lens)
+                context, _ = run_module(copied, q.to(dtype), k.to(dtype), v.to(dtype), lens)
             label = "float32 under autocast (bfloat16)" if autocast else str(dtype)
             if not torch.isfinite(context).all():
                 return Finding(
@@ -580,28 +580,24 @@ def module_dtypes(module: nn.Module, size: int) -> Finding:
     return Finding("", True)
 
 
-def copy_module(module: nn.Module) -> nn.Module:
-    return copy.deepcopy(module)
-
-
 def module_gradients(module: nn.Module, size: int) -> Finding:
     """Every parameter gets a finite gradient from the context (training mode, dropout off)."""
-    copy = copy_module(module).train()
-    for layer in copy.modules():
+    copied = copy.deepcopy(module).train()
+    for layer in copied.modules():
         if isinstance(layer, nn.Dropout):
             layer.p = 0.0
     q, k, v, lens = next(module_cases(size, batch_at_least=2))
     inputs = {"queries": q, "keys": k, "values": v}
     for tensor in inputs.values():
         tensor.requires_grad_()
-    context, _ = run_module(copy, q, k, v, lens)
+    context, _ = run_module(copied, q, k, v, lens)
     context.sin().sum().backward()
     for name, tensor in inputs.items():
         if tensor.grad is None or not torch.isfinite(tensor.grad).all():
             return Finding(
                 "", False, f"the {name}' gradient is missing or not finite", "NaN gradient"
             )
-    for name, parameter in copy.named_parameters():
+    for name, parameter in copied.named_parameters():
         if parameter.grad is None:
             return Finding(
                 "", False, f"{name} gets no gradient",
