@@ -138,6 +138,7 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
     assert completed.returncode == 0, completed.stderr[-3000:]
     printed = completed.stdout.split("Groups (mean ± 95 % interval over seeds):")[1]
     summary = (multirun / "comparison.md").read_text()
+    assert "fewer than 3 seeds" in summary  # the groups table's notes, as compare prints them
     for table in ("| group | runs |", "| baseline | system | metric |"):
         start = printed.index(table)
         block = printed[start : printed.index("\n\n", start) if "\n\n" in printed[start:] else None]

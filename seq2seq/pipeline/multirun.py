@@ -26,6 +26,7 @@ from seq2seq.analysis.groups import (
     group_runs,
     groups_numbers,
     groups_rows,
+    groups_table,
     markdown,
     significance_rows,
 )
@@ -57,7 +58,7 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
     text = [
         f"# {sweep}\n",
         "Groups (mean ± 95 % interval over seeds):\n",
-        markdown(*tables["groups"]),
+        groups_table(groups),  # with its notes (cut intervals, too few seeds), as compare prints
     ]
     if len(groups) > 1:
         tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
