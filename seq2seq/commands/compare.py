@@ -122,9 +122,10 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
     """--out, or comparison-NAME in the current directory (NAME the first input's, "+N" for N
     more inputs), said in the log; refused inside a run directory: a comparison never writes
     into the runs it reads."""
+    name = inputs[0].resolve().name or "runs"
+    default = Path(f"comparison-{name}" + (f"+{len(inputs) - 1}" if len(inputs) > 1 else ""))
     if out is None:
-        name = inputs[0].resolve().name or "runs"
-        out = Path(f"comparison-{name}" + (f"+{len(inputs) - 1}" if len(inputs) > 1 else ""))
+        out = default
         log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
     resolved = out.resolve()
     for run_dir in run_dirs:
@@ -132,7 +133,7 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
             raise UsageError(
                 f"--out {out} is inside the run directory {run_dir}: a comparison does not "
                 "write into the runs it reads; choose another directory (e.g. --out "
-                f"comparison-{run_dir.name})."
+                f"{default}, the default)."
             )
     return out
 
