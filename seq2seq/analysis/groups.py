@@ -6,9 +6,11 @@ optimizer's seed moves BLEU by itself) with their spread, and a paired test on t
 A group here is every run whose ``config.yaml`` is the same but for the seed (and the keys in
 ``NOT_THE_EXPERIMENT``, which say where and how a run ran, not what it trained), or the same in
 the keys ``--by`` names. A difference between two groups is *beyond the seed-to-seed spread* when
-their 95 % intervals over seeds do not overlap (``seq2seq.analysis.intervals``); the paired tests
-(``seq2seq.analysis.significance``) compare each seed of one group with the same seed of the
-other, on the test sentences both runs kept (``test_hypotheses.txt``).
+their 95 % intervals over seeds do not overlap (``seq2seq.analysis.intervals``). The paired tests
+(``seq2seq.analysis.significance``) run on the test sentences every run kept
+(``test_hypotheses.txt``, ``test_alignments.tsv``): one stratified approximate randomization over
+all seeds at once (the answer a paper reports), and as detail, each seed of one group against the
+same seed of the other.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import yaml
 
 from seq2seq.analysis.alignment import AlignmentCounts
@@ -29,9 +32,13 @@ from seq2seq.analysis.compare import RunRecord, RunsError, save_curves
 from seq2seq.analysis.intervals import Interval, mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from seq2seq.analysis.significance import (
-    DEFAULT_SAMPLES,
-    paired_aer_bootstrap,
+    SHUFFLES,
+    Score,
+    aer_statistics,
+    corpus_aer,
     paired_translation_test,
+    stratified_randomization,
+    translation_statistics,
 )
 
 log = logging.getLogger(__name__)
@@ -297,14 +304,17 @@ def groups_numbers(groups: Sequence[Group]) -> tuple[list[str], list[list[Any]]]
 @dataclass(frozen=True)
 class Comparison:
     """Group ``system`` against group ``baseline`` on one metric: the difference of the means,
-    whether it is beyond the seed-to-seed spread (None: a group has one run), and the p-values
-    of the paired test of each seed pair."""
+    whether it is beyond the seed-to-seed spread (None: a group has one run), the p-value of the
+    stratified test over all seed pairs (``shuffles`` shuffles), and the p-values of each seed
+    pair's own test."""
 
     baseline: str
     system: str
     metric: str
     difference: float
     beyond_spread: bool | None
+    p_value: float
+    shuffles: int
     p_values: tuple[float, ...]
 
 
@@ -369,34 +379,28 @@ def compare_groups(
     test: str = "bs",
     samples: int | None = None,
 ) -> list[Comparison]:
-    """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER.
-    A pair of runs that cannot be tested (``untestable``) is left out with a warning; a
-    RunsError where no pair can be."""
+    """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER:
+    the stratified test over the seed pairs, and each seed pair's test (``test``: sacreBLEU's
+    paired bootstrap, or approximate randomization; AER always the latter). ``samples``:
+    bootstrap resamples, or shuffles of every randomization test. A pair of runs that cannot be
+    tested (``untestable``) is left out with a warning; a RunsError where no pair can be."""
     comparisons = []
     problems: list[str] = []
+    shuffles = samples if test == "ar" and samples else SHUFFLES
     for baseline, system in itertools.combinations(groups, 2):
-        p_values: dict[str, list[float]] = {"BLEU": [], "chrF": [], "AER": []}
+        pairs = []
         for run_a, run_b in seed_pairs(baseline, system):
             problem = untestable(run_a, run_b)
-            if problem is not None:
+            if problem is None:
+                pairs.append((run_a, run_b))
+            else:
                 problems.append(problem)
-                continue
-            references = read_lines(run_a.path / TEST_REFERENCES)
-            for result in paired_translation_test(
-                read_lines(run_a.path / TEST_HYPOTHESES),
-                read_lines(run_b.path / TEST_HYPOTHESES),
-                references, bleu_tokenize, test, samples,
-            ):  # fmt: skip
-                p_values[result.metric].append(result.p_value)
-            alignments = [read_alignments(run.path / TEST_ALIGNMENTS) for run in (run_a, run_b)]
-            if alignments[0] is not None and alignments[1] is not None:
-                aer = paired_aer_bootstrap(
-                    alignments[0], alignments[1], samples or DEFAULT_SAMPLES["bs"]
-                )
-                p_values["AER"].append(aer.p_value)
+        if not pairs:
+            continue
+        statistics = paired_statistics(pairs, bleu_tokenize)
         figures = [group_figures(baseline), group_figures(system)]
         for metric, key in (("BLEU", "test_bleu"), ("chrF", "test_chrf"), ("AER", "test_aer")):
-            if not p_values[metric]:
+            if metric not in statistics:
                 continue
             first, second = (figure[key] for figure in figures)
             means = [v.mean if isinstance(v, Interval) else v for v in (first, second)]
@@ -405,10 +409,13 @@ def compare_groups(
             beyond = None
             if isinstance(first, Interval) and isinstance(second, Interval):
                 beyond = first.separates_from(second)
+            sides, score = statistics[metric]
+            pooled = stratified_randomization(metric, sides[0], sides[1], score, shuffles)
             comparisons.append(
                 Comparison(
                     baseline.label, system.label, metric, means[1] - means[0], beyond,
-                    tuple(p_values[metric]),
+                    pooled.p_value, shuffles,
+                    seed_pair_p_values(metric, pairs, sides, score, test, samples, bleu_tokenize),
                 )
             )  # fmt: skip
     if problems and not comparisons:
@@ -418,46 +425,119 @@ def compare_groups(
     return comparisons
 
 
+Sides = tuple[np.ndarray, np.ndarray]  # the baseline's and the system's statistics, (R, N, k)
+
+
+def paired_statistics(
+    pairs: Sequence[tuple[RunRecord, RunRecord]], bleu_tokenize: str
+) -> dict[str, tuple[Sides, Score]]:
+    """Per metric, both sides' sentence statistics over the seed pairs, and the metric's score
+    of summed statistics; AER only where every run of the pairs has its links."""
+    per_run: list[list[dict[str, tuple[np.ndarray, Score]]]] = [[], []]
+    for pair in pairs:
+        references = read_lines(pair[0].path / TEST_REFERENCES)
+        for side, run in zip(per_run, pair, strict=True):
+            found = translation_statistics(
+                read_lines(run.path / TEST_HYPOTHESES), references, bleu_tokenize
+            )
+            alignments = read_alignments(run.path / TEST_ALIGNMENTS)
+            if alignments is not None:
+                found["AER"] = (aer_statistics(alignments), corpus_aer)
+            side.append(found)
+    metrics = set.intersection(*(set(found) for side in per_run for found in side))
+    return {
+        metric: (
+            (
+                np.stack([found[metric][0] for found in per_run[0]]),
+                np.stack([found[metric][0] for found in per_run[1]]),
+            ),
+            per_run[0][0][metric][1],
+        )
+        for metric in ("BLEU", "chrF", "AER")
+        if metric in metrics
+    }
+
+
+def seed_pair_p_values(
+    metric: str,
+    pairs: Sequence[tuple[RunRecord, RunRecord]],
+    sides: Sides,
+    score: Score,
+    test: str,
+    samples: int | None,
+    bleu_tokenize: str,
+) -> tuple[float, ...]:
+    """Each seed pair's p-value: sacreBLEU's paired bootstrap (``test`` bs, BLEU and chrF,
+    exactly as its command line), else the randomization test of the pair alone."""
+    if test == "bs" and metric != "AER":
+        p_values = []
+        for run_a, run_b in pairs:
+            results = paired_translation_test(
+                read_lines(run_a.path / TEST_HYPOTHESES),
+                read_lines(run_b.path / TEST_HYPOTHESES),
+                read_lines(run_a.path / TEST_REFERENCES),
+                bleu_tokenize, test, samples,
+            )  # fmt: skip
+            p_values.append(next(r.p_value for r in results if r.metric == metric))
+        return tuple(p_values)
+    shuffles = samples if test == "ar" and samples else SHUFFLES
+    return tuple(
+        stratified_randomization(
+            metric, sides[0][i : i + 1], sides[1][i : i + 1], score, shuffles
+        ).p_value
+        for i in range(len(pairs))
+    )
+
+
 def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
-    """Markdown: each pair and metric, the difference of means, the seed pairs' p-values (*:
-    below 0.05) and whether the difference is beyond the seed-to-seed spread; a note that says
-    how to read them."""
-    return markdown(*significance_rows(comparisons, test)) + SIGNIFICANCE_NOTE
+    """Markdown: each pair and metric, the difference of means, the test over seeds, the seed
+    pairs' p-values (*: below 0.05) and whether the difference is beyond the seed-to-seed
+    spread; a note that says how to read them."""
+    return markdown(*significance_rows(comparisons, test)) + significance_note(comparisons)
 
 
-SIGNIFICANCE_NOTE = (
-    "\nΔ mean: system minus baseline. p-values: one per pair of runs of the same seed, in seed "
-    "order; * below 0.05. Beyond seed spread: the two groups' 95 % intervals over seeds do not "
-    "overlap; a difference is a finding only where it is both significant and beyond the spread "
-    "(Clark et al., 2011). The AER test resamples sentences as sacreBLEU's bootstrap does, whose "
-    "p-values run smaller than a centred two-sided bootstrap's; two identical systems get "
-    "p = 1/(samples + 1) there, as in sacreBLEU: read Δ beside p.\n"
-)
+def significance_note(comparisons: Sequence[Comparison]) -> str:
+    """How to read the paired tests, with the smallest p the test over seeds can give."""
+    shuffles = {comparison.shuffles for comparison in comparisons}
+    floor = ", ".join(f"{1 / (n + 1):.4f} ({n:,} shuffles)" for n in sorted(shuffles))
+    return (
+        "\nΔ mean: system minus baseline. p over seeds: stratified approximate randomization "
+        "(Clark et al., 2011, as MultEval): every seed's translations pooled as one corpus, each "
+        "test sentence's translations dealt anew between the two groups in each shuffle; the "
+        f"smallest p it can give is {floor or '–'}. p per seed pair: the same seed of each "
+        "group, in seed order, as detail. * below 0.05. Beyond seed spread: the two groups' 95 % "
+        "intervals over seeds do not overlap. A difference is a finding where p over seeds is "
+        "small and the difference matters; with one seed per group the test says nothing about "
+        "seeds: train 3 or more.\n"
+    )
 
 
 def significance_rows(
     comparisons: Sequence[Comparison], test: str
 ) -> tuple[list[str], list[list[str]]]:
     """``significance_table``'s header and cells."""
-    name = {
-        "bs": "paired bootstrap", "ar": "approximate randomization; AER: paired bootstrap"
-    }[test]  # fmt: skip
+    name = {"bs": "paired bootstrap; AER: randomization", "ar": "approximate randomization"}[test]
     header = [
-        "baseline", "system", "metric", "Δ mean", f"p ({name}), per seed pair",
+        "baseline", "system", "metric", "Δ mean", "p over seeds", f"p per seed pair ({name})",
         "beyond seed spread",
     ]  # fmt: skip
     rows = []
     for comparison in comparisons:
         digits = 3 if comparison.metric == "AER" else 2
-        p_values = ", ".join(f"{p:.4f}{'*' if p < 0.05 else ''}" for p in comparison.p_values)
+        p_values = ", ".join(p_text(p) for p in comparison.p_values)
         beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
         rows.append(
             [
                 comparison.baseline, comparison.system, comparison.metric,
-                f"{comparison.difference:+.{digits}f}", p_values, beyond,
+                f"{comparison.difference:+.{digits}f}", p_text(comparison.p_value), p_values,
+                beyond,
             ]
         )  # fmt: skip
     return header, rows
+
+
+def p_text(p: float) -> str:
+    return f"{p:.4f}{'*' if p < 0.05 else ''}"
 
 
 def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:

@@ -5,10 +5,12 @@
 
 Prints a markdown table (one row per run: attention, parameters, best val BLEU, test BLEU, AER,
 training time, tokens/s); then the runs as results: grouped by their config but the seed (or by
-the config keys --by names), each group's figures as mean ± 95 % interval over its seeds, and a
-paired significance test between every two groups (sacreBLEU's paired bootstrap, or approximate
-randomization with --test ar, for BLEU and chrF; a paired bootstrap over sentences for AER), seed
-by seed, with whether the difference is beyond the seed-to-seed spread. --pair tests two runs.
+the config keys --by names), each group's figures as mean ± 95 % interval over its seeds, and
+paired significance tests between every two groups on BLEU, chrF and AER: one over all seeds
+(stratified approximate randomization, as MultEval), and seed pair by seed pair as detail
+(sacreBLEU's paired bootstrap for BLEU and chrF, or approximate randomization with --test ar;
+AER always by randomization), with whether the difference is beyond the seed-to-seed spread.
+--pair tests two runs.
 Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
 interval), attention_grid.png (one validation sentence's attention under each run) and
 explorer.html (the attention explorer: every run's best checkpoint on the same validation
@@ -70,7 +72,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--test", choices=TESTS, default="bs", help="paired test (bs)")
     parser.add_argument(
         "--samples", type=samples_count, metavar="N",
-        help=f"resamples (bootstrap, default 1000) or trials (--test ar, default 10000), at most "
+        help=f"resamples (bootstrap, default 1000) or shuffles (--test ar; 10000 by default, "
+        f"and in every randomization test), at most "
         f"{MAX_SAMPLES:,}",
     )  # fmt: skip
     add_trust_argument(parser)

@@ -20,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.analysis.compare import RunsError, find_runs, read_run
 from seq2seq.analysis.groups import (
-    SIGNIFICANCE_NOTE,
     compare_groups,
     flat_config,
     group_runs,
@@ -28,6 +27,7 @@ from seq2seq.analysis.groups import (
     groups_rows,
     groups_table,
     markdown,
+    significance_note,
     significance_rows,
 )
 from seq2seq.training.loggers import log_summary_tables
@@ -63,8 +63,10 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
     if len(groups) > 1:
         tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
         try:
-            tables["paired_tests"] = significance_rows(compare_groups(groups, tokenize), "bs")
-            text += ["\nPaired tests:\n", markdown(*tables["paired_tests"]) + SIGNIFICANCE_NOTE]
+            comparisons = compare_groups(groups, tokenize)
+            tables["paired_tests"] = significance_rows(comparisons, "bs")
+            note = significance_note(comparisons)
+            text += ["\nPaired tests:\n", markdown(*tables["paired_tests"]) + note]
         except RunsError as error:
             text.append(f"\nNo paired tests: {error}\n")
     (sweep / SUMMARY_FILE).write_text("\n".join(text), encoding="utf-8")
