@@ -93,6 +93,18 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("attention.normalizer=entmax15",),
     ],
 }
+# Several heads on the reference path beside the fused one, each against its own path's default:
+# the ratio the formula itself costs where no kernel is involved (--heads-reference).
+BAHDANAU_REFERENCE = ("model.kernels=off",)
+LUONG_REFERENCE = (*LUONG, "model.kernels=off")
+HEADS = {
+    BAHDANAU: [(), ("model.num_heads=4",), ("model.num_heads=4", "attention.coverage=true")],
+    LUONG: [(), ("model.num_heads=4",), ("model.num_heads=4", "model.input_feeding=true")],
+}
+HEADS_REFERENCE = {
+    BAHDANAU_REFERENCE: HEADS[BAHDANAU], BAHDANAU: HEADS[BAHDANAU],
+    LUONG_REFERENCE: HEADS[LUONG], LUONG: HEADS[LUONG],
+}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = 54  # the reverse task's
 BATCH, LENGTH = 64, 18
@@ -202,15 +214,24 @@ def mean_seconds(action: Callable[[], None], repeats: int) -> float:
 
 
 DECODERS = {BAHDANAU: "bahdanau", LUONG: "luong", TRANSFORMER: "transformer"}
+NAMES = {
+    **DECODERS, BAHDANAU_REFERENCE: "bahdanau, reference path",
+    LUONG_REFERENCE: "luong, reference path",
+}  # fmt: skip
 
 
 def measure(
-    rounds: int, steps: int, searches: int, decoders: Sequence[str] = tuple(DECODERS.values())
+    rounds: int,
+    steps: int,
+    searches: int,
+    decoders: Sequence[str] = tuple(DECODERS.values()),
+    blocks: dict[tuple[str, ...], list[tuple[str, ...]]] = SETTINGS,
 ) -> list[dict[str, Any]]:
+    """Each block's settings against its first (the block's default), alternating."""
     batch = random_batch(BATCH, LENGTH, VOCABULARY, "cpu")
     rows = []
-    for default, settings in SETTINGS.items():
-        if DECODERS[default] not in decoders:
+    for default, settings in blocks.items():
+        if NAMES[default].split(",")[0] not in decoders:
             continue
         built = [Setting([*default, *extra], batch) for extra in settings]
         for setting in built:  # warm-up: the library's build, allocator, first-call costs
@@ -227,7 +248,7 @@ def measure(
         ]
         for index, extra in enumerate(settings):
             row: dict[str, Any] = {
-                "decoder": DECODERS[default],
+                "decoder": NAMES[default],
                 "setting": " ".join(extra) or "(default)",
             }
             names = {
@@ -288,7 +309,7 @@ def measure_train_py(
             for extra, values in zip(settings, measured, strict=True):
                 median = statistics.median(values)
                 rows.append({
-                    "decoder": DECODERS[default],
+                    "decoder": NAMES[default],
                     "setting": " ".join(extra) or "(default)",
                     "tokens_per_s": [round(value) for value in values],
                     "median_tokens_per_s": round(median),
@@ -347,6 +368,10 @@ def main() -> None:
         "--train-py", type=int_at_least(1), metavar="STEPS",
         help="time short train.py runs of STEPS updates instead of in-process steps",
     )  # fmt: skip
+    parser.add_argument(
+        "--heads-reference", action="store_true",
+        help="several heads on the reference path and fused, each against its path's default",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
@@ -355,7 +380,8 @@ def main() -> None:
         report = {"machine": machine(), "train_py_steps": args.train_py, "rows": rows}
         print(train_py_markdown(rows))
     else:
-        rows = measure(args.rounds, args.steps, args.searches, args.decoders)
+        blocks = HEADS_REFERENCE if args.heads_reference else SETTINGS
+        rows = measure(args.rounds, args.steps, args.searches, args.decoders, blocks)
         report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
         print(markdown(rows))
     if args.out is not None:
