@@ -39,6 +39,7 @@ from seq2seq.analysis.groups import (
     flat_config,
     group_runs,
     groups_table,
+    run_labels,
     significance_table,
 )
 from seq2seq.atomic import write_atomic
@@ -370,7 +371,7 @@ def compare(
             tests = significance_table(compare_groups(groups, tokenize, test, samples), test)
         except RunsError as error:
             tests = f"(no paired tests: {error})"
-    return Comparison(markdown_table(records), grouped, tests)
+    return Comparison(markdown_table(records, run_labels(records, groups)), grouped, tests)
 
 
 Model = Run | Translator | str | Path

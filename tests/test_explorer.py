@@ -212,6 +212,10 @@ def test_explore_py_writes_the_page_and_refuses_bad_input(
             ["--sentence", "w1", "--beam-size", "2", "--n-best", "3"],
             "--n-best 3 needs --beam-size 3",
         ),
+        (
+            ["--sentence", "w1", *[f"--model=m{i}={bundles['additive']}" for i in range(16)]],
+            "a page holds at most 16 models (4 side by side, chosen by its checkboxes), got 17",
+        ),
     ]:
         completed = explore("--model", str(bundles["additive"]), *arguments, "--out", str(out))
         assert completed.returncode == 2, (arguments, completed.stderr[-2000:])

@@ -542,3 +542,29 @@ def test_a_page_with_no_model_ticked_says_so(chromium: Any, tmp_path: Path) -> N
         for name in ("additive", "scaled_dot"):
             tab.locator(f'input[data-show="{name}"]').uncheck()
         assert "No model is shown" in tab.locator("#panels").inner_text()
+
+
+def test_nine_models_show_four_side_by_side_and_the_boxes_choose(
+    chromium: Any, tmp_path: Path
+) -> None:
+    """A comparison's page of 9 runs: the first four drawn, the count said, the other boxes
+    waiting until one is unticked, then the one ticked drawn."""
+    nine = [model(f"m{index}") for index in range(9)]
+    with browser_tab(chromium, page_data(nine, sentences=1), tmp_path / "p.html") as tab:
+
+        def drawn() -> list[str]:
+            return tab.eval_on_selector_all(
+                ".panel[data-model]:not([data-model=difference])",
+                "nodes => nodes.map(n => n.dataset.model)",
+            )
+
+        assert drawn() == ["m0", "m1", "m2", "m3"]
+        assert "4 of 9 shown" in tab.locator("#shown-count").inner_text()
+        assert tab.locator('input[data-show="m5"]').is_disabled()
+        tab.locator('input[data-show="m1"]').uncheck()
+        assert (
+            drawn() == ["m0", "m2", "m3"] and not tab.locator('input[data-show="m5"]').is_disabled()
+        )
+        tab.locator('input[data-show="m5"]').check()
+        assert drawn() == ["m0", "m2", "m3", "m5"]
+        assert tab.locator('input[data-show="m1"]').is_disabled()

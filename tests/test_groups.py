@@ -5,6 +5,7 @@ tests whose p-values are sacreBLEU's own command line's on the runs' kept test f
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from seq2seq.analysis.compare import RunsError, read_run
-from seq2seq.analysis.groups import group_runs, groups_table
+from seq2seq.analysis.groups import group_runs, groups_table, run_labels
 from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from tests.configs import ROOT, TINY
@@ -336,3 +337,58 @@ def test_the_groups_table_says_when_seeds_are_too_few_and_intervals_cut(tmp_path
     assert "100.0]*" in table and "shown cut there" in table
     assert "attention.normalizer=softmax: fewer than 3 seeds" in table
     assert "sparsemax: fewer" not in table
+
+
+def test_every_run_is_named_by_its_groups_setting_and_its_seed(tmp_path: Path) -> None:
+    """The same name in the runs' table, the plots and the explorer; the group table's label
+    is its prefix. A repeated seed, or a run without one, adds its directory's name."""
+    paths = [
+        fake_run(tmp_path / "a1", config(1), 90.0),
+        fake_run(tmp_path / "a2", config(2), 91.0),
+        fake_run(tmp_path / "b2", config(2, attention__normalizer="sparsemax"), 92.0),
+        fake_run(tmp_path / "b2again", config(2, attention__normalizer="sparsemax"), 93.0),
+    ]
+    runs = [read_run(path) for path in paths]
+    groups = group_runs(runs)
+    assert run_labels(runs, groups) == [
+        "attention.normalizer=softmax, seed 1",
+        "attention.normalizer=softmax, seed 2",
+        "attention.normalizer=sparsemax, seed 2 (b2)",
+        "attention.normalizer=sparsemax, seed 2 (b2again)",
+    ]
+    for group in groups:
+        assert f"| {group.label} |" in groups_table(groups)
+    one_group = [read_run(path) for path in paths[:2]]
+    for run in one_group:
+        run.summary["attention"] = "additive"
+    assert run_labels(one_group, group_runs(one_group)) == ["additive, seed 1", "additive, seed 2"]
+    unseeded = fake_run(tmp_path / "c", {k: v for k, v in config(3).items() if k != "seed"}, 1.0)
+    [label] = run_labels([read_run(unseeded)], group_runs([read_run(unseeded)]))
+    assert label.endswith("(c)") and "seed" not in label
+
+
+def test_a_comparisons_explorer_holds_what_a_page_holds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More runs than MAX_MODELS: each group's first seed, the others named in the log."""
+    from seq2seq.commands.compare import page_models
+    from seq2seq.explorer import MAX_MODELS
+
+    paths = [
+        fake_run(tmp_path / f"{size}-{seed}", config(seed, model__hidden_size=size), 90.0)
+        for size in (64, 128, 256, 512, 1024, 2048)
+        for seed in (3, 1, 2)
+    ]
+    runs = [read_run(path) for path in paths]
+    groups = group_runs(runs)
+    candidates = list(zip(run_labels(runs, groups), runs, strict=True))
+    assert len(candidates) > MAX_MODELS
+    with caplog.at_level(logging.WARNING):
+        chosen = page_models(candidates, groups)
+    assert [run.path.name for _, run in chosen] == [
+        f"{size}-1" for size in (64, 128, 256, 512, 1024, 2048)
+    ]
+    assert (
+        "holds 16 models at most" in caplog.text and "model.hidden_size=64, seed 3" in caplog.text
+    )
+    assert page_models(candidates[:MAX_MODELS], groups) == candidates[:MAX_MODELS]

@@ -23,7 +23,7 @@ import wandb
 
 from seq2seq import Translator
 from seq2seq.analysis import compare
-from seq2seq.analysis.compare import RunRecord, run_labels
+from seq2seq.analysis.compare import RunRecord
 from seq2seq.analysis.plotting import draw_attention, plot_attention
 from seq2seq.errors import ConfigError
 from seq2seq.explorer.page import read_page
@@ -355,15 +355,17 @@ def test_compare_runs_tables_and_plots_two_runs(
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
-    assert lines[0].startswith("| run | attention | parameters | best val BLEU | test BLEU | AER")
+    assert lines[0].startswith(
+        "| run | directory | attention | parameters | best val BLEU | test BLEU | AER"
+    )
     # The per-run table ends at the first blank line (the groups' tables follow).
     table = lines[2 : lines.index("")] if "" in lines else lines[2:]
     rows = [line.split(" | ") for line in table]
     summary = json.loads((wandb_run / "summary.json").read_text())
     other = json.loads((tensorboard_run / "summary.json").read_text())
-    assert [row[1] for row in rows] == [summary["attention"], other["attention"]]
-    assert rows[0][3] == f"{max(metrics_column(wandb_run, 'val/bleu')):.1f}"
-    assert rows[0][2] == f"{summary['parameters']:,}"
+    assert [row[2] for row in rows] == [summary["attention"], other["attention"]]
+    assert rows[0][4] == f"{max(metrics_column(wandb_run, 'val/bleu')):.1f}"
+    assert rows[0][3] == f"{summary['parameters']:,}"
     for name in ["bleu_curves.png", "attention_grid.png"]:
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
     # The explorer: both runs' best checkpoints on the first run's validation sentences.
@@ -372,7 +374,7 @@ def test_compare_runs_tables_and_plots_two_runs(
     [latest] = sorted((wandb_run / "attention").glob("explorer-step-*.json"))[-1:]
     shown = json.loads(latest.read_text())["sentences"]
     assert [s["src"] for s in data["sentences"]] == [s["src"] for s in shown]
-    assert [m["name"] for m in data["models"]] == [row[1] for row in rows]
+    assert [m["name"] for m in data["models"]] == [row[0].removeprefix("| ") for row in rows]
     for model, run in zip(data["models"], [wandb_run, tensorboard_run], strict=True):
         translator = Translator.load(run / "checkpoints" / "best.ckpt")
         first = data["sentences"][0]
@@ -380,18 +382,6 @@ def test_compare_runs_tables_and_plots_two_runs(
         assert pair.attention is not None
         weights = torch.tensor(first["models"][model["name"]]["forced"]["weights"])
         assert torch.allclose(weights, pair.attention, atol=1e-4)
-
-
-def test_run_labels_tell_apart_runs_of_one_scoring_function() -> None:
-    # Two seeds of one recipe share their scoring function (and summary name): the legend and the
-    # attention grid name their directories, and their paths where the directories' names match.
-    def run(path: str, attention: str) -> RunRecord:
-        return RunRecord(Path(path), f"{attention}-gru-toy", {"attention": attention})
-
-    runs = [run("/r/additive", "additive"), run("/r/seed1", "dot"), run("/r/seed2", "dot")]
-    assert run_labels(runs) == ["additive", "dot (seed1)", "dot (seed2)"]
-    runs = [run("/m1/0", "dot"), run("/m2/0", "dot"), run("/m2/1", "dot"), run("/m2/2", "general")]
-    assert run_labels(runs) == ["dot (/m1/0)", "dot (/m2/0)", "dot (1)", "general"]
 
 
 def test_attention_grid_titles_fit_in_the_figure(
@@ -412,7 +402,8 @@ def test_attention_grid_titles_fit_in_the_figure(
     runs = [RunRecord(run_dir, "scaled_dot-transformer-multi30k", {"attention": "scaled_dot"})]
     figures: list[Any] = []
     monkeypatch.setattr(compare.plt, "close", figures.append)  # keep the figure to measure it
-    assert compare.plot_attention_grid(runs, tmp_path / "grid.png") is not None
+    label = f"scaled_dot, seed 2 ({run_dir.name})"
+    assert compare.plot_attention_grid(runs, [label], tmp_path / "grid.png") is not None
     (figure,) = figures
     renderer = figure.canvas.get_renderer()
     titles = [figure._suptitle, *(axes.title for axes in figure.axes)]

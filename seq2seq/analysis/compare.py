@@ -31,7 +31,7 @@ PANEL_INCHES = 4.2  # an attention grid panel's width and height
 GRID_COLUMNS = 4  # panels per row of the attention grid: a dozen runs stay readable
 # Characters of a (12 pt) title per inch of figure, with a margin: a longer title is wrapped, not
 # cut off at the figure's edge (one panel holds a 4.2-inch line, a long sentence does not).
-TITLE_CHARS_PER_INCH = 10
+TITLE_CHARS_PER_INCH = 9
 
 
 class RunsError(Seq2SeqError, ValueError):
@@ -119,6 +119,7 @@ def read_run(path: Path) -> RunRecord:
 
 TABLE_COLUMNS = (
     "run",
+    "directory",
     "attention",
     "parameters",
     "best val BLEU",
@@ -129,14 +130,16 @@ TABLE_COLUMNS = (
 )
 
 
-def table_row(run: RunRecord) -> list[str]:
-    """One row of the comparison; a run still training shows what metrics.csv has so far."""
+def table_row(run: RunRecord, label: str) -> list[str]:
+    """One row of the comparison, the run named ``label``; a run still training shows what
+    metrics.csv has so far."""
     summary = run.summary
     best_val = summary.get("best_val_bleu", run.best("val/bleu"))
     # AER of the best checkpoint on the test split; while training, the latest validation's.
     aer = summary.get("test_aer") if summary.get("test_aer") is not None else run.last("val/aer")
     seconds = summary.get("train_seconds")
     return [
+        label,
         str(run.path),
         str(summary.get("attention") or "?"),
         f"{summary['parameters']:,}" if summary.get("parameters") else "–",
@@ -154,22 +157,26 @@ def _number(value: float | None, digits: int, thousands: bool = False) -> str:
     return f"{value:,.{digits}f}" if thousands else f"{value:.{digits}f}"
 
 
-def markdown_table(runs: Sequence[RunRecord]) -> str:
+def markdown_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> str:
+    """A row per run, named by ``labels`` (``seq2seq.analysis.groups.run_labels``)."""
     lines = [
         "| " + " | ".join(TABLE_COLUMNS) + " |",
         "|" + "---|" * len(TABLE_COLUMNS),
-        *("| " + " | ".join(table_row(run)) + " |" for run in runs),
+        *(
+            "| " + " | ".join(table_row(run, label)) + " |"
+            for run, label in zip(runs, labels, strict=True)
+        ),
     ]
     return "\n".join(lines) + "\n"
 
 
-def plot_bleu_curves(runs: Sequence[RunRecord], path: Path) -> Path:
-    """val BLEU against training step, one line per run."""
+def plot_bleu_curves(runs: Sequence[RunRecord], labels: Sequence[str], path: Path) -> Path:
+    """val BLEU against training step, one line per run, named by ``labels``."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
         # tab20: 20 distinct colours, where the default cycle repeats after 10 runs.
         colours = [plt.get_cmap("tab20")(i) for i in range(20)]
-        for index, (run, label) in enumerate(zip(runs, run_labels(runs), strict=True)):
+        for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
             points = run.series("val/bleu")
             if points:
                 steps, values = zip(*points, strict=True)
@@ -191,26 +198,17 @@ def save_curves(figure: Any, axes: Any, ylabel: str, path: Path) -> None:
     figure.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def run_labels(runs: Sequence[RunRecord]) -> list[str]:
-    """A legend label per run: its scoring function; where runs share one (seeds of one recipe),
-    with the run directory's name, or its whole path where the names collide too."""
-    bases = [str(run.summary.get("attention") or run.name) for run in runs]
-    named = [f"{base} ({run.path.name})" for base, run in zip(bases, runs, strict=True)]
-    pathed = [f"{base} ({run.path})" for base, run in zip(bases, runs, strict=True)]
-    return [
-        base if bases.count(base) == 1 else name if named.count(name) == 1 else path
-        for base, name, path in zip(bases, named, pathed, strict=True)
-    ]
-
-
-def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
-    """The first sample sentence's attention map in each run's latest record, side by side.
+def plot_attention_grid(
+    runs: Sequence[RunRecord], labels: Sequence[str], path: Path
+) -> Path | None:
+    """The first sample sentence's attention map in each run's latest record, side by side,
+    each panel named by its run's label.
 
     All runs of a comparison translate the same fixed validation sentences, so the panels show
     one sentence under each scoring function. Returns None when no run has a record yet.
     """
     panels: list[tuple[RunRecord, str, dict[str, Any], dict[str, Any]]] = []
-    for run, label in zip(runs, run_labels(runs), strict=True):
+    for run, label in zip(runs, labels, strict=True):
         record = run.latest_attention()
         if record is None:
             continue
@@ -252,4 +250,5 @@ def plot_attention_grid(runs: Sequence[RunRecord], path: Path) -> Path | None:
 
 def wrap_title(text: str, inches: float) -> str:
     """``text`` in lines that fit ``inches`` of figure."""
-    return textwrap.fill(text, width=int(inches * TITLE_CHARS_PER_INCH), break_long_words=False)
+    # A word longer than a line (a run directory's name) is cut rather than run off the figure.
+    return textwrap.fill(text, width=int(inches * TITLE_CHARS_PER_INCH))

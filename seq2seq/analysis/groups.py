@@ -152,6 +152,27 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
     return groups
 
 
+def run_labels(runs: Sequence[RunRecord], groups: Sequence[Group]) -> list[str]:
+    """Each run named by its setting and its seed (``attention=dot, seed 2``) in every table,
+    plot and explorer: the setting is its group's label, or where all runs are one group, the
+    attention the run trained (its summary's). A run without a seed, or one whose name another
+    run shares (a repeated seed), adds its directory's name, or its path where those match too."""
+    group_of = {id(run): group for group in groups for run in group.runs}
+    bases = []
+    for run in runs:
+        setting = group_of[id(run)].label if len(groups) > 1 else ""
+        setting = setting or str(run.summary.get("attention") or run.name)
+        seed = run_seed(run)
+        bases.append(setting if seed is None else f"{setting}, seed {seed}")
+    named = [f"{base} ({run.path.name})" for base, run in zip(bases, runs, strict=True)]
+    pathed = [f"{base} ({run.path})" for base, run in zip(bases, runs, strict=True)]
+    return [
+        base if bases.count(base) == 1 and run_seed(run) is not None
+        else name if named.count(name) == 1 else path
+        for base, name, path, run in zip(bases, named, pathed, runs, strict=True)
+    ]  # fmt: skip
+
+
 def warn_repeated_seeds(group: Group) -> None:
     """Two runs of one seed in a group are not two samples of the seed's effect: say so."""
     seeds = [str(seed) for seed in group.seeds]

@@ -34,7 +34,6 @@ from seq2seq.analysis.compare import (
     plot_attention_grid,
     plot_bleu_curves,
     read_run,
-    run_labels,
 )
 from seq2seq.analysis.groups import (
     Group,
@@ -43,11 +42,13 @@ from seq2seq.analysis.groups import (
     group_runs,
     groups_table,
     plot_bleu_bands,
+    run_labels,
+    run_seed,
     significance_table,
 )
 from seq2seq.analysis.significance import TESTS
 from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
-from seq2seq.explorer import ExplorerModel, explorer_data, write_page
+from seq2seq.explorer import MAX_MODELS, ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import snapshot_sentences
 
 log = logging.getLogger("seq2seq.compare_runs")
@@ -106,16 +107,17 @@ def main() -> int:
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
     groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
-    print(markdown_table(runs), end="")
+    labels = run_labels(runs, groups)
+    print(markdown_table(runs, labels), end="")
     print_groups(runs, groups, args, out_dir)
-    curves = plot_bleu_curves(runs, out_dir / "bleu_curves.png")
+    curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png")
     log.info("wrote %s", curves)
-    grid = plot_attention_grid(runs, out_dir / "attention_grid.png")
+    grid = plot_attention_grid(runs, labels, out_dir / "attention_grid.png")
     if grid is None:
         log.info("no run has recorded attention maps yet: no attention_grid.png")
     else:
         log.info("wrote %s", grid)
-    page = write_explorer(runs, out_dir / "explorer.html", args.trust_modules)
+    page = write_explorer(runs, labels, groups, out_dir / "explorer.html", args.trust_modules)
     if page is not None:
         log.info("wrote %s", page)
     return 0
@@ -167,28 +169,58 @@ def print_groups(
         print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
 
 
-def write_explorer(runs: list[RunRecord], path: Path, trust_modules: list[str]) -> Path | None:
+def write_explorer(
+    runs: list[RunRecord],
+    labels: list[str],
+    groups: list[Group],
+    path: Path,
+    trust_modules: list[str],
+) -> Path | None:
     """The explorer page of every run's best checkpoint on the validation sentences the first
-    run's pages show (the same data config: a multirun's), or None where there are none."""
+    run's pages show (the same data config: a multirun's), or None where there are none. More
+    runs than a page holds (``MAX_MODELS``, as ``seq2seq explore``): each group's first seed."""
     snapshots = [sorted((run.path / "attention").glob("explorer-step-*.json")) for run in runs]
     first = next((found[-1] for found in snapshots if found), None)
     with_checkpoints = [
-        (label, run) for label, run in zip(run_labels(runs), runs, strict=True)
+        (label, run) for label, run in zip(labels, runs, strict=True)
         if (run.path / "checkpoints" / "best.ckpt").is_file()
     ]  # fmt: skip
     if first is None or not with_checkpoints:
         log.info("no run has an explorer page and a best.ckpt yet: no explorer.html")
         return None
+    chosen = page_models(with_checkpoints, groups)
     sources, references, gold = snapshot_sentences(json.loads(first.read_text()))
     models = [
         ExplorerModel(
             label,
             Translator.load(run.path / "checkpoints" / "best.ckpt", trust_modules=trust_modules),
         )
-        for label, run in with_checkpoints
+        for label, run in chosen
     ]
-    title = "best checkpoints: " + ", ".join(label for label, _ in with_checkpoints)
+    title = "best checkpoints: " + ", ".join(label for label, _ in chosen)
     return write_page(explorer_data(models, sources, references, gold, title=title), path)
+
+
+def page_models(
+    candidates: list[tuple[str, RunRecord]], groups: list[Group]
+) -> list[tuple[str, RunRecord]]:
+    """The runs one explorer page shows: all, or where more than it holds, each group's run of
+    the first seed (then the first ``MAX_MODELS`` groups), the others said in the log."""
+    if len(candidates) <= MAX_MODELS:
+        return candidates
+    firsts = []
+    for group in groups:
+        members = [(label, run) for label, run in candidates if run in group.runs]
+        if members:
+            firsts.append(min(members, key=lambda member: str(run_seed(member[1]))))
+    chosen = firsts[:MAX_MODELS]
+    left_out = [label for label, run in candidates if (label, run) not in chosen]
+    log.warning(
+        "explorer.html holds %d models at most: it shows %s; not %s (seq2seq explore --model "
+        "RUN/checkpoints/best.ckpt makes a page of others)",
+        MAX_MODELS, ", ".join(label for label, _ in chosen), ", ".join(left_out),
+    )  # fmt: skip
+    return chosen
 
 
 if __name__ == "__main__":

@@ -31,9 +31,7 @@ from seq2seq.cli import (
     run,
 )
 from seq2seq.data.corpora import read_lines
-from seq2seq.explorer import ExplorerModel, explorer_data, write_page
-
-MAX_MODELS = 4
+from seq2seq.explorer import MAX_MODELS, SIDE_BY_SIDE, ExplorerModel, explorer_data, write_page
 
 
 def parse_args() -> argparse.Namespace:
@@ -48,7 +46,8 @@ def parse_args() -> argparse.Namespace:
         action="append",
         required=True,
         metavar="[NAME=]PATH",
-        help=f"a checkpoint or bundle, and its name on the page (repeatable, up to {MAX_MODELS})",
+        help=f"a checkpoint or bundle, and its name on the page (repeatable, up to "
+        f"{MAX_MODELS}; {SIDE_BY_SIDE} shown side by side)",
     )
     parser.add_argument("--src", type=Path, help="source sentences, one a line")
     parser.add_argument(
@@ -89,7 +88,10 @@ def line_numbers(spec: str, count: int) -> list[int]:
 
 def models(specs: list[str], trust_modules: list[str], backend: str) -> list[ExplorerModel]:
     if len(specs) > MAX_MODELS:
-        raise UsageError(f"--model: at most {MAX_MODELS} models side by side, got {len(specs)}.")
+        raise UsageError(
+            f"--model: a page holds at most {MAX_MODELS} models ({SIDE_BY_SIDE} side by side, "
+            f"chosen by its checkboxes), got {len(specs)}: make two pages."
+        )
     # A checkpoint RUN/checkpoints/best.ckpt is named after its run directory.
     named = named_paths(specs, lambda path: path.parent.parent.name or path.stem)
     return [

@@ -19,6 +19,11 @@ def asset(name: str) -> str:
     return resources.files("seq2seq.explorer").joinpath("assets", name).read_text("utf-8")
 
 
+# Models one page holds (a sweep of 4 settings × 4 seeds): the checkboxes choose which of them
+# are drawn, SIDE_BY_SIDE at most (the same constant in assets/explorer.js).
+MAX_MODELS = 16
+SIDE_BY_SIDE = 4
+
 # Weights travel in the page as integers in units of 1e-4 (their 4 decimals, nothing lost):
 # "1234" for 0.1234 and "0" for 0.0 make a Transformer's training page about a third lighter.
 QUANTUM = 10_000

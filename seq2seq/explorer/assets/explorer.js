@@ -10,10 +10,13 @@
 // all (the test that no resource is fetched looks for any).
 const SVG = ["http:", "", "www.w3.org", "2000", "svg"].join("/");
 const DATA = unquantize(JSON.parse(document.getElementById("data").textContent));
+// Panels side by side at most: a page may hold more models (a comparison of settings and seeds);
+// the checkboxes choose which.
+const SIDE_BY_SIDE = 4;
 const snapshots = [...DATA.checkpoints, DATA]; // oldest first: the checkpoint slider's stops
 const state = { snapshot: snapshots.length - 1, sentence: 0, map: "forced", layer: "last",
                 head: "avg", gold: true, scale: "linear", zoom: 1,
-                shown: DATA.models.slice(0, 4).map((m) => m.name) };
+                shown: DATA.models.slice(0, SIDE_BY_SIDE).map((m) => m.name) };
 // What each map on screen shows (its tokens, geometry, weights), for hover and keyboard.
 const maps = new WeakMap();
 let cursor = null; // { svg, row, col }: the keyboard's cell
@@ -616,13 +619,15 @@ function buildControls() {
     const box = el("input", { type: "checkbox", "data-show": model.name });
     box.addEventListener("change", () => {
       state.shown = DATA.models.map((m) => m.name).filter((name) =>
-        document.querySelector(`input[data-show="${CSS.escape(name)}"]`).checked).slice(0, 4);
+        document.querySelector(`input[data-show="${CSS.escape(name)}"]`).checked).slice(0, SIDE_BY_SIDE);
       render();
     });
     const label = el("label", {}, ` ${model.name}`);
     label.prepend(box);
     header.appendChild(label);
   }
+  // More models than fit side by side: say how many are shown and why the other boxes wait.
+  if (DATA.models.length > SIDE_BY_SIDE) header.appendChild(el("span", { id: "shown-count", class: "meta" }));
   if (snapshots.length > 1) {
     const slider = el("input", { type: "range", id: "checkpoint", min: 0, max: snapshots.length - 1,
                                  value: state.snapshot, "aria-label": "validation checkpoint" });
@@ -659,7 +664,15 @@ function syncControls() {
   document.getElementById("scale").value = state.scale;
   document.getElementById("zoom").value = String(state.zoom);
   document.getElementById("gold").checked = state.gold;
-  for (const box of document.querySelectorAll("input[data-show]")) box.checked = state.shown.includes(box.dataset.show);
+  const full = state.shown.length >= SIDE_BY_SIDE;
+  for (const box of document.querySelectorAll("input[data-show]")) {
+    box.checked = state.shown.includes(box.dataset.show);
+    // With as many panels as fit shown, the other boxes wait: untick one to choose another.
+    box.disabled = full && !box.checked;
+    box.parentElement.title = box.disabled ? `${SIDE_BY_SIDE} models at most side by side: untick one first` : "";
+  }
+  const count = document.getElementById("shown-count");
+  if (count) count.textContent = ` ${state.shown.length} of ${DATA.models.length} shown (${SIDE_BY_SIDE} at most side by side)`;
   const slider = document.getElementById("checkpoint");
   if (slider) {
     if (Number(slider.value) !== state.snapshot) slider.value = state.snapshot;
@@ -770,7 +783,7 @@ async function translateLive(text, key) {
     if (!response.ok) throw new Error(answer.error || response.statusText);
     const known = DATA.models.map((m) => m.name).join("\n");
     DATA.models = answer.models;
-    if (!DATA.sentences.length) state.shown = answer.models.slice(0, 4).map((m) => m.name);
+    if (!DATA.sentences.length) state.shown = answer.models.slice(0, SIDE_BY_SIDE).map((m) => m.name);
     DATA.sentences.push(answer.sentence);
     state.sentence = DATA.sentences.length - 1;
     if (known !== DATA.models.map((m) => m.name).join("\n")) buildControls(); // new model checkboxes
