@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from seq2seq import Translator
+from seq2seq.data.tokenization import unknown_words
 from seq2seq.explorer.page import read_page
 from seq2seq.inference.bundle import export_bundle, load
 from seq2seq.pipeline import train
@@ -142,6 +143,17 @@ def test_translations_scores_n_best_and_attention_are_the_translators(
     assert status == 200 and answer["model"] == name
     assert [r["tgt"] for r in answer["results"]] == translator.translate(SENTENCES)
     assert [r["src"] for r in answer["results"]] == SENTENCES
+    assert all("unknown" not in r for r in answer["results"])  # the toy's own words
+    # Words the vocabulary lacks: said per sentence, each once in order; the translation is the
+    # translator's all the same.
+    odd = ["w1 zebra w2 pizza zebra", "w3"]
+    status, answer = server.translate({"model": name, "src": odd})
+    assert status == 200 and [r.get("unknown") for r in answer["results"]] == [
+        list(unknown_words(translator.src_tokenizer, [odd[0]])),
+        None,
+    ]
+    assert answer["results"][0]["unknown"][0] == "zebra"
+    assert [r["tgt"] for r in answer["results"]] == translator.translate(odd)
 
     payload = {"model": name, "src": SENTENCES, "beam_size": 4, "n_best": 3}
     status, answer = server.translate(

@@ -43,6 +43,11 @@ class Result(BaseModel):
     src: str
     tgt: str
     truncated: bool | None = None
+    unknown: list[str] | None = Field(
+        None,
+        description="the source's words the vocabulary lacks (the model read them as <unk>), "
+        "each once, in order; only where there are any",
+    )
     pred_score: float | None = None
     n_best: list[Alternative] | None = None
     attention: AttentionMap | None = None

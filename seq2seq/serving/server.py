@@ -1,7 +1,8 @@
 """The translation server: an HTTP JSON API over models fixed at start-up.
 
     POST /translate  {"model", "src": [...], "beam_size", "length_penalty", "coverage_penalty",
-                      "n_best", "return_attention", "return_scores"} -> one result per sentence
+                      "n_best", "return_attention", "return_scores"} -> one result per sentence (its
+                      source words the vocabulary lacks in "unknown", where any)
     GET  /models     name, architecture, scoring function, normalizer, window, key bias,
                      parameters, backend, vocabularies
     GET  /health     200 once every model is loaded, 503 before
@@ -55,6 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from seq2seq.data.tokenization import unknown_words
 from seq2seq.explorer import ExplorerModel, explorer_data
 from seq2seq.explorer.data import view_cells
 from seq2seq.explorer.page import page
@@ -468,8 +470,10 @@ def create_app(
             log.exception("model %s failed on a request of %d sentences", name, len(body.src))
             message = f"model {name!r} failed: {error}" if str(error) else f"model {name!r} failed"
             return JSONResponse({"error": message}, status_code=500)
+        tokenizer = state.translators[name].src_tokenizer
         results = [
-            result(source, t, options) for source, t in zip(body.src, translations, strict=True)
+            result(source, t, options, list(unknown_words(tokenizer, [source])))
+            for source, t in zip(body.src, translations, strict=True)
         ]
         return large_json({"model": name, "results": results})
 
@@ -945,10 +949,15 @@ def check(body: TranslateRequest, limits: Limits, state: ServerState) -> None:
         )
 
 
-def result(source: str, translation: Translation, options: SearchOptions) -> dict[str, Any]:
+def result(
+    source: str, translation: Translation, options: SearchOptions, unknown: list[str]
+) -> dict[str, Any]:
+    """One sentence's answer; ``unknown``: its words the vocabulary lacks, said where any."""
     answer: dict[str, Any] = {"src": source, "tgt": translation.text}
     if translation.truncated:
         answer["truncated"] = True
+    if unknown:
+        answer["unknown"] = unknown
     if options.scores:
         answer["pred_score"] = translation.score
     if options.n_best is not None:  # a blank sentence has none
