@@ -105,8 +105,8 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     out = completed.stdout
-    # mean ± half-width, or an interval cut at BLEU's 100, [low, high]*
-    interval = r"([0-9.]+) (?:± [0-9.]+|\[[0-9.]+, [0-9.]+\]\*)"
+    # mean ± half-width, or an interval cut at BLEU's 100, [low, high]†
+    interval = r"([0-9.]+) (?:± [0-9.]+|\[[0-9.]+, [0-9.]+\]†)"
     groups = re.findall(rf"^\| attention=(\w+) \| 2 \| {interval} \|", out, re.MULTILINE)
     assert sorted(name for name, _ in groups) == ["additive", "scaled_dot"]
     assert "fewer than 3 seeds" in out  # two seeds each: the table says so
@@ -166,7 +166,7 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
             for number in numbers["data"]
             if number[0] == row[0] and number[2] == "test BLEU"
         ]
-        cut = f"{mean:.1f} [{low:.1f}, {high:.1f}]*"  # an interval cut at BLEU's range
+        cut = f"{mean:.1f} [{low:.1f}, {high:.1f}]†"  # an interval cut at BLEU's range
         assert row[2] in (f"{mean:.1f} ± {half:.1f}", cut)
 
 
@@ -320,7 +320,7 @@ def test_an_interval_never_reaches_past_what_the_figure_can_be() -> None:
     cut = mean_interval([99.5, 100.0], bounds=(0.0, 100.0))
     assert plain.high > 100 and not plain.clipped
     assert (cut.low, cut.high, cut.clipped) == (plain.low, 100.0, True)
-    assert cut.format(1) == f"99.8 [{plain.low:.1f}, 100.0]*"
+    assert cut.format(1) == f"99.8 [{plain.low:.1f}, 100.0]†"
     inside = mean_interval([40.0, 41.0, 42.0], bounds=(0.0, 100.0))
     assert not inside.clipped and inside.format(1) == "41.0 ± 2.5"
 
@@ -334,7 +334,7 @@ def test_the_groups_table_says_when_seeds_are_too_few_and_intervals_cut(tmp_path
         fake_run(tmp_path / "b3", config(3, attention__normalizer="sparsemax"), 92.0),
     ]
     table = groups_table(group_runs([read_run(path) for path in runs]))
-    assert "100.0]*" in table and "shown cut there" in table
+    assert "100.0]†" in table and "shown cut there" in table
     assert "attention.normalizer=softmax: fewer than 3 seeds" in table
     assert "sparsemax: fewer" not in table
 

@@ -146,9 +146,16 @@ def table_row(run: RunRecord, label: str) -> list[str]:
         _number(best_val, 1),
         _number(summary.get("test_bleu"), 1),
         _number(aer, 3),
-        f"{seconds / 60:.1f} min" if seconds else "–",
+        duration(seconds),
         _number(summary.get("train_tokens_per_s"), 0, thousands=True),
     ]
+
+
+def duration(seconds: float | None) -> str:
+    """A run's training time: seconds under a minute (a short run is not "0.0 min")."""
+    if not seconds:
+        return "–"
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
 def _number(value: float | None, digits: int, thousands: bool = False) -> str:

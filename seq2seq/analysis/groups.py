@@ -274,7 +274,7 @@ def interval_notes(groups: Sequence[Group]) -> list[str]:
     figures = [group_figures(group) for group in groups]
     if any(isinstance(v, Interval) and v.clipped for f in figures for v in f.values()):
         notes.append(
-            "\\* the 95 % t interval reached past what the figure can be (BLEU and chrF 0-100, "
+            "† the 95 % t interval reached past what the figure can be (BLEU and chrF 0-100, "
             "AER 0-1) and is shown cut there, as [low, high]."
         )
     few = [group.label for group in groups if 1 < len(group.runs) < ENOUGH_SEEDS]
@@ -299,7 +299,7 @@ def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
             elif value is None or math.isnan(value):
                 cells.append("–")
             else:
-                cells.append(f"{value:.{digits}f}")
+                cells.append(f"{value:,.{digits}f}")
         rows.append(cells)
     return header, rows
 

@@ -47,11 +47,12 @@ class Interval:
         return self.low > other.high or other.low > self.high
 
     def format(self, digits: int = 1) -> str:
-        """``mean ± half-width``, e.g. ``99.1 ± 0.4``; an interval cut at the figure's range as
-        its ends with a mark, e.g. ``99.7 [96.2, 100.0]*``."""
+        """``mean ± half-width``, e.g. ``99.1 ± 0.4`` (thousands separated: ``5,511 ± 926``); an
+        interval cut at the figure's range as its ends with a dagger, e.g. ``99.7 [96.2,
+        100.0]†`` (a star marks p < 0.05 elsewhere)."""
         if self.clipped:
-            return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]*"
-        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
+            return f"{self.mean:,.{digits}f} [{self.low:,.{digits}f}, {self.high:,.{digits}f}]†"
+        return f"{self.mean:,.{digits}f} ± {self.half_width:,.{digits}f}"
 
 
 def mean_interval(
