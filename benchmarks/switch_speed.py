@@ -85,6 +85,9 @@ SETTINGS: dict[tuple[str, ...], list[tuple[str, ...]]] = {
         ("model.input_feeding=true", "attention.normalizer=sparsemax"),
         ("model.num_heads=4",),
         ("model.num_heads=4", "model.input_feeding=true"),
+        ("attention.window=local_p", "attention.window_size=3"),
+        ("attention=additive", "attention.layer_norm=true"),
+        ("model.num_heads=4", "attention.coverage=true"),
     ],
     # Not a target of issue 68: the normalizers against SDPA's fused softmax.
     TRANSFORMER: [

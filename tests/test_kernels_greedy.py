@@ -16,8 +16,14 @@ from seq2seq.kernels.modules import FastSeq2Seq
 from seq2seq.models.decoder import DecoderState, EncodedSource
 from seq2seq.models.model import Seq2Seq
 from seq2seq.search import FusedGreedyModel, GreedyTask, Hypotheses, greedy_search
+from tests.scoring import scoring_factory
 from tests.test_model import ATTENTIONS, BOS, DECODERS, EOS, PAD
 
+# The scoring functions the loop composes: the model tests', and additive with its layer norm.
+GREEDY_ATTENTIONS = {
+    **ATTENTIONS,
+    "additive+layer_norm": scoring_factory("additive", {"num_hiddens": 12, "layer_norm": True}),
+}
 needs_sgemm = pytest.mark.skipif(
     library.blas_sgemm() is None, reason="no torch sgemm_ here: greedy steps in Python"
 )
@@ -40,7 +46,7 @@ def make_luong(
     model = Seq2Seq(
         src_vocab_size=13,
         tgt_vocab_size=vocabulary,
-        attention=ATTENTIONS[attention],
+        attention=GREEDY_ATTENTIONS[attention],
         embedding_size=8,
         hidden_size=hidden_size,
         rnn=nn.LSTM if lstm else nn.GRU,
@@ -122,20 +128,25 @@ GREEDY_PARTS = {
     "coverage+sparsemax+local_m": AttentionParts(
         "sparsemax", window="local_m", window_size=1, coverage=True
     ),
+    "local_p": AttentionParts(window="local_p", window_size=1),
+    "local_p+entmax15+coverage": AttentionParts(
+        "entmax15", window="local_p", window_size=2, coverage=True
+    ),
 }
 
 
 @needs_sgemm
 @pytest.mark.parametrize("input_feeding", [False, True], ids=["", "input_feeding"])
-@pytest.mark.parametrize("attention", ["scaled_dot", "additive"])
+@pytest.mark.parametrize("attention", ["scaled_dot", "additive", "additive+layer_norm"])
 @pytest.mark.parametrize("parts", [*GREEDY_PARTS, "softmax"])
 def test_the_c_loop_composes_the_attentions_parts(
     attention: str, parts: str, input_feeding: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every part of the Luong decoder's attention but local-p and the layer norm, composed in
-    the C loop from the C twins (coverage, with γ c on a product's logits or w_c c inside the
-    additive score, and input feeding as state the loop carries): the tokens, lengths and
-    weights greedy_search's steps give."""
+    """Every part of the Luong decoder's attention, composed in the C loop from the C twins
+    (coverage, with γ c on a product's logits or w_c c inside the additive score; local-p's
+    centre predicted from the state and its Gaussian; the additive score's layer norm; input
+    feeding as state the loop carries): the tokens, lengths and weights greedy_search's steps
+    give."""
     parts_chosen = GREEDY_PARTS.get(parts)
     model = make_luong(attention, parts=parts_chosen, input_feeding=input_feeding)
     for seed in range(3):
@@ -151,15 +162,17 @@ def test_the_c_loop_composes_the_attentions_parts(
 
 
 @needs_sgemm
-@needs_sgemm
 @pytest.mark.parametrize("input_feeding", [False, True], ids=["", "input_feeding"])
 @pytest.mark.parametrize("attention", ["scaled_dot", "additive", "general"])
-@pytest.mark.parametrize("parts", ["softmax", "sparsemax+local_m", "learned_alpha"])
+@pytest.mark.parametrize(
+    "parts", ["softmax", "sparsemax+local_m", "learned_alpha", "coverage", "local_p"]
+)
 def test_the_c_loop_composes_several_heads(
     attention: str, parts: str, input_feeding: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """model.num_heads = 2: each head scored in the loop as a sentence of its own, the block's
-    W_q and W_o folded into the loop's GEMMs; the weights are the heads' average."""
+    W_q and W_o folded into the loop's GEMMs; the weights are the heads' average, which the
+    coverage sums (each head's γ weighing it) and every head shares the row's local-p centre."""
     model = make_luong(
         attention, parts=GREEDY_PARTS.get(parts), num_heads=2, input_feeding=input_feeding
     )
@@ -171,18 +184,6 @@ def test_the_c_loop_composes_several_heads(
         assert torch.equal(fused.tokens, stepped.tokens)
         assert torch.equal(fused.lengths, stepped.lengths)
         torch.testing.assert_close(fused.attention, stepped.attention, rtol=1e-5, atol=1e-6)
-
-
-@needs_sgemm
-def test_parts_the_c_loop_does_not_compose_step_in_python() -> None:
-    """Local-p predicts its centre from the state (W_p), and several heads' coverage weighs
-    each head: their steps run decode_step."""
-    model = make_luong("scaled_dot", parts=AttentionParts(window="local_p", window_size=1))
-    with torch.no_grad():
-        assert model.fused_greedy(*decoder_inputs(model)) is None
-    heads = make_luong("scaled_dot", parts=AttentionParts(coverage=True), num_heads=2)
-    with torch.no_grad():
-        assert heads.fused_greedy(*decoder_inputs(heads)) is None
 
 
 @needs_sgemm

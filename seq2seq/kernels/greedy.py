@@ -51,15 +51,20 @@ class GreedyParts(ctypes.Structure):
         ("head_size", ctypes.c_int64),
         ("W_c1", ctypes.c_void_p),
         ("b_c1", ctypes.c_void_p),
+        ("layer_norm_eps", ctypes.c_float),
+        ("W_p", ctypes.c_void_p),
+        ("v_p", ctypes.c_void_p),
+        ("gammas", ctypes.c_void_p),
     ]
 
 
 @dataclass
 class StepParts:
     """A Luong decoder's attention for ``luong_greedy``: its C twins (``StepAttention``) and
-    the tensors they read (the queries' W_q (A or h·K, H) and b_q, additive scoring's w_v (A,),
-    the key bias (P,), the coverage weight: w_c (A,) or γ (0-d); with several heads, W_c1 W_o
-    (H, h·d) and W_c1 b_o (H,)), kept alive while the loop reads them by address."""
+    the tensors they read (the queries' W_q (A or h·K, H) and b_q, additive scoring's w_v (A,)
+    or [w_v; γ; β] (3, A) with its layer norm, the key bias (P,), the coverage weight: w_c (A,),
+    γ (0-d) or each head's γ (h,); with several heads, W_c1 W_o (H, h·d) and W_c1 b_o (H,);
+    local-p's W_p (H, H) and v_p (1, H)), kept alive while the loop reads them by address."""
 
     parts: StepAttention
     query_weight: Tensor | None = None
@@ -69,19 +74,20 @@ class StepParts:
     coverage_weight: Tensor | None = None
     context_weight: Tensor | None = None
     context_bias: Tensor | None = None
+    centre_weight: Tensor | None = None
+    centre_vector: Tensor | None = None
 
     @staticmethod
     def applies(parts: StepAttention) -> bool:
-        """Whether the greedy loop composes ``parts``: no local-p (its centre is predicted from
-        the state by W_p), no layer norm in the score, and several heads only without
-        coverage."""
-        single = parts.heads == 1 or not parts.coverage
-        return parts.layer_norm_eps is None and single and not parts.needs_centres
+        """Whether the greedy loop composes ``parts``: every part, but several heads cover only
+        on the logits (a head's γ), as the multi-head block does."""
+        return parts.heads == 1 or parts.coverage in ("", "logits")
 
     def kept_tensors(self) -> tuple[Tensor | None, ...]:
         return (
             self.query_weight, self.query_bias, self.score_weight, self.key_bias,
-            self.coverage_weight, self.context_weight, self.context_bias,
+            self.coverage_weight, self.context_weight, self.context_bias, self.centre_weight,
+            self.centre_vector,
         )  # fmt: skip
 
     def structure(self) -> GreedyParts:
@@ -92,20 +98,26 @@ class StepParts:
         )
         (
             query_weight, query_bias, score_weight, key_bias, coverage_weight, context_weight,
-            context_bias,
+            context_bias, centre_weight, centre_vector,
         ) = self.kept  # fmt: skip
         coverage = ("", "logits", "additive").index(parts.coverage)
-        gamma = float(coverage_weight) if coverage == 1 and coverage_weight is not None else 0.0
+        several = parts.heads > 1
+        gamma = 0.0
+        if coverage == 1 and coverage_weight is not None and not several:
+            gamma = float(coverage_weight)
+        windowed = parts.window in ("local_m", "local_p")
+        eps = -1.0 if parts.layer_norm_eps is None else parts.layer_norm_eps
         return GreedyParts(
             parts.score == "additive", parts.scale, NORMALIZERS.index(parts.normalizer),
-            parts.alpha, BISECTION_ITERATIONS,
-            parts.window_size if parts.window == "local_m" else -1, address(key_bias),
-            0 if key_bias is None else key_bias.numel(), address(query_weight),
+            parts.alpha, BISECTION_ITERATIONS, parts.window_size if windowed else -1,
+            address(key_bias), 0 if key_bias is None else key_bias.numel(), address(query_weight),
             address(query_bias), address(score_weight),
-            0 if score_weight is None else score_weight.numel(), coverage, gamma,
+            0 if score_weight is None else score_weight.shape[-1], coverage, gamma,
             address(coverage_weight) if coverage == 2 else None, parts.heads,
             0 if context_weight is None else context_weight.shape[1] // parts.heads,
-            address(context_weight), address(context_bias),
+            address(context_weight), address(context_bias), eps, address(centre_weight),
+            address(centre_vector),
+            address(coverage_weight) if coverage == 1 and several else None,
         )  # fmt: skip
 
 
@@ -169,12 +181,11 @@ def luong_greedy(
     lens = src_lens.to(torch.int64).contiguous()
     limits, max_steps = task.limits.to(torch.int64).contiguous(), task.max_steps
     state = initial.clone(memory_format=torch.contiguous_format)  # (B, H), updated in C
-    # The C loop's scratch: 8H + V floats a row, and the parts' projected query and scores.
     # The C loop's scratch, per row: 8H + V floats, and the parts' (parts_step).
     scratch = 0
-    if parts is not None:
-        covered = length * key_size if parts.parts.coverage else 0
-        scratch = heads * (key_size + 2 * length + values.shape[2]) + covered
+    if parts is not None:  # parts_step's: each head's query, scores, weights, context; local-p's
+        covered = length * key_size if parts.parts.coverage else 0  # tanh(W_p h) and p_t
+        scratch = heads * (key_size + 2 * length + values.shape[2]) + size + 1 + covered
     work = initial.new_empty(batch * (8 * size + vocabulary + scratch))
     spans = torch.empty(batch * heads, 2, dtype=torch.int64)
     structure = None if parts is None else parts.structure()

@@ -1119,7 +1119,14 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight = inputs[3:]
         folded = (context_weight, context_bias) if parts.heads > 1 else (None, None)
         return StepParts(
-            parts, query_weight, query_bias, score_weight, key_bias, coverage_weight, *folded
+            parts,
+            query_weight,
+            query_bias,
+            score_weight,
+            key_bias,
+            coverage_weight,
+            *folded,
+            *self.centre_parameters(),
         )
 
 

@@ -459,9 +459,17 @@ void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
 void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
                             const float *q, const float *keys, const float *w_v,
                             const int64_t *spans, float *saved, float *logits);
+void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
+                                       float scale, float eps, const float *q,
+                                       const float *keys, const float *params,
+                                       const int64_t *spans, float *saved_u, float *saved_normed,
+                                       float *saved_rstd, float *logits);
 void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
                            const float *q, const float *keys, const int64_t *spans,
                            float *logits);
+void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t *spans,
+                              const float *centres, float *weights, int64_t w_stride,
+                              float *normalized);
 void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *bias,
                       const int64_t *spans, float *logits);
 void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
@@ -485,15 +493,19 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
 /* Which parts a greedy step's attention is composed of, field for field the ctypes Structure
    GreedyParts of seq2seq/kernels/greedy.py (from attention_parts.StepAttention): the score
    (additive: w_v . tanh(W_q h + b_q + k), W_q (A, H) and b_q (A, or NULL) projecting the query
-   once per step; else the product q . k) times `scale`; the key bias (P floats, or NULL); the
-   window (local-m's half-width D around p_t = min(t, S_b - 1), or -1: every real key); the
-   normalizer (0 softmax, 1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`); coverage (0
-   none, 1 gamma c_s on the logits, 2 c_s w_c inside the additive score's tanh). With several
-   heads (`heads` > 1, no coverage), W_q (heads K, H) and b_q give a row's heads' queries
-   (FastDecoder.loop_inputs folds a multi-head block's projections), head i of sentence b
-   reads keys and values (head_size d) of sentence b heads + i, and the heads' contexts,
-   side by side, become the attentional state's part through W_c1 (H, heads d) and b_c1 (H,
-   or NULL): W_c1 W_o and W_c1 b_o, the block's W_o folded in. */
+   once per step; else the product q . k) times `scale`, with `layer_norm_eps` >= 0 the
+   additive score's layer norm (w_v then holds [w_v; gamma; beta], 3 A floats); the key bias
+   (P floats, or NULL); the window (half-width D, or -1: every real key) around local-m's
+   p_t = min(t, S_b - 1) or, with W_p (H, H) and v_p (H) given, local-p's predicted
+   p_t = (S_b - 1) sigmoid(v_p . tanh(W_p h_t)) and its Gaussian; the normalizer (0 softmax,
+   1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`); coverage (0 none, 1 gamma c_s on the
+   logits, 2 c_s w_c inside the additive score's tanh). With several heads (`heads` > 1), W_q
+   (heads K, H) and b_q give a row's heads' queries (FastDecoder.loop_inputs folds a
+   multi-head block's projections), head i of sentence b reads keys and values (head_size d)
+   of sentence b heads + i and, with coverage, the heads' averaged coverage times its own
+   gammas[i]; the heads' contexts, side by side, become the attentional state's part through
+   W_c1 (H, heads d) and b_c1 (H, or NULL): W_c1 W_o and W_c1 b_o, the block's W_o folded in;
+   every head shares the row's window. */
 typedef struct {
   int64_t additive;
   float scale;
@@ -514,33 +526,44 @@ typedef struct {
   int64_t head_size;
   const float *W_c1;
   const float *b_c1;
+  float layer_norm_eps;
+  const float *W_p;
+  const float *v_p;
+  const float *gammas;
 } greedy_parts;
 
 /* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
-   length its lens entry; q its query (K floats: h, or W_q h + b_q); coverage (S) what it
-   attended so far (NULL without), to which the step's weights are added; spans (2), logits
-   (S) and covered (S x K, additive coverage's keys) scratch; the weights to `weights`, the
-   context to `context`. */
+   length its lens entry; q its query (K floats: h, or W_q h + b_q); centre its local-p centre
+   (NULL without); coverage (S) what it attended so far (NULL without), scaled by gamma on the
+   logits, to which the step's weights are added when `accumulate`; spans (2), logits (S) and
+   covered (S x K, additive coverage's keys) scratch; the weights to `weights`, the context to
+   `context`. */
 static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H, int64_t t,
                       const float *q, const float *keys, const float *values,
-                      const int64_t *length, float *coverage, int64_t *spans, float *logits,
-                      float *covered, float *weights, float *context) {
+                      const int64_t *length, const float *centre, float *coverage, float gamma,
+                      int accumulate, int64_t *spans, float *logits, float *covered,
+                      float *weights, float *context) {
   if (parts->window_size < 0) {
     seq2seq_global_window(1, 1, S, length, spans);
+  } else if (centre != NULL) { /* local-p: the predicted centre */
+    seq2seq_local_window(1, 1, S, parts->window_size, length, centre, spans);
   } else {
     const int64_t last = *length - 1; /* p_t = min(t, max(S_b - 1, 0)) */
-    const float centre = (float)(t < last ? t : (last > 0 ? last : 0));
-    seq2seq_local_window(1, 1, S, parts->window_size, length, &centre, spans);
+    const float monotonic = (float)(t < last ? t : (last > 0 ? last : 0));
+    seq2seq_local_window(1, 1, S, parts->window_size, length, &monotonic, spans);
   }
   if (parts->coverage == 2) { /* the keys k_s + c_s w_c */
     seq2seq_additive_coverage(1, 1, S, K, spans, keys, coverage, parts->w_c, covered);
     keys = covered;
   }
-  if (parts->additive)
+  if (parts->additive && parts->layer_norm_eps >= 0.0f)
+    seq2seq_additive_layer_norm_score(1, 1, S, K, parts->scale, parts->layer_norm_eps, q, keys,
+                                      parts->w_v, spans, NULL, NULL, NULL, logits);
+  else if (parts->additive)
     seq2seq_additive_score(1, 1, S, K, parts->scale, q, keys, parts->w_v, spans, NULL, logits);
   else
     seq2seq_product_score(1, 1, S, K, parts->scale, q, keys, spans, logits);
-  if (parts->coverage == 1) seq2seq_coverage(1, S, spans, parts->gamma, coverage, logits);
+  if (parts->coverage == 1) seq2seq_coverage(1, S, spans, gamma, coverage, logits);
   if (parts->key_bias != NULL)
     seq2seq_key_bias(1, S, parts->key_bias_len, parts->key_bias, spans, logits);
   switch (parts->normalizer) {
@@ -550,16 +573,34 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
     default:
       seq2seq_entmax_bisect(1, S, spans, parts->alpha, parts->iterations, logits, weights, S);
   }
+  if (centre != NULL)
+    seq2seq_local_p_gaussian(1, S, parts->window_size, spans, centre, weights, S, NULL);
   seq2seq_attention_context(1, 1, S, H, weights, S, spans, values, context, H);
-  if (coverage != NULL)
+  if (accumulate)
     for (int64_t s = 0; s < S; ++s) coverage[s] += weights[s];
+}
+
+/* Local-p's centres of the `active` rows (their states `query`, (active, H)): features
+   (active, H) = tanh(query W_p^T) scratch, centres[r] = (S_b - 1) sigmoid(v_p . features_r), b
+   the row's sentence (LocalWindow.centres). */
+static void predicted_centres(void *sgemm, const greedy_parts *parts, int64_t active, int64_t H,
+                              const float *query, const int64_t *lens, const int64_t *rows,
+                              float *features, float *centres) {
+  seq2seq_affine_rows(sgemm, active, H, H, parts->W_p, H, NULL, query, features);
+  seq2seq_tanh(active * H, features);
+  for (int64_t r = 0; r < active; ++r) {
+    float predicted = 0.0f;
+    for (int64_t j = 0; j < H; ++j) predicted += parts->v_p[j] * features[r * H + j];
+    const int64_t last = lens[rows[r]] - 1;
+    centres[r] = (float)(last > 0 ? last : 0) * sigmoid_vec(predicted);
+  }
 }
 
 /* A greedy step's attention through the parts for the `active` rows (row r is sentence rows[r]):
    queries (active, H) -> each row's weights (the heads' average) into weights (row b's at
    b * max_steps + t) and its part of the attentional state into attentional (active, H).
-   Scratch in `work` (active * heads * (K + 2S + d) floats, and S K each with additive
-   coverage) and spans (2 * active * heads). */
+   Scratch in `work` (active * (heads * (K + 2S + d) + H + 1) floats, and S K each with
+   additive coverage) and spans (2 * active * heads). */
 static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, int64_t S,
                        int64_t H, int64_t K, int64_t t, int64_t max_steps, const float *query,
                        const float *keys, const float *values, const int64_t *lens,
@@ -568,30 +609,37 @@ static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, i
   const int64_t heads = parts->heads, d = heads > 1 ? parts->head_size : H;
   float *projected = work, *scores = projected + active * heads * K;
   float *head_weights = scores + active * heads * S, *contexts = head_weights + active * heads * S;
-  float *covered = contexts + active * heads * d;
+  float *features = contexts + active * heads * d, *centres = features + active * H;
+  float *covered = centres + active;
   const float *q = query; /* h, or the heads' W_q h + b_q: (active, heads K) */
   if (parts->W_q != NULL) {
     seq2seq_affine_rows(sgemm, active, heads * K, H, parts->W_q, H, parts->b_q, query, projected);
     q = projected;
   }
+  if (parts->W_p != NULL) predicted_centres(sgemm, parts, active, H, query, lens, rows, features,
+                                            centres);
   /* One head: the context is the attentional state's part itself (values are W_c1 m). */
   float *context = heads > 1 ? contexts : attentional;
 #pragma omp parallel for schedule(static) if (active * heads * S * 2 * K >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < active; ++r) {
     const int64_t b = rows[r];
     float *out = weights + (b * max_steps + t) * S;
+    float *row_coverage = parts->coverage ? coverage + r * S : NULL;
     for (int64_t i = 0; i < heads; ++i) {
       const int64_t row = r * heads + i, sentence = b * heads + i;
+      const float gamma = heads > 1 && parts->gammas != NULL ? parts->gammas[i] : parts->gamma;
       parts_row(parts, S, K, d, t, q + row * K, keys + sentence * S * K,
-                values + sentence * S * d, lens + b, parts->coverage ? coverage + r * S : NULL,
-                spans + 2 * row, scores + row * S, covered + r * S * K,
-                heads > 1 ? head_weights + row * S : out, context + row * d);
+                values + sentence * S * d, lens + b, parts->W_p != NULL ? centres + r : NULL,
+                row_coverage, gamma, row_coverage != NULL && heads == 1, spans + 2 * row,
+                scores + row * S, covered + r * S * K, heads > 1 ? head_weights + row * S : out,
+                context + row * d);
     }
-    if (heads > 1) { /* the heads' average, as the reference returns it */
+    if (heads > 1) { /* the heads' average, as the reference returns it (and covers) */
       for (int64_t s = 0; s < S; ++s) {
         float total = 0.0f;
         for (int64_t i = 0; i < heads; ++i) total += head_weights[(r * heads + i) * S + s];
         out[s] = total / (float)heads;
+        if (row_coverage != NULL) row_coverage[s] += out[s];
       }
     }
   }
