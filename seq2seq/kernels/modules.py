@@ -1117,17 +1117,13 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
         inputs, context_weight, context_bias = self.loop_inputs(source, parameters, context_weight)
         query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight = inputs[3:]
-        folded = (context_weight, context_bias) if parts.heads > 1 else (None, None)
+        several = parts.heads > 1  # one head's values are W_c1 m: nothing to fold after them
+        centre_weight, centre_vector = self.centre_parameters()
         return StepParts(
-            parts,
-            query_weight,
-            query_bias,
-            score_weight,
-            key_bias,
-            coverage_weight,
-            *folded,
-            *self.centre_parameters(),
-        )
+            parts, query_weight, query_bias, score_weight, key_bias, coverage_weight,
+            context_weight if several else None, context_bias if several else None,
+            centre_weight, centre_vector,
+        )  # fmt: skip
 
 
 def time_major(rows: Tensor) -> Tensor:
