@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from seq2seq.analysis.compare import RunsError, read_run
-from seq2seq.analysis.groups import group_runs, groups_table, run_labels
+from seq2seq.analysis.groups import compare_groups, group_runs, groups_table, run_labels
 from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from tests.configs import ROOT, TINY
@@ -392,3 +392,22 @@ def test_a_comparisons_explorer_holds_what_a_page_holds(
         "holds 16 models at most" in caplog.text and "model.hidden_size=64, seed 3" in caplog.text
     )
     assert page_models(candidates[:MAX_MODELS], groups) == candidates[:MAX_MODELS]
+
+
+def test_two_copies_of_a_sweep_are_no_finding_over_seeds(multirun: Path, tmp_path: Path) -> None:
+    """The same runs twice, told apart by one config key only: every pooled p (BLEU, chrF, AER)
+    is 1, where a test that never gives a large p would find them different."""
+    copies = []
+    for job in ("0", "1"):  # seeds 1 and 2 of one setting
+        for copy in ("first", "second"):
+            target = tmp_path / copy / job
+            shutil.copytree(multirun / job, target)
+            config = yaml.safe_load((target / "config.yaml").read_text())
+            config["note"] = copy
+            (target / "config.yaml").write_text(yaml.safe_dump(config))
+            copies.append(read_run(target))
+    groups = group_runs(copies)
+    assert [group.label for group in groups] == ["note=first", "note=second"]
+    comparisons = compare_groups(groups, "none")
+    assert {c.metric for c in comparisons} == {"BLEU", "chrF", "AER"}
+    assert all(c.p_value == 1.0 and c.difference == 0 for c in comparisons)
