@@ -189,6 +189,35 @@ def test_state_kept_between_calls_fails_inside_a_model() -> None:
     assert "Bahdanau: batched beam search equals one sentence at a time" in failed, result.table()
 
 
+class UnsavedScale(DotProductAttention):
+    """Keeps a random scale as a plain tensor attribute: not a parameter, so a checkpoint or
+    bundle (its state_dict) leaves it behind and a loaded model scores with another."""
+
+    def __init__(self, query_size: int, key_size: int) -> None:
+        super().__init__(scaled=True)
+        self.scale = torch.rand(()) + 0.5
+
+    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
+        return super().score(queries, keys) * self.scale.to(queries.dtype)
+
+
+def test_state_outside_the_state_dict_fails_once_saved_and_loaded() -> None:
+    result = check(UnsavedScale)
+    failed = {f.name: f for f in result.failures}
+    saved = "Bahdanau: saved and loaded, the same outputs"
+    assert saved in failed and "nn.Parameter or a buffer" in (failed[saved].bug or "")
+    assert "Bahdanau: teacher forcing equals decoding step by step" not in failed
+
+
+def test_a_normalizer_runs_inside_a_model_too() -> None:
+    """softmax passes there as on its own; the in-model findings are named for what they ran."""
+    names = [f.name for f in check(softmax).findings]
+    assert (
+        "Luong with scaled dot products: batched beam search equals one sentence at a time" in names
+    )
+    assert all(f.passed for f in check(softmax).findings if "with scaled dot products" in f.name)
+
+
 def test_what_cannot_be_checked_is_one_paragraph() -> None:
     with pytest.raises(TargetError, match="normalizer function"):
         check(42)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from seq2seq.attention import Attention
+from seq2seq.attention import Attention, DotProductAttention
 from seq2seq.errors import Seq2SeqError
 
 # (B, Tq, Tk, valid lengths): one of each kind the properties must hold on.
@@ -175,7 +175,35 @@ def key_mask(batch: int, queries: int, keys: int, lengths: tuple[int, ...]) -> T
 
 
 def check_normalizer(normalize: Normalizer, label: str) -> CheckResult:
-    return CheckResult(label, "normalizer", normalizer_findings(normalize))
+    """The normalizer's properties on its own, then inside each RNN decoder's scaled dot-product
+    attention (``NormalizedBy``)."""
+    findings = normalizer_findings(normalize)
+    findings += model_findings(lambda size: NormalizedBy(normalize), "with scaled dot products")
+    return CheckResult(label, "normalizer", findings)
+
+
+class NormalizedBy(DotProductAttention):
+    """Scaled dot-product attention whose weights are a user's normalizer's: f(logits, mask),
+    the mask (B, Tq, Tk) True at each row's real keys (what ``check`` gives f on its own)."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        super().__init__(scaled=True)
+        self.normalizer = normalizer
+
+    def normalize(
+        self,
+        logits: Tensor,
+        queries: Tensor,
+        valid_lens: Tensor | None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        keys = torch.arange(logits.shape[-1], device=logits.device)  # (Tk,)
+        if valid_lens is None:
+            mask = torch.ones_like(logits, dtype=torch.bool)
+        else:  # (B,) or (B, Tq) -> (B, Tq, Tk)
+            lens = valid_lens[:, None, None] if valid_lens.dim() == 1 else valid_lens[..., None]
+            mask = (keys < lens).expand(logits.shape)
+        return self.normalizer(logits, mask)
 
 
 def normalizer_findings(weights_of: Callable[[Tensor, Tensor], Tensor]) -> list[Finding]:
@@ -394,21 +422,24 @@ def check_module_factory(
 BOS, EOS, PAD = 2, 3, 0  # seq2seq.data.tokenization's ids
 
 
-def model_findings(build: Callable[[int], nn.Module]) -> list[Finding]:
-    """A scoring function inside each RNN decoder (small random models, float64, eval mode):
-    teacher forcing equals stepping ``decode_step`` on the same tokens, and batched beam search
-    over sources of mixed lengths equals one sentence at a time."""
+def model_findings(build: Callable[[int], nn.Module], how: str = "") -> list[Finding]:
+    """A scoring function (``how``: in what) inside each RNN decoder (small random models,
+    float64, eval mode): teacher forcing equals stepping ``decode_step`` on the same tokens,
+    batched beam search over sources of mixed lengths equals one sentence at a time, and the
+    model saved as a bundle and a checkpoint save it (its ``state_dict``) and loaded into
+    another gives the same outputs."""
     from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
 
     findings = []
     for decoder in (BahdanauDecoder, LuongDecoder):
-        name = decoder.__name__.removesuffix("Decoder")
-
+        name = decoder.__name__.removesuffix("Decoder") + (f" {how}" if how else "")
         findings += [
             attempt(f"{name}: teacher forcing equals decoding step by step",
                     functools.partial(in_model, stepping_finding, build, decoder)),
             attempt(f"{name}: batched beam search equals one sentence at a time",
                     functools.partial(in_model, beam_finding, build, decoder)),
+            attempt(f"{name}: saved and loaded, the same outputs",
+                    functools.partial(saved_finding, build, decoder)),
         ]  # fmt: skip
     return findings
 
@@ -420,15 +451,15 @@ def in_model(
     return finding(small_model(build, decoder))
 
 
-def small_model(build: Callable[[int], nn.Module], decoder: type) -> nn.Module:
+def small_model(build: Callable[[int], nn.Module], decoder: type, seed: int = 0) -> nn.Module:
     """A random Seq2Seq (float64, eval mode) whose ``decoder`` attends with ``build``'s module,
-    built for the decoder's state size (16: the memory's too)."""
+    built for the decoder's state size (16: the memory's too), from ``seed``."""
     from seq2seq.models.model import Seq2Seq
 
     def scoring(query_size: int, key_size: int) -> Any:
         return build(query_size)
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = Seq2Seq(
         src_vocab_size=13, tgt_vocab_size=11, attention=scoring, embedding_size=8,
         hidden_size=16, dropout=0.0, decoder=decoder,
@@ -462,6 +493,32 @@ def stepping_finding(model: Any) -> Finding:
                     f"a step {float(logits[where[0], where[2]]):.6g}",
                     "state kept in the module between calls, or a mask that sees the future",
                 )  # fmt: skip
+    return Finding("", True)
+
+
+def saved_finding(build: Callable[[int], nn.Module], decoder: type) -> Finding:
+    """A model's ``state_dict`` through safetensors (a bundle's format; a checkpoint pickles the
+    same dict) into a model built from another seed: the teacher-forced logits are the same
+    where every tensor the attention reads is a parameter or a persistent buffer."""
+    from safetensors.torch import load, save
+
+    src, src_lens, tgt_in = model_batch()
+    saved, other = small_model(build, decoder), small_model(build, decoder, seed=1)
+    state = {key: value.detach().clone().contiguous() for key, value in saved.state_dict().items()}
+    other.load_state_dict(load(save(state)))
+    with torch.no_grad():
+        before, _ = saved(src, src_lens, tgt_in)  # (B, T, V)
+        after, _ = other(src, src_lens, tgt_in)
+    bad = ~torch.isclose(after, before, rtol=1e-9, atol=1e-12)
+    if bad.any():
+        where = first_bad(bad)
+        return Finding(
+            "", False, f"logit {where}: before saving {float(before[where]):.6g}, after "
+            f"loading {float(after[where]):.6g}",
+            "a tensor the attention reads that is neither a parameter nor a persistent buffer "
+            "(a plain tensor attribute, register_buffer(..., persistent=False)): a checkpoint or "
+            "bundle loses it; make it an nn.Parameter or a buffer",
+        )  # fmt: skip
     return Finding("", True)
 
 
