@@ -2,7 +2,8 @@
 
 ``from seq2seq import Translator`` loads the inference stack on first use (PEP 562), so that
 importing the reference model (``seq2seq.attention``, ``seq2seq.models``) loads nothing else;
-``seq2seq.train``, ``compare`` and ``explore`` (``seq2seq.api``) load training the same way.
+``seq2seq.train``, ``compare`` and ``explore`` (``seq2seq.api``) load training the same way, and
+``seq2seq.check`` the attention checker (``seq2seq.analysis.checks``).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,10 +16,11 @@ from seq2seq.version import __version__
 onednn_guard.apply()
 
 if TYPE_CHECKING:
+    from seq2seq.analysis.checks import check
     from seq2seq.api import Run, compare, explore, train
     from seq2seq.inference.translator import Translator
 
-__all__ = ["Run", "Translator", "__version__", "compare", "explore", "train"]
+__all__ = ["Run", "Translator", "__version__", "check", "compare", "explore", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from seq2seq.inference.translator import Translator
 
         return Translator
+    if name == "check":
+        from seq2seq.analysis.checks import check
+
+        return check
     if name in (
         "train",
         "compare",

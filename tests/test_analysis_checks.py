@@ -235,6 +235,12 @@ def test_a_normalizer_that_raises_or_returns_the_wrong_shape_fails_without_a_tra
     assert "expected (1, 1, 1)" in flat.failures[0].detail
 
 
+def test_the_checker_is_seq2seq_check() -> None:
+    import seq2seq
+
+    assert seq2seq.check is check and "check" in dir(seq2seq)
+
+
 def test_the_result_renders_and_serializes() -> None:
     result = check(minus_inf_fill)
     assert "| a row with no real key gives zeros, not NaN | **FAIL** | -inf fill" in result.table()
