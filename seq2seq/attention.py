@@ -707,7 +707,11 @@ def head_size(size: int, num_heads: object, what: str) -> int:
 
 # What decides the weights a scoring function computes: a subclass that overrides any of these
 # computes another function than its built-in parent, which a fast path must not assume.
-FORMULA_METHODS = ("score", "project_keys", "logits")
+# What a subclass overrides to change the weights: a fast path that computes the built-in's
+# formula another way must not stand in for any of them (a normalize of one's own was ignored
+# by the kernels before it was listed). Not ``context``: the accelerated classes override it
+# with the same formula (FastAdditiveAttention).
+FORMULA_METHODS = ("score", "project_keys", "logits", "normalize", "covered_logits", "forward")
 
 
 def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:

@@ -23,8 +23,9 @@ from torch import Tensor
 
 from seq2seq.attention import Attention, DotProductAttention, MultiHeadAttention, own_formula
 from seq2seq.inference.bundle import build_model
-from seq2seq.kernels import is_accelerated, say_once
+from seq2seq.kernels import accelerate, is_accelerated, say_once
 from seq2seq.models import EncoderDecoder, LuongDecoder
+from seq2seq.models.model import Seq2Seq
 from tests.scoring import (
     MODEL_OVERRIDES,
     SCORING_FUNCTIONS,
@@ -250,3 +251,36 @@ def test_the_kernels_say_how_an_input_fed_decoder_steps(
 def test_own_formula_names_the_overridden_methods() -> None:
     assert own_formula(DotProductAttention()) is None
     assert own_formula(CosineDot()) == "CosineDot overrides DotProductAttention.score"
+
+
+class UniformWeights(DotProductAttention):
+    """Overrides only how the logits become weights: every real key the same weight."""
+
+    def normalize(
+        self,
+        logits: torch.Tensor,
+        queries: torch.Tensor,
+        valid_lens: torch.Tensor | None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return super().normalize(torch.zeros_like(logits), queries, valid_lens, positions)
+
+
+def test_a_normalize_of_ones_own_keeps_the_reference_path() -> None:
+    """A fast path computing scaled dot products with softmax would ignore the override."""
+    assert own_formula(UniformWeights()) == "UniformWeights overrides DotProductAttention.normalize"
+    model = accelerate(
+        Seq2Seq(
+            13,
+            11,
+            attention=lambda query_size, key_size: UniformWeights(),
+            embedding_size=8,
+            hidden_size=16,
+        )
+    )
+    src, src_lens = torch.randint(4, 13, (3, 5)), torch.tensor([5, 3, 1])
+    with torch.no_grad():
+        _, weights = model(src, src_lens, torch.full((3, 4), 2))  # (B, T, V), (B, T, S)
+    real = torch.arange(5)[None, None, :] < src_lens[:, None, None]
+    expected = real / src_lens[:, None, None]
+    torch.testing.assert_close(weights, expected.expand_as(weights).to(weights.dtype))
