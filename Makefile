@@ -8,7 +8,7 @@ PIP_INSTALL = $(PYTHON) -m pip install --quiet --disable-pip-version-check
 SCRIPTS = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_path('scripts'))")
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev train test test-slow notebooks screenshot lint imports deps format typecheck check toy-data clean
+.PHONY: help install install-dev train test test-slow notebooks exercises screenshot lint imports deps format typecheck check toy-data clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,11 @@ test-slow: install-dev  ## run the slow end-to-end tests only (CI runs them afte
 
 notebooks: install-dev  ## notebooks/*.ipynb from their .py scripts (jupytext), executed with outputs, to commit
 	cd notebooks && $(SCRIPTS)/jupytext --sync *.py && $(SCRIPTS)/jupyter execute --inplace *.ipynb && rm -rf runs
+
+exercises: install-dev  ## notebooks/exercises/dist/NAME/: otter assign's student notebook and autograder zip of each exercise
+	cd notebooks/exercises && for master in *.py; do name=$${master%.py}; \
+	  mkdir -p dist/$$name && $(SCRIPTS)/jupytext --to ipynb -o dist/$$name/$$name.ipynb $$master && \
+	  (cd dist/$$name && SEQ2SEQ_EXERCISE_TRAINING=0 $(SCRIPTS)/otter assign $$name.ipynb .) || exit 1; done
 
 screenshot: install-dev  ## the README's explorer picture from PAGE (an explore.py page), as the browser tests draw it
 	$(PYTHON) -m tests.explorer_pages $(PAGE) docs/explorer.png '.panel rect.cell[data-row="3"][data-col="2"]'
