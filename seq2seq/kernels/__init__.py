@@ -93,6 +93,11 @@ def accelerate(model: nn.Module) -> nn.Module:
         )
         if has_parts and id(attention) not in composed:
             reference_only.update(id(part) for part in module.modules())
+        if isinstance(module, nn.LSTM | nn.LSTMCell):
+            say_once(
+                "model.kernels=auto: the C kernels' recurrent loops are GRU loops, so an LSTM "
+                "(model=lstm) trains and decodes with PyTorch's own LSTM, off the C loops."
+            )
         if getattr(module, "input_feeding", False):
             say_once(
                 "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "

@@ -248,8 +248,9 @@ class LitSeq2Seq(pl.LightningModule):
                 "data.tokenizer=whitespace. Set optim.alignment_loss_weight=0 for this data."
             )
         log.info(
-            "%s: the training pass returns the attention weights, so the paths that compute none "
-            "(the C kernels' fused training loops, CUDA graphs) stand aside for it.",
+            "%s: the training pass returns the attention weights too (the C kernels' training "
+            "loops give them from their pass over the real tokens; CUDA graphs, which compute "
+            "none, stand aside for it).",
             " ".join(f"optim.{name}_loss_weight={weight}" for name, weight in extras.items()),
         )
 

@@ -1,4 +1,5 @@
-/* The parts of one attention, each the twin of the Python function of the same name:
+/* The parts of one attention, each the twin of the Python function or method named beside it
+   (the C name is the Python one where the Python is a function, e.g. sparsemax; else the part's):
 
      scores      seq2seq_additive_score    AdditiveAttention.score       (seq2seq/attention.py)
                  seq2seq_additive_layer_norm_score  the same with its layer_norm option
@@ -9,7 +10,11 @@
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
                  seq2seq_local_window      LocalWindow.forward's in_window (local-m's centres)
                  seq2seq_global_window     the padding mask of every other attention
-                 seq2seq_local_p_gaussian  LocalWindow.forward's local-p factor (eq. 10)
+                 seq2seq_local_p_gaussian  LocalWindow.forward's local-p factor (eq. 10); its
+                                           centres, LocalWindow.centres' p_t = (S_b - 1)
+                                           sigmoid(v_p . tanh(W_p h_t)), come from the caller
+                                           (loop_attention.PredictedCentres, gru.c's
+                                           predicted_centres)
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
