@@ -343,15 +343,15 @@ class Comparison:
 def compare(
     runs: Sequence[Run | str | Path] | Run | str | Path,
     by: Sequence[str] | None = None,
-    test: str = "bs",
+    test: str = "ar",
     samples: int | None = None,
 ) -> Comparison:
     """Compare ``runs`` (Runs, run directories, or multirun directories holding them) as
     ``seq2seq compare`` does: grouped
     by their config but the seed (or by the config keys ``by``), with paired tests between groups
     when the runs kept their test hypotheses: one stratified approximate randomization over all
-    seeds, and each seed pair's own (``bs``: sacreBLEU's paired bootstrap for BLEU and chrF;
-    ``ar``: approximate randomization); ``samples``: resamples, or shuffles with ``ar``
+    seeds, and each seed pair's own (``ar``: approximate randomization; ``bs``: sacreBLEU's
+    paired bootstrap for BLEU and chrF); ``samples``: resamples, or shuffles with ``ar``
     (default 1,000 and 10,000)."""
     if isinstance(runs, Run | str | Path):  # one run, or a multirun directory of them
         runs = [runs]

@@ -99,7 +99,7 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
 ) -> None:
     completed = subprocess.run(
         [sys.executable, "scripts/compare_runs.py", str(multirun), "--out", str(tmp_path),
-         "--pair", str(multirun / "0"), str(multirun / "1")],
+         "--pair", str(multirun / "0"), str(multirun / "1"), "--test", "bs"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -124,7 +124,7 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     )  # fmt: skip
     expected = re.findall(r"\(p = ([0-9.]+)\)", cli.stdout)
     pair_table = out.split("--pair:")[1]
-    per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| ([0-9.]+)\*? \| ([0-9.]+)\*? \|"
+    per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([0-9.]+)\*? \| ([0-9.]+)\*? \|"
     rows = re.findall(per_pair, pair_table)
     assert [pair for _, pair in rows] == expected
     first, second = ((multirun / job / TEST_HYPOTHESES).read_text() for job in ("0", "1"))
@@ -136,7 +136,8 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
     """What compare_runs.py prints, the multirun wrote when it ended: comparison.md, and the same
     tables in a W&B summary run of the sweep (offline files: each table a JSON file)."""
     completed = subprocess.run(
-        [sys.executable, "scripts/compare_runs.py", str(multirun), "--out", str(multirun / "cmp")],
+        [sys.executable, "scripts/compare_runs.py", str(multirun), "--out",
+         str(multirun.parent / f"{multirun.name}-cmp")],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -370,28 +371,43 @@ def test_every_run_is_named_by_its_groups_setting_and_its_seed(tmp_path: Path) -
 def test_a_comparisons_explorer_holds_what_a_page_holds(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """More runs than MAX_MODELS: each group's first seed, the others named in the log."""
+    """More runs than MAX_MODELS: every group's first seed, then every group's second, ... up to
+    the limit; the others named in the log."""
     from seq2seq.commands.compare import page_models
     from seq2seq.explorer import MAX_MODELS
 
+    sizes = (64, 128, 256, 512, 1024, 2048)
     paths = [
         fake_run(tmp_path / f"{size}-{seed}", config(seed, model__hidden_size=size), 90.0)
-        for size in (64, 128, 256, 512, 1024, 2048)
+        for size in sizes
         for seed in (3, 1, 2)
     ]
     runs = [read_run(path) for path in paths]
     groups = group_runs(runs)
     candidates = list(zip(run_labels(runs, groups), runs, strict=True))
-    assert len(candidates) > MAX_MODELS
+    assert len(candidates) == 18 > MAX_MODELS == 16
     with caplog.at_level(logging.WARNING):
         chosen = page_models(candidates, groups)
-    assert [run.path.name for _, run in chosen] == [
-        f"{size}-1" for size in (64, 128, 256, 512, 1024, 2048)
-    ]
-    assert (
-        "holds 16 models at most" in caplog.text and "model.hidden_size=64, seed 3" in caplog.text
-    )
+    names = [run.path.name for _, run in chosen]
+    assert names == [f"{size}-{seed}" for seed in (1, 2, 3) for size in sizes][:16]
+    assert "holds 16 models at most" in caplog.text
+    assert "model.hidden_size=2048, seed 3" in caplog.text.split("; not ")[1]
     assert page_models(candidates[:MAX_MODELS], groups) == candidates[:MAX_MODELS]
+
+
+def test_a_group_of_one_run_and_a_repeated_seed_are_said(tmp_path: Path) -> None:
+    """One run: the table says it has no interval. A seed run twice in a group: one pair."""
+    paths = [
+        fake_run(tmp_path / "a1", config(1), 90.0),
+        fake_run(tmp_path / "a1again", config(1), 90.5),
+        fake_run(tmp_path / "b1", config(1, attention__normalizer="sparsemax"), 92.0),
+    ]
+    groups = group_runs([read_run(path) for path in paths])
+    table = groups_table(groups)
+    assert "attention.normalizer=sparsemax: one run" in table
+    from seq2seq.analysis.groups import seed_pairs
+
+    assert [(a.path.name, b.path.name) for a, b in seed_pairs(*groups)] == [("a1", "b1")]
 
 
 def test_two_copies_of_a_sweep_are_no_finding_over_seeds(multirun: Path, tmp_path: Path) -> None:

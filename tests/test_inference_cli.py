@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from seq2seq.commands.evaluate import bleu_metric_for
+from seq2seq.commands.evaluate import bleu_metric_for, tokenized_input_hint
 from seq2seq.data.toy import ToyTranslation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,6 +183,28 @@ def test_evaluate_with_tokenize_none_does_not_warn_about_tokenized_text(
         score = metric.corpus_score(lines, [lines])
     assert ("detokenize" in caplog.text) == warns
     assert score.score == pytest.approx(100.0)
+
+
+def test_the_tokenized_text_warning_names_this_commands_option(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """sacreBLEU's hint ("use the `force` parameter") names no flag of evaluate: said as its
+    --tokenize none instead."""
+    lines = [f"the dog sees cat {i} ." for i in range(120)]
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"), tokenized_input_hint("13a"):
+        bleu_metric_for("13a").corpus_score(lines, [lines])
+    assert "pass --tokenize none" in caplog.text and "force" not in caplog.text
+
+
+def test_an_unknown_tokenizer_is_refused_before_translating(bundle: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src.txt"
+    src.write_text("the dog sees a cat .\n")
+    completed = run_script(
+        "evaluate.py", "--model", bundle, "--src", src, "--ref", src, "--tokenize", "nonee"
+    )
+    stderr = completed.stderr.decode()
+    assert completed.returncode == 2 and "--tokenize nonee: not one of" in stderr, stderr
+    assert "Traceback" not in stderr
 
 
 def test_translate_reports_unknown_source_words_once(bundle: Path) -> None:

@@ -332,16 +332,16 @@ def test_compare_runs_never_writes_into_the_runs_it_reads(
         cwd=here, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
-    out = here / f"comparison-{wandb_run.name}+1"
+    out = here / f"comparison-{wandb_run.name}-and-1-more"
     assert (out / "bleu_curves.png").is_file()
-    assert f"comparison-{wandb_run.name}+1" in completed.stderr
+    assert f"comparison-{wandb_run.name}-and-1-more" in completed.stderr
     assert [tree_digest(wandb_run), tree_digest(tensorboard_run)] == before
     refused = subprocess.run(
         [sys.executable, "scripts/compare_runs.py", str(wandb_run), "--out",
          str(wandb_run / "figures")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert refused.returncode == 2 and "inside the run directory" in refused.stderr
+    assert refused.returncode == 2 and "which this comparison reads" in refused.stderr
     assert "Traceback" not in refused.stderr and not (wandb_run / "figures").exists()
 
 

@@ -247,8 +247,11 @@ def plot_attention_grid(
                 title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
             )
         source = panels[0][3]["source"]
-        figure.suptitle(wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * columns))
-        figure.tight_layout()
+        title = wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * columns)
+        figure.suptitle(title)
+        # The panels below the suptitle's lines (about 0.3 inch each), not under them.
+        top = 1 - (0.3 * (title.count("\n") + 1) + 0.1) / (PANEL_INCHES * rows)
+        figure.tight_layout(rect=(0, 0, 1, top))
         figure.savefig(path, dpi=120)
     finally:
         plt.close(figure)

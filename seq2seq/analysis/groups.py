@@ -277,6 +277,12 @@ def interval_notes(groups: Sequence[Group]) -> list[str]:
             "† the 95 % t interval reached past what the figure can be (BLEU and chrF 0-100, "
             "AER 0-1) and is shown cut there, as [low, high]."
         )
+    alone = [group.label for group in groups if len(group.runs) == 1]
+    if alone:
+        notes.append(
+            f"{', '.join(alone)}: one run, so no interval and nothing about the seed-to-seed "
+            f"spread: train {ENOUGH_SEEDS} seeds or more (seed=1,2,3) before reading a difference."
+        )
     few = [group.label for group in groups if 1 < len(group.runs) < ENOUGH_SEEDS]
     if few:
         notes.append(
@@ -338,6 +344,11 @@ class Comparison:
     shuffles: int
     p_values: tuple[float, ...]
 
+    @property
+    def pairs(self) -> int:
+        """The seed pairs both tests ran on."""
+        return len(self.p_values)
+
 
 def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
@@ -383,13 +394,17 @@ def untestable(run_a: RunRecord, run_b: RunRecord) -> str | None:
 
 def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecord]]:
     """Runs of the two groups paired by seed where their seeds are the same, else in order of
-    seed; as many pairs as the smaller group has runs."""
+    seed; one run per seed (a repeated seed's first), as many pairs as the smaller group has
+    seeds."""
 
     def ordered(group: Group) -> list[RunRecord]:
-        return sorted(group.runs, key=lambda run: str(run_seed(run)))
+        first: dict[str, RunRecord] = {}
+        for run in group.runs:
+            first.setdefault(str(run_seed(run)), run)
+        return [first[seed] for seed in sorted(first)]
 
     if set(map(str, baseline.seeds)) == set(map(str, system.seeds)):
-        by_seed = {str(run_seed(run)): run for run in system.runs}
+        by_seed = {str(run_seed(run)): run for run in ordered(system)}
         return [(run, by_seed[str(run_seed(run))]) for run in ordered(baseline)]
     return list(zip(ordered(baseline), ordered(system), strict=False))
 
@@ -397,7 +412,7 @@ def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecor
 def compare_groups(
     groups: Sequence[Group],
     bleu_tokenize: str,
-    test: str = "bs",
+    test: str = "ar",
     samples: int | None = None,
 ) -> list[Comparison]:
     """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER:
@@ -522,14 +537,18 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
     shuffles = {comparison.shuffles for comparison in comparisons}
     floor = ", ".join(f"{1 / (n + 1):.4f} ({n:,} shuffles)" for n in sorted(shuffles))
     return (
-        "\nΔ mean: system minus baseline. p over seeds: stratified approximate randomization "
-        "(Clark et al., 2011, as MultEval): every seed's translations pooled as one corpus, each "
-        "test sentence's translations dealt anew between the two groups in each shuffle; the "
-        f"smallest p it can give is {floor or '–'}. p per seed pair: the same seed of each "
-        "group, in seed order, as detail. * below 0.05. Beyond seed spread: the two groups' 95 % "
-        "intervals over seeds do not overlap. A difference is a finding where p over seeds is "
-        "small and the difference matters; with one seed per group the test says nothing about "
-        "seeds: train 3 or more.\n"
+        "\nΔ mean: system minus baseline, the means over each group's runs. Seed pairs: the runs "
+        "the tests compare, one of each group per seed (the same seed where both groups have "
+        "it; a run without a partner is in Δ mean but not in the tests). p over seeds: "
+        "stratified approximate randomization (Clark et al., 2011, as MultEval): the pairs' "
+        "translations pooled as one corpus, each test sentence's translations dealt anew "
+        f"between the two groups in each shuffle; the smallest p it can give is {floor or '–'}, "
+        "two identical groups get 1. p per seed pair: each pair's own test, as detail "
+        "(sacreBLEU's paired bootstrap with --test bs gives two identical runs its smallest p, "
+        "1/(resamples + 1), where randomization gives 1). * below 0.05. Beyond seed spread: the "
+        "two groups' 95 % intervals over seeds do not overlap. A difference is a finding where "
+        "p over seeds is small and the difference matters; with one seed per group the test "
+        "says nothing about seeds: train 3 or more.\n"
     )
 
 
@@ -539,8 +558,8 @@ def significance_rows(
     """``significance_table``'s header and cells."""
     name = {"bs": "paired bootstrap; AER: randomization", "ar": "approximate randomization"}[test]
     header = [
-        "baseline", "system", "metric", "Δ mean", "p over seeds", f"p per seed pair ({name})",
-        "beyond seed spread",
+        "baseline", "system", "metric", "Δ mean", "seed pairs", "p over seeds",
+        f"p per seed pair ({name})", "beyond seed spread",
     ]  # fmt: skip
     rows = []
     for comparison in comparisons:
@@ -550,8 +569,8 @@ def significance_rows(
         rows.append(
             [
                 comparison.baseline, comparison.system, comparison.metric,
-                f"{comparison.difference:+.{digits}f}", p_text(comparison.p_value), p_values,
-                beyond,
+                f"{comparison.difference:+.{digits}f}", str(comparison.pairs),
+                p_text(comparison.p_value), p_values, beyond,
             ]
         )  # fmt: skip
     return header, rows

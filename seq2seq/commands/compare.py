@@ -8,19 +8,20 @@ training time, tokens/s); then the runs as results: grouped by their config but 
 the config keys --by names), each group's figures as mean ± 95 % interval over its seeds, and
 paired significance tests between every two groups on BLEU, chrF and AER: one over all seeds
 (stratified approximate randomization, as MultEval), and seed pair by seed pair as detail
-(sacreBLEU's paired bootstrap for BLEU and chrF, or approximate randomization with --test ar;
+(approximate randomization, or sacreBLEU's paired bootstrap for BLEU and chrF with --test bs;
 AER always by randomization), with whether the difference is beyond the seed-to-seed spread.
 --pair tests two runs.
 Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
 interval), attention_grid.png (one validation sentence's attention under each run) and
 explorer.html (the attention explorer: every run's best checkpoint on the same validation
 sentences, side by side) to --out, by default comparison-NAME in the current directory, NAME the
-first directory's (and "+N" for N more): never into the runs it reads.
+first directory's (and "-and-N-more" for N more): never into the runs it reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -70,7 +71,11 @@ def parse_args() -> argparse.Namespace:
         "--pair", nargs=2, type=Path, metavar=("BASELINE", "SYSTEM"),
         help="also test these two run directories against each other",
     )  # fmt: skip
-    parser.add_argument("--test", choices=TESTS, default="bs", help="paired test (bs)")
+    parser.add_argument(
+        "--test", choices=TESTS, default="ar",
+        help="each seed pair's own test: ar, approximate randomization (default), or bs, "
+        "sacreBLEU's paired bootstrap as its command line runs it",
+    )  # fmt: skip
     parser.add_argument(
         "--samples", type=samples_count, metavar="N",
         help=f"resamples (bootstrap, default 1000) or shuffles (--test ar; 10000 by default, "
@@ -99,6 +104,11 @@ def main() -> int:
     for path in args.pair or []:
         if not path.is_dir():
             raise UsageError(f"--pair {path}: no such run directory.")
+    if args.pair and args.pair[0].resolve() == args.pair[1].resolve():
+        raise UsageError(
+            f"--pair {args.pair[0]} {args.pair[1]}: the same run twice; a paired test compares "
+            "two runs (a run against itself is no difference, p = 1)."
+        )
     run_dirs = find_runs(args.runs)
     runs = [read_run(path) for path in run_dirs]
     out_dir = output_directory(args.out, args.runs, run_dirs)
@@ -128,11 +138,19 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
     more inputs), said in the log; refused inside a run directory: a comparison never writes
     into the runs it reads."""
     name = inputs[0].resolve().name or "runs"
-    default = Path(f"comparison-{name}" + (f"+{len(inputs) - 1}" if len(inputs) > 1 else ""))
+    more = len(inputs) - 1
+    default = Path(f"comparison-{name}" + (f"-and-{more}-more" if more else ""))
     if out is None:
         out = default
         log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
     resolved = out.resolve()
+    for given in inputs:  # a multirun directory given as input holds its runs too
+        if resolved == given.resolve() or given.resolve() in resolved.parents:
+            raise UsageError(
+                f"--out {out} is inside {given}, which this comparison reads: a comparison does "
+                f"not write into the runs it reads; choose another directory (e.g. --out "
+                f"{default}, the default)."
+            )
     for run_dir in run_dirs:
         if resolved == run_dir.resolve() or run_dir.resolve() in resolved.parents:
             raise UsageError(
@@ -164,7 +182,12 @@ def print_groups(
         else:
             print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
     if args.pair:
-        pair = [Group(str(path), [read_run(path)]) for path in args.pair]
+        # Each named as the tables name it where it is one of the runs, else by its path.
+        names = {
+            run.path.resolve(): label
+            for run, label in zip(runs, run_labels(runs, groups), strict=True)
+        }
+        pair = [Group(names.get(path.resolve(), str(path)), [read_run(path)]) for path in args.pair]
         comparisons = compare_groups(pair, tokenize, args.test, args.samples)
         print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
 
@@ -198,22 +221,28 @@ def write_explorer(
         for label, run in chosen
     ]
     title = "best checkpoints: " + ", ".join(label for label, _ in chosen)
+    if len(chosen) < len(with_checkpoints):
+        title += f" ({len(chosen)} of {len(with_checkpoints)} runs: the log names the others)"
     return write_page(explorer_data(models, sources, references, gold, title=title), path)
 
 
 def page_models(
     candidates: list[tuple[str, RunRecord]], groups: list[Group]
 ) -> list[tuple[str, RunRecord]]:
-    """The runs one explorer page shows: all, or where more than it holds, each group's run of
-    the first seed (then the first ``MAX_MODELS`` groups), the others said in the log."""
+    """The runs one explorer page shows: all, or where more than it holds (``MAX_MODELS``), each
+    group's runs in turn, seed by seed (every group's first seed, then every group's second, ...)
+    up to the limit, the others said in the log."""
     if len(candidates) <= MAX_MODELS:
         return candidates
-    firsts = []
-    for group in groups:
-        members = [(label, run) for label, run in candidates if run in group.runs]
-        if members:
-            firsts.append(min(members, key=lambda member: str(run_seed(member[1]))))
-    chosen = firsts[:MAX_MODELS]
+    per_group = [
+        sorted(
+            ((label, run) for label, run in candidates if run in group.runs),
+            key=lambda member: str(run_seed(member[1])),
+        )
+        for group in groups
+    ]
+    in_turn = [member for rank in itertools.zip_longest(*per_group) for member in rank if member]
+    chosen = in_turn[:MAX_MODELS]
     left_out = [label for label, run in candidates if (label, run) not in chosen]
     log.warning(
         "explorer.html holds %d models at most: it shows %s; not %s (seq2seq explore --model "

@@ -10,9 +10,11 @@ The BLEU is sacreBLEU's corpus BLEU with its default settings, the same number t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from sacrebleu.metrics.bleu import BLEU
@@ -20,6 +22,7 @@ from sacrebleu.metrics.chrf import CHRF
 
 from seq2seq import Translator
 from seq2seq.cli import (
+    UsageError,
     add_backend_argument,
     add_coverage_penalty_argument,
     add_trust_argument,
@@ -63,6 +66,7 @@ def main() -> int:
         check_writable(args.hyp_out, "the hypotheses")
     check_device(args.device)
     check_coverage_penalty_backend(args.backend, args.coverage_penalty)
+    bleu_metric, chrf_metric = checked_bleu_metric(args.tokenize), CHRF()  # before translating
     translator = Translator.load(
         args.model, device=args.device, trust_modules=args.trust_modules, backend=args.backend
     )
@@ -74,8 +78,8 @@ def main() -> int:
     if args.hyp_out is not None:
         args.hyp_out.write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
 
-    bleu_metric, chrf_metric = bleu_metric_for(args.tokenize), CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    with tokenized_input_hint(args.tokenize):
+        bleu = bleu_metric.corpus_score(hypotheses, [references])
     chrf = chrf_metric.corpus_score(hypotheses, [references])
     log.info(
         "%d sentences in %.1f s (%.1f sentences/s)", len(sources), seconds, len(sources) / seconds
@@ -99,6 +103,42 @@ def main() -> int:
         print(bleu.format(signature=str(bleu_metric.get_signature())))
         print(chrf.format(signature=str(chrf_metric.get_signature())))
     return 0
+
+
+def checked_bleu_metric(tokenize: str) -> BLEU:
+    """``bleu_metric_for``, or a UsageError naming sacreBLEU's tokenizers."""
+    try:
+        return bleu_metric_for(tokenize)
+    except (KeyError, ValueError, RuntimeError):
+        names = ", ".join(BLEU.TOKENIZERS)
+        raise UsageError(
+            f"--tokenize {tokenize}: not one of sacreBLEU's tokenizers ({names}); 13a for "
+            "detokenized text, none for text tokenized on purpose (the toy tasks')."
+        ) from None
+
+
+@contextlib.contextmanager
+def tokenized_input_hint(tokenize: str) -> Iterator[None]:
+    """sacreBLEU's "forgot to detokenize ... use the `force` parameter" (a parameter this
+    command has no flag for) said as this command's choice: --tokenize none."""
+
+    def rewrite(record: logging.LogRecord) -> bool:
+        if "detokenize" in record.getMessage():
+            record.msg, record.args = (
+                "the translations look tokenized (a space before punctuation) while BLEU "
+                "tokenizes them again with --tokenize %s: for text tokenized on purpose (the toy "
+                "tasks') pass --tokenize none; otherwise detokenize the references and the "
+                "model's output.",
+                (tokenize,),
+            )
+        return True
+
+    sacrebleu_log = logging.getLogger("sacrebleu")
+    sacrebleu_log.addFilter(rewrite)
+    try:
+        yield
+    finally:
+        sacrebleu_log.removeFilter(rewrite)
 
 
 def bleu_metric_for(tokenize: str) -> BLEU:

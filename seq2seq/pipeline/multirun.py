@@ -64,7 +64,7 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
         tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
         try:
             comparisons = compare_groups(groups, tokenize)
-            tables["paired_tests"] = significance_rows(comparisons, "bs")
+            tables["paired_tests"] = significance_rows(comparisons, "ar")
             note = significance_note(comparisons)
             text += ["\nPaired tests:\n", markdown(*tables["paired_tests"]) + note]
         except RunsError as error:
