@@ -232,3 +232,42 @@ def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Pa
     assert completed.returncode == 2
     assert "has 2 lines but" in completed.stderr.decode()
     assert "Traceback" not in completed.stderr.decode()
+
+
+def test_translate_writes_n_best_lists_and_scores_as_the_translator_gives_them(
+    bundle: Path,
+) -> None:
+    """--n-best N: N lines per input line, 'LINE ||| TRANSLATION ||| SCORE' (LINE from 0), best
+    first, the translator's own beam; a blank line one empty hypothesis. --scores: the 1-best
+    and its score. More than the beam holds is refused."""
+    from seq2seq import Translator
+
+    sentences = ["the dog sees a cat .", "", "a cat runs ."]
+    stdin = "".join(f"{line}\n" for line in sentences).encode()
+    completed = run_script(
+        "translate.py", "--model", bundle, "--beam-size", "3", "--n-best", "2", stdin=stdin
+    )
+    assert completed.returncode == 0, completed.stderr.decode()
+    rows = [line.split(" ||| ") for line in completed.stdout.decode().splitlines()]
+    expected = Translator.load(bundle).translate_detailed(
+        sentences, beam_size=3, n_best=2, with_scores=True
+    )
+    wanted = [
+        (str(index), text, score)
+        for index, translation in enumerate(expected)
+        for text, score in (translation.n_best or [("", 0.0)])
+    ]
+    assert [(index, text) for index, text, _ in rows] == [(i, t) for i, t, _ in wanted]
+    assert [float(score) for *_, score in rows] == pytest.approx([s for *_, s in wanted], abs=1e-5)
+    assert [index for index, *_ in rows] == ["0", "0", "1", "2", "2"]
+
+    scored = run_script("translate.py", "--model", bundle, "--scores", stdin=stdin)
+    assert scored.returncode == 0, scored.stderr.decode()
+    best = Translator.load(bundle).translate_detailed(sentences, with_scores=True)
+    lines = [line.split(" ||| ") for line in scored.stdout.decode().splitlines()]
+    assert [text for text, _ in lines] == [t.text for t in best]
+    assert [float(s) for _, s in lines] == pytest.approx([t.score or 0.0 for t in best], abs=1e-5)
+
+    refused = run_script("translate.py", "--model", bundle, "--n-best", "3", stdin=stdin)
+    stderr = refused.stderr.decode()
+    assert refused.returncode == 2 and "--n-best 3 needs --beam-size 3" in stderr, stderr

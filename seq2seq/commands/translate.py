@@ -61,10 +61,25 @@ def parse_args() -> argparse.Namespace:
         type=Path,
         help=f"write the attention explorer page of the first {HTML_SENTENCES} non-blank lines",
     )
+    parser.add_argument(
+        "--n-best", type=int_at_least(1), metavar="N",
+        help="write the N best translations of each line (N <= --beam-size) as "
+        "'LINE ||| TRANSLATION ||| SCORE', LINE from 0, SCORE the beam's (log-probability over "
+        "the length penalty, plus the coverage penalty)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--scores", action="store_true", help="write 'TRANSLATION ||| SCORE' (the beam's score)"
+    )
     add_coverage_penalty_argument(parser)
     add_trust_argument(parser)
     add_backend_argument(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.n_best is not None and args.n_best > args.beam_size:
+        raise UsageError(
+            f"--n-best {args.n_best} needs --beam-size {args.n_best} or more (the beam holds "
+            f"{args.beam_size}): e.g. --beam-size 5 --n-best {args.n_best}."
+        )
+    return args
 
 
 def main() -> int:
@@ -110,6 +125,8 @@ def main() -> int:
             args.length_penalty,
             args.batch_size,
             args.coverage_penalty,
+            n_best=args.n_best,
+            scores=args.scores,
         )
     if args.attention_plot is not None:
         plot_sentence(translator, kept[:1], args)

@@ -469,8 +469,12 @@ def translate_stream(
     batch_size: int = 64,
     coverage_penalty: float = 0.0,
     chunk_size: int = 2048,
+    n_best: int | None = None,
+    scores: bool = False,
 ) -> StreamReport:
-    """Translate raw input lines, writing exactly one output line per input line, in order.
+    """Translate raw input lines, writing exactly one output line per input line, in order; with
+    ``n_best``, that many lines per input line in the Moses n-best format (``output_lines``),
+    with ``scores`` the 1-best's score after it.
 
     Lines are read ``chunk_size`` at a time, so memory does not grow with the input; inside a chunk
     they are sorted by length into batches. A line that is not UTF-8 or holds a NUL byte is logged
@@ -478,19 +482,23 @@ def translate_stream(
     """
     report = StreamReport()
     chunk: list[str | None] = []  # None: an unusable line, answered with ""
+    answered = [0]  # input lines answered so far: the next one's index (from 0)
 
     def flush() -> None:
         texts = [text for text in chunk if text is not None]
         report.unknown.update(unknown_words(translator.src_tokenizer, texts))
         translations = iter(
             translator.translate_detailed(
-                texts, beam_size, length_penalty, batch_size, coverage_penalty=coverage_penalty
+                texts, beam_size, length_penalty, batch_size, n_best=n_best,
+                with_scores=scores or n_best is not None, coverage_penalty=coverage_penalty,
             )
-        )
+        )  # fmt: skip
         for text in chunk:
             translation = next(translations) if text is not None else Translation("")
             report.truncated += translation.truncated
-            write(translation.text + "\n")
+            lines = output_lines(answered[0], translation, n_best, scores)
+            write("".join(f"{line}\n" for line in lines))
+            answered[0] += 1
         chunk.clear()
 
     for raw in lines:
@@ -522,6 +530,21 @@ def translate_stream(
     if report.unknown:
         log.warning("%s", unknown_words_message(report.unknown))
     return report
+
+
+def output_lines(
+    index: int, translation: Translation, n_best: int | None, scores: bool
+) -> list[str]:
+    """What ``translate_stream`` writes for input line ``index`` (from 0): the translation; with
+    ``scores`` ``TEXT ||| SCORE``; with ``n_best`` the Moses n-best format, one
+    ``INDEX ||| TEXT ||| SCORE`` line per hypothesis, best first. SCORE is the beam's: the
+    log-probability over GNMT's length penalty, plus the coverage penalty (``search``). A blank
+    or unusable line has one empty hypothesis of score 0."""
+    score = 0.0 if translation.score is None else translation.score
+    if n_best is not None:
+        hypotheses = translation.n_best or [(translation.text, score)]
+        return [f"{index} ||| {text} ||| {value:.6f}" for text, value in hypotheses]
+    return [f"{translation.text} ||| {score:.6f}" if scores else translation.text]
 
 
 def unknown_words_message(unknown: Counter[str], shown: int = 5) -> str:
