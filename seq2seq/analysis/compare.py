@@ -177,21 +177,41 @@ def markdown_table(runs: Sequence[RunRecord], labels: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_bleu_curves(runs: Sequence[RunRecord], labels: Sequence[str], path: Path) -> Path:
-    """val BLEU against training step, one line per run, named by ``labels``."""
+def plot_bleu_curves(
+    runs: Sequence[RunRecord],
+    labels: Sequence[str],
+    path: Path,
+    colours: Sequence[int] | None = None,
+) -> Path:
+    """val BLEU against training step, one line per run, named by ``labels``; ``colours``: each
+    run's colour index (its group's, as ``bleu_bands.png`` draws it: the seeds of a group share a
+    colour and differ in line style), else one colour per run."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
         # tab20: 20 distinct colours, where the default cycle repeats after 10 runs.
-        colours = [plt.get_cmap("tab20")(i) for i in range(20)]
+        palette = [plt.get_cmap("tab20")(i) for i in range(20)]
+        styles = ("-", "--", ":", "-.")
+        seen: dict[int, int] = {}  # colour index -> runs drawn in it
         for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+            colour = index if colours is None else colours[index]
+            style = styles[seen.get(colour, 0) % len(styles)]
+            seen[colour] = seen.get(colour, 0) + 1
             points = run.series("val/bleu")
             if points:
                 steps, values = zip(*points, strict=True)
-                axes.plot(steps, values, marker="o", label=label, color=colours[index % 20])
+                axes.plot(
+                    steps, values, marker="o", linestyle=style, label=label,
+                    color=palette[colour % 20],
+                )  # fmt: skip
         save_curves(figure, axes, "val BLEU", path)
     finally:
         plt.close(figure)
     return path
+
+
+def group_colour(group_index: int) -> int:
+    """The tab20 index of a group's colour in both plots: tab20's strong half (even indices)."""
+    return (2 * group_index) % 20
 
 
 def save_curves(figure: Any, axes: Any, ylabel: str, path: Path) -> None:

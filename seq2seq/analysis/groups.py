@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from seq2seq.analysis.alignment import AlignmentCounts
-from seq2seq.analysis.compare import RunRecord, RunsError, save_curves
+from seq2seq.analysis.compare import RunRecord, RunsError, group_colour, save_curves
 from seq2seq.analysis.intervals import Interval, mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from seq2seq.analysis.significance import (
@@ -585,14 +585,15 @@ def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
     (at the steps every run of the group validated)."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
-        for group in groups:
+        for index, group in enumerate(groups):
+            colour = plt.get_cmap("tab20")(group_colour(index))  # as bleu_curves.png draws it
             series = [dict(run.series("val/bleu")) for run in group.runs]
             steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if not steps:
                 continue
             if len(series) == 1:
                 axes.plot(
-                    steps, [series[0][s] for s in steps], marker="o",
+                    steps, [series[0][s] for s in steps], marker="o", color=colour,
                     label=f"{group.label} (1 run)",
                 )  # fmt: skip
                 continue
@@ -601,8 +602,10 @@ def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
             low = [max(0.0, i.low) for i in intervals]
             high = [min(100.0, i.high) for i in intervals]
             means = [i.mean for i in intervals]
-            line = axes.plot(steps, means, marker="o", label=f"{group.label} ({len(series)} runs)")
-            colour = line[0].get_color()
+            axes.plot(
+                steps, means, marker="o", color=colour,
+                label=f"{group.label} ({len(series)} runs)",
+            )  # fmt: skip
             if len(steps) == 1:  # one validation: an error bar, as a band needs two steps
                 axes.errorbar(
                     steps, means, yerr=[[means[0] - low[0]], [high[0] - means[0]]],

@@ -31,6 +31,7 @@ from seq2seq.analysis.compare import (
     RunRecord,
     RunsError,
     find_runs,
+    group_colour,
     markdown_table,
     plot_attention_grid,
     plot_bleu_curves,
@@ -120,7 +121,9 @@ def main() -> int:
     labels = run_labels(runs, groups)
     print(markdown_table(runs, labels), end="")
     print_groups(runs, groups, args, out_dir)
-    curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png")
+    group_index = {id(run): index for index, group in enumerate(groups) for run in group.runs}
+    colours = [group_colour(group_index[id(run)]) for run in runs]
+    curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png", colours)
     log.info("wrote %s", curves)
     grid = plot_attention_grid(runs, labels, out_dir / "attention_grid.png")
     if grid is None:
