@@ -91,7 +91,6 @@ assert scores is not None and scores.shape == (2, 3, 7), "scores are (B, Tq, Tk)
 
 # %%
 """ # BEGIN TEST CONFIG
-hidden: true
 points: 2
 """  # END TEST CONFIG
 from functools import partial  # noqa: E402

@@ -69,7 +69,6 @@ assert w[0, 0, 2] == 0, "a padded key gets weight exactly 0"
 
 # %%
 """ # BEGIN TEST CONFIG
-hidden: true
 points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(masked_softmax)

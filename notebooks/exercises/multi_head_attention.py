@@ -93,7 +93,6 @@ assert block.attention_weights.shape == (2, 3, 5), "the heads' average weights a
 
 # %%
 """ # BEGIN TEST CONFIG
-hidden: true
 points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(MultiHead(16, 4))

@@ -84,7 +84,6 @@ assert torch.allclose(scores, torch.full((1, 2, 3), 2.0)), "q·k / √d: 4 / √
 
 # %%
 """ # BEGIN TEST CONFIG
-hidden: true
 points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(ScaledDot)

@@ -75,7 +75,6 @@ assert w[0, 0, 3] == 0 and w[0, 0, 2] == 0, "padding, and a key far below the be
 
 # %%
 """ # BEGIN TEST CONFIG
-hidden: true
 points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(sparsemax)
