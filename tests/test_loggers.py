@@ -176,6 +176,12 @@ def test_run_is_named_after_the_chosen_options_and_a_sweep_is_a_group(tmp_path: 
         parts.attention.window = "local_p"
         parts.attention.window_size = 3
         assert describe_run(parts).name == "dot+entmax1.3+local_p3-lstm-toy"
+        # Coverage, an RNN decoder's heads and input feeding too.
+        more = luong.copy()
+        more.attention.coverage = True
+        more.model.num_heads = 4
+        more.model.input_feeding = True
+        assert describe_run(more).name == "dot+coverage-lstm-luong-heads4-feed-toy"
         OmegaConf.set_readonly(config.hydra, False)
         config.hydra.mode = RunMode.MULTIRUN
         config.hydra.sweep.dir = "multirun/sweep-1"

@@ -48,6 +48,13 @@ def describe_run(
         else "transformer"
     )
     model_name = model if decoder in ("bahdanau", "transformer") else f"{model}-{decoder}"
+    # An RNN decoder's heads and input feeding change the model: named too (the Transformer's
+    # heads are its architecture's).
+    heads = OmegaConf.select(cfg, "model.num_heads", default=None)
+    if decoder != "transformer" and isinstance(heads, int) and heads > 1:
+        model_name += f"-heads{heads}"
+    if OmegaConf.select(cfg, "model.input_feeding", default=False):
+        model_name += "-feed"
     parts = parts_label(cfg)
     attention = f"{attention}+{parts}" if parts else attention
     if run_dir is not None:  # the directory resolve_run_dir chose (a resumed run's own)
@@ -69,7 +76,8 @@ def describe_run(
 
 def parts_label(cfg: DictConfig) -> str:
     """The attention's parts that differ from global softmax, for names and tables:
-    ``sparsemax``, ``entmax1.3``, ``local_p3``, ``key_bias``, joined by ``+``; "" by default."""
+    ``sparsemax``, ``entmax1.3``, ``local_p3``, ``key_bias``, ``coverage``, joined by ``+``; ""
+    by default."""
     parts = attention_parts_config(cfg)
     shown = []
     normalizer = parts["normalizer"]
@@ -84,6 +92,8 @@ def parts_label(cfg: DictConfig) -> str:
         shown.append(f"{parts['window']}{size}")
     if parts["key_bias"]:
         shown.append("key_bias")
+    if parts.get("coverage"):
+        shown.append("coverage")
     return "+".join(shown)
 
 
