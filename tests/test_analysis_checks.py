@@ -291,3 +291,17 @@ def test_an_empty_row_that_keeps_weights_is_named_by_what_it_shows() -> None:
     assert "padding not masked" in (inverted[empty].bug or "")
     module = {f.name: f for f in check(D2LScaledDot()).failures}
     assert "uniform weights" in (module[empty].bug or "")
+
+
+def mask_after_softmax(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.softmax(logits, dim=-1) * mask
+
+
+def test_a_mask_after_the_softmax_and_in_model_consequences_are_named() -> None:
+    """Rows that sum below 1 name the mask applied after the softmax; a model built on a part
+    that fails on its own blames those failures, not state kept between calls."""
+    failed = {f.name: f for f in check(mask_after_softmax).failures}
+    assert "masking after the softmax" in (failed["rows are non-negative and sum to 1"].bug or "")
+    over_queries = {f.name: f for f in check(softmax_over_queries).failures}
+    in_model = [f for name, f in over_queries.items() if "with scaled dot products" in name]
+    assert in_model and all("follows from the failure" in (f.bug or "") for f in in_model)

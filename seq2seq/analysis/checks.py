@@ -20,6 +20,7 @@ Shape legend: B batch, Tq queries, Tk keys, D query and key size, V value size.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import json
@@ -178,7 +179,9 @@ def check_normalizer(normalize: Normalizer, label: str) -> CheckResult:
     """The normalizer's properties on its own, then inside each RNN decoder's scaled dot-product
     attention (``NormalizedBy``)."""
     findings = normalizer_findings(normalize)
-    findings += model_findings(lambda size: NormalizedBy(normalize), "with scaled dot products")
+    findings += consequences(
+        model_findings(lambda size: NormalizedBy(normalize), "with scaled dot products"), findings
+    )
     return CheckResult(label, "normalizer", findings)
 
 
@@ -289,6 +292,13 @@ def normalized_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Findin
             column_sums = weights.sum(-2)
             if weights.shape[-2] > 1 and torch.allclose(column_sums, torch.ones_like(column_sums)):
                 bug = "softmax over the wrong axis: the columns (queries, dim=-2) sum to 1"
+            elif float(sums[where]) < 1:
+                bug = (
+                    "weights not renormalized over the real keys: masking after the softmax "
+                    "(weights * mask) drops the padded keys' share; mask the logits before it"
+                )
+            else:
+                bug = "the weights are not normalized over the real keys of the row"
             return Finding(
                 "", False, f"row {where} sums to {float(sums[where]):.6g}, expected 1", bug
             )
@@ -413,13 +423,27 @@ def check_module_factory(
             attempt("a scalar bias", lambda: scalar_bias_info(build)),
             attempt("parameters against additive and general", lambda: parameters_info(build)),
         ]
-        result.findings += model_findings(build)
+        result.findings += consequences(model_findings(build), result.findings)
     return result
 
 
 # ---- Inside a model built with it ------------------------------------------------------------
 
 BOS, EOS, PAD = 2, 3, 0  # seq2seq.data.tokenization's ids
+
+
+def consequences(in_model: list[Finding], own: list[Finding]) -> list[Finding]:
+    """``in_model`` with each failure's likely bug pointing at the part's own failures where it
+    has any: a model built on a part that fails on its own fails for that reason first (a
+    softmax over the wrong axis breaks decoding too; no state is to blame)."""
+    failed = [finding.name for finding in own if finding.passed is False]
+    if not failed:
+        return in_model
+    cause = f"follows from the failure(s) above ({'; '.join(failed)}): fix those first"
+    return [
+        dataclasses.replace(finding, bug=cause) if finding.passed is False else finding
+        for finding in in_model
+    ]
 
 
 def model_findings(build: Callable[[int], nn.Module], how: str = "") -> list[Finding]:
@@ -730,7 +754,10 @@ def leak_finding(
             return Finding(
                 "", False, f"context at {where} moved from {float(context[where]):.6g} to "
                 f"{float(changed[where]):.6g} when only padded keys and values changed",
-                "padding leaks into the context (mask not applied, or applied on the wrong axis)",
+                "padding leaks into the context: the mask not applied or on the wrong axis; with "
+                "heads, the lengths repeated in the wrong order (repeat where the heads' rows "
+                "b·h + i need repeat_interleave), or the heads split so that positions mix "
+                "(reshape to (B, T, h, d) and transpose, not reshape to (B, h, T, d))",
             )  # fmt: skip
     return Finding("", True)
 
