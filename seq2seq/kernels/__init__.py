@@ -98,6 +98,14 @@ def accelerate(model: nn.Module) -> nn.Module:
                 "model.kernels=auto: the C kernels' recurrent loops are GRU loops, so an LSTM "
                 "(model=lstm) trains and decodes with PyTorch's own LSTM, off the C loops."
             )
+        covers = getattr(getattr(module, "attention", None), "coverage_weight", None) is not None
+        if isinstance(module, LuongDecoder) and covers and not module.input_feeding:
+            say_once(
+                "model.kernels=auto: with attention.coverage=true each step of the Luong decoder "
+                "reads the attention of the steps before, so its attention cannot run over all "
+                "steps in one call: the decoder's C kernels step one target position at a time, "
+                "as the Bahdanau decoder's do."
+            )
         if getattr(module, "input_feeding", False):
             say_once(
                 "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "
