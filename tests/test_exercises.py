@@ -37,6 +37,7 @@ def graded(results: Path) -> list[dict[str, float]]:
 
 
 @needs_otter
+@pytest.mark.slow  # otter assign and two otter runs: ~30 s an exercise; CI runs the slow set
 @pytest.mark.parametrize("master", EXERCISES, ids=lambda path: path.stem)
 def test_the_solution_scores_every_point_and_the_skeleton_none(
     master: Path, tmp_path: Path
