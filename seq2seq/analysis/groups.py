@@ -416,10 +416,11 @@ def compare_groups(
     samples: int | None = None,
 ) -> list[Comparison]:
     """Every pair of groups (the first as baseline), on BLEU, chrF and (with gold links) AER:
-    the stratified test over the seed pairs, and each seed pair's test (``test``: sacreBLEU's
-    paired bootstrap, or approximate randomization; AER always the latter). ``samples``:
-    bootstrap resamples, or shuffles of every randomization test. A pair of runs that cannot be
-    tested (``untestable``) is left out with a warning; a RunsError where no pair can be."""
+    the stratified test over the seed pairs, and each seed pair's test (``test``: ``ar``,
+    approximate randomization, or ``bs``, sacreBLEU's paired bootstrap; AER always the former).
+    ``samples``: bootstrap resamples, or with ``ar`` the shuffles of every randomization test.
+    A pair of runs that cannot be tested (``untestable``) is left out with a warning; a
+    RunsError where no pair can be."""
     comparisons = []
     problems: list[str] = []
     shuffles = samples if test == "ar" and samples else SHUFFLES
