@@ -435,6 +435,7 @@ def compare_groups(
         if not pairs:
             continue
         statistics = paired_statistics(pairs, bleu_tokenize)
+        bootstrapped = bootstrap_p_values(pairs, bleu_tokenize, samples) if test == "bs" else {}
         figures = [group_figures(baseline), group_figures(system)]
         for metric, key in (("BLEU", "test_bleu"), ("chrF", "test_chrf"), ("AER", "test_aer")):
             if metric not in statistics:
@@ -448,11 +449,15 @@ def compare_groups(
                 beyond = first.separates_from(second)
             sides, score = statistics[metric]
             pooled = stratified_randomization(metric, sides[0], sides[1], score, shuffles)
+            per_pair = (
+                bootstrapped[metric]
+                if metric in bootstrapped  # AER has no bootstrap here: always randomization
+                else randomization_p_values(metric, sides, score, shuffles)
+            )
             comparisons.append(
                 Comparison(
                     baseline.label, system.label, metric, means[1] - means[0], beyond,
-                    pooled.p_value, shuffles,
-                    seed_pair_p_values(metric, pairs, sides, score, test, samples, bleu_tokenize),
+                    pooled.p_value, shuffles, per_pair,
                 )
             )  # fmt: skip
     if problems and not comparisons:
@@ -495,34 +500,32 @@ def paired_statistics(
     }
 
 
-def seed_pair_p_values(
-    metric: str,
-    pairs: Sequence[tuple[RunRecord, RunRecord]],
-    sides: Sides,
-    score: Score,
-    test: str,
-    samples: int | None,
-    bleu_tokenize: str,
+def bootstrap_p_values(
+    pairs: Sequence[tuple[RunRecord, RunRecord]], bleu_tokenize: str, samples: int | None
+) -> dict[str, tuple[float, ...]]:
+    """Each seed pair's p-values of sacreBLEU's paired bootstrap, BLEU and chrF from one test
+    of the pair (exactly as its command line runs it)."""
+    p_values: dict[str, list[float]] = {"BLEU": [], "chrF": []}
+    for run_a, run_b in pairs:
+        for result in paired_translation_test(
+            read_lines(run_a.path / TEST_HYPOTHESES),
+            read_lines(run_b.path / TEST_HYPOTHESES),
+            read_lines(run_a.path / TEST_REFERENCES),
+            bleu_tokenize, "bs", samples,
+        ):  # fmt: skip
+            p_values[result.metric].append(result.p_value)
+    return {metric: tuple(values) for metric, values in p_values.items()}
+
+
+def randomization_p_values(
+    metric: str, sides: Sides, score: Score, shuffles: int
 ) -> tuple[float, ...]:
-    """Each seed pair's p-value: sacreBLEU's paired bootstrap (``test`` bs, BLEU and chrF,
-    exactly as its command line), else the randomization test of the pair alone."""
-    if test == "bs" and metric != "AER":
-        p_values = []
-        for run_a, run_b in pairs:
-            results = paired_translation_test(
-                read_lines(run_a.path / TEST_HYPOTHESES),
-                read_lines(run_b.path / TEST_HYPOTHESES),
-                read_lines(run_a.path / TEST_REFERENCES),
-                bleu_tokenize, test, samples,
-            )  # fmt: skip
-            p_values.append(next(r.p_value for r in results if r.metric == metric))
-        return tuple(p_values)
-    shuffles = samples if test == "ar" and samples else SHUFFLES
+    """Each seed pair's p-value of the randomization test of the pair alone."""
     return tuple(
         stratified_randomization(
             metric, sides[0][i : i + 1], sides[1][i : i + 1], score, shuffles
         ).p_value
-        for i in range(len(pairs))
+        for i in range(sides[0].shape[0])
     )
 
 
