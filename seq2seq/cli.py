@@ -117,6 +117,26 @@ def check_coverage_penalty_backend(backend: str, beta: float) -> None:
         )
 
 
+def alignment_method(*words: str) -> Callable[[str], str | float]:
+    """An argparse ``type`` for --alignment: one of ``words`` or a threshold from 0 to 1."""
+
+    def parse(text: str) -> str | float:
+        if text in words:
+            return text
+        try:
+            threshold = float(text)
+        except ValueError:
+            threshold = -1.0
+        if not 0 <= threshold <= 1:
+            named = ", ".join(repr(word) for word in words)
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give {named} or a threshold from 0 to 1 such as 0.3"
+            )
+        return threshold
+
+    return parse
+
+
 def add_trust_argument(parser: argparse.ArgumentParser) -> None:
     """``--trust-module MODULE`` (repeatable): the modules whose scoring functions a model file
     may name (``seq2seq.inference.plugins``)."""

@@ -24,6 +24,7 @@ class ModelFileError(Seq2SeqError, ValueError):
 SERVER = "The translation server (seq2seq serve)"
 ONNX = "ONNX (seq2seq export --onnx, --backend onnx)"
 CTRANSLATE2 = "CTranslate2 (seq2seq export --format ctranslate2, --backend ctranslate2)"
+ALIGN = "The eflomal word aligner (seq2seq align --eflomal)"
 
 
 class MissingExtraError(Seq2SeqError, ImportError):

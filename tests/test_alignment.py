@@ -1,7 +1,9 @@
-"""AER against hand-computed values, Pharaoh parsing, argmax links and scripts/alignment.py."""
+"""AER against hand-computed values, Pharaoh parsing, argmax links and scripts/alignment.py
+(seq2seq align): its written links, their AER, symmetrization of two models."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from seq2seq.analysis.alignment import (
     corpus_aer,
     count_links,
     parse_pharaoh,
+    read_pharaoh,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +103,7 @@ def test_script_aer_equals_the_aer_of_its_own_argmax_alignments(
         if pair.attention is not None
     ]
     expected = corpus_aer(predicted, [parse_pharaoh(line) for line in gold_lines])
-    assert completed.stdout.strip() == f"AER: {expected:.4f}"
+    assert completed.stdout.startswith(f"AER: {expected:.4f}  precision: ")
 
 
 def test_script_refuses_files_that_are_not_parallel(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -116,3 +119,89 @@ def test_script_refuses_files_that_are_not_parallel(tiny_checkpoint: Path, tmp_p
         "line-parallel" in completed.stderr and f"{tmp_path / 't'} has 1 lines" in completed.stderr
     )
     assert "Traceback" not in completed.stderr
+
+
+def parallel_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    sources = ["the dog sees a cat .", "a red fox sleeps .", "the cat ."]
+    targets = ["kodan tula ka moto .", "nafo resi sulo .", "moto ."]
+    gold_lines = ["1-0 3-1 4-3 2-2 5-4 2p3", "2-0 1-1 3-2 4-3", "1-0 2-1"]
+    paths = []
+    for name, lines in [("s", sources), ("t", targets), ("a", gold_lines)]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        paths.append(tmp_path / name)
+    return paths[0], paths[1], paths[2]
+
+
+def test_written_links_are_the_argmax_and_give_the_printed_aer(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from seq2seq import Translator
+
+    src, tgt, gold = parallel_files(tmp_path)
+    written = tmp_path / "links"
+    completed = run_script(
+        "--model", tiny_checkpoint, "--src", src, "--tgt", tgt, "--align", gold,
+        "--write", written, "--json",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    printed = json.loads(completed.stdout)
+    links = [sorted(alignment.sure) for alignment in read_pharaoh(written)]
+    references = read_pharaoh(gold)
+    assert printed["aer"] == pytest.approx(corpus_aer(links, references))
+    counts = sum(
+        (count_links(a, g) for a, g in zip(links, references, strict=True)), AlignmentCounts()
+    )
+    assert printed["precision"] == pytest.approx(counts.hits_possible / counts.predicted)
+    assert printed["recall"] == pytest.approx(counts.hits_sure / counts.sure)
+    sources, targets = src.read_text().splitlines(), tgt.read_text().splitlines()
+    forced = Translator.load(tiny_checkpoint).force_decode(sources, targets)
+    for pair, source, target, predicted in zip(forced, sources, targets, links, strict=True):
+        assert pair.attention is not None
+        words = len(source.split()), len(target.split())
+        assert predicted == sorted(argmax_links(pair.attention, *words))
+
+    # Without gold: the same links, nothing printed.
+    alone = run_script(
+        "--model", tiny_checkpoint, "--src", src, "--tgt", tgt, "--write", tmp_path / "alone"
+    )
+    assert alone.returncode == 0 and alone.stdout == "", alone.stderr
+    assert (tmp_path / "alone").read_text() == written.read_text()
+
+
+@pytest.mark.parametrize("method", ["intersection", "union", "grow-diag-final-and"])
+def test_symmetrized_links_join_the_two_directions_files(
+    tiny_checkpoint: Path, tmp_path: Path, method: str
+) -> None:
+    """--reverse-model R: R aligns target->source (its links turned around), and the written file
+    is the symmetrization of the two one-way files, scored as alignment.py scores it."""
+    from seq2seq.analysis.word_alignment import symmetrize, transpose
+
+    src, tgt, gold = parallel_files(tmp_path)
+    model = ["--model", tiny_checkpoint]
+    forward = run_script(*model, "--src", src, "--tgt", tgt, "--write", tmp_path / "fwd")
+    backward = run_script(*model, "--src", tgt, "--tgt", src, "--write", tmp_path / "rev")
+    both = run_script(
+        *model, "--reverse-model", tiny_checkpoint, "--symmetrize", method, "--src", src,
+        "--tgt", tgt, "--align", gold, "--write", tmp_path / "sym", "--json",
+    )  # fmt: skip
+    for completed in (forward, backward, both):
+        assert completed.returncode == 0, completed.stderr
+    one_way = [sorted(a.sure) for a in read_pharaoh(tmp_path / "fwd")]
+    other_way = [transpose(a.sure) for a in read_pharaoh(tmp_path / "rev")]
+    expected = [symmetrize(a, b, method) for a, b in zip(one_way, other_way, strict=True)]  # type: ignore[arg-type]
+    written = [sorted(a.sure) for a in read_pharaoh(tmp_path / "sym")]
+    assert written == expected
+    assert json.loads(both.stdout)["aer"] == pytest.approx(corpus_aer(written, read_pharaoh(gold)))
+
+
+def test_align_refuses_what_it_cannot_do(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    src, tgt, gold = parallel_files(tmp_path)
+    files = ["--model", tiny_checkpoint, "--src", src, "--tgt", tgt]
+    nothing = run_script(*files)
+    assert nothing.returncode == 2 and "--write FILE" in nothing.stderr
+    layer = run_script(*files, "--align", gold, "--layer", "1")
+    assert layer.returncode == 2 and "one attention map" in layer.stderr, layer.stderr
+    threshold = run_script(*files, "--align", gold, "--alignment", "soft")
+    assert threshold.returncode == 2 and "give 'hard' or a threshold" in threshold.stderr
+    for completed in (nothing, layer, threshold):
+        assert "Traceback" not in completed.stderr

@@ -236,6 +236,11 @@ main()
             "ctranslate2",
         ),
         ("onnxruntime", ["translate", "--model", "{bundle}", "--backend", "onnx"], "onnx"),
+        (
+            "eflomal",
+            ["align", "--eflomal", "--src", "{tmp}/s", "--tgt", "{tmp}/s", "--write", "{tmp}/w"],
+            "align",
+        ),
     ],
 )
 def test_a_command_without_its_extra_says_which_to_install(
@@ -243,7 +248,8 @@ def test_a_command_without_its_extra_says_which_to_install(
 ) -> None:
     """The installed commands, with one package of the extra gone: exit 2 and one paragraph on
     stderr naming the extra, no traceback."""
-    values = {"ckpt": str(tiny_checkpoint)}
+    values = {"ckpt": str(tiny_checkpoint), "tmp": str(tmp_path)}
+    (tmp_path / "s").write_text("a b\n")
     if "{bundle}" in command:
         values["bundle"] = str(tmp_path / "bundle")
         export = ["export", "--checkpoint", values["ckpt"], "--out", values["bundle"]]

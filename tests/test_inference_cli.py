@@ -271,3 +271,68 @@ def test_translate_writes_n_best_lists_and_scores_as_the_translator_gives_them(
     refused = run_script("translate.py", "--model", bundle, "--n-best", "3", stdin=stdin)
     stderr = refused.stderr.decode()
     assert refused.returncode == 2 and "--n-best 3 needs --beam-size 3" in stderr, stderr
+
+
+def test_translate_alignment_gives_each_hypothesis_the_links_of_its_attention(
+    bundle: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """--n-best 2 --alignment hard: 'LINE ||| TEXT ||| SCORE ||| LINKS', the links the argmax of
+    the attention the translator returns with that hypothesis (a word-level model: its tokens are
+    the words); the first is the 1-best's. Checkpoint, bundle and ONNX graphs write the same."""
+    pytest.importorskip("onnxruntime")
+    from seq2seq import Translator
+    from seq2seq.analysis.alignment import argmax_links
+    from seq2seq.analysis.word_alignment import pharaoh
+
+    sentences = ["the dog sees a cat .", "", "a cat runs ."]
+    stdin = "".join(f"{line}\n" for line in sentences).encode()
+    options = ["--beam-size", "3", "--n-best", "2", "--alignment", "hard"]
+    onnx = tmp_path / "onnx"
+    exported = run_script("export.py", "--checkpoint", tiny_checkpoint, "--out", onnx, "--onnx")
+    assert exported.returncode == 0, exported.stderr.decode()
+    outputs = {}
+    for model, backend in [(bundle, "torch"), (tiny_checkpoint, "torch"), (onnx, "onnx")]:
+        completed = run_script(
+            "translate.py", "--model", model, "--backend", backend, *options, stdin=stdin
+        )
+        assert completed.returncode == 0, completed.stderr.decode()
+        outputs[backend, model] = [
+            line.split(" ||| ") for line in completed.stdout.decode().splitlines()
+        ]
+    rows = outputs["torch", bundle]
+    expected = Translator.load(bundle).translate_detailed(
+        sentences, beam_size=3, n_best=2, with_attention=True, with_scores=True
+    )
+    wanted = []
+    for index, (source, translation) in enumerate(zip(sentences, expected, strict=True)):
+        if not source:
+            wanted.append((str(index), "", ""))
+            continue
+        assert translation.hypotheses is not None
+        best = translation.hypotheses[0]
+        assert (best.text, best.score) == (translation.text, translation.score)
+        for hypothesis in translation.hypotheses:
+            assert hypothesis.attention is not None
+            words = len(source.split()), len(hypothesis.text.split())
+            links = pharaoh(argmax_links(hypothesis.attention, *words))
+            wanted.append((str(index), hypothesis.text, links))
+    assert [(index, text, links) for index, text, _, links in rows] == wanted
+    assert all(links for index, text, _, links in rows if text)
+    for key, other in outputs.items():
+        assert [row[:2] + row[3:] for row in other] == [row[:2] + row[3:] for row in rows], key
+        assert [float(row[2]) for row in other] == pytest.approx(
+            [float(row[2]) for row in rows], abs=1e-4
+        )
+
+
+def test_translate_soft_alignment_writes_each_target_words_weights(bundle: Path) -> None:
+    stdin = b"the dog sees a cat .\n"
+    completed = run_script("translate.py", "--model", bundle, "--alignment", "soft", stdin=stdin)
+    assert completed.returncode == 0, completed.stderr.decode()
+    text, weights = completed.stdout.decode().rstrip("\n").split(" ||| ")
+    rows = [[float(value) for value in row.split(",")] for row in weights.split(" ")]
+    assert len(rows) == len(text.split()) and {len(row) for row in rows} == {6}
+    assert [sum(row) for row in rows] == pytest.approx([1.0] * len(rows), abs=1e-3)
+
+    refused = run_script("translate.py", "--model", bundle, "--alignment", "1.5", stdin=stdin)
+    assert refused.returncode == 2 and b"'hard', 'soft' or a threshold" in refused.stderr

@@ -182,3 +182,28 @@ def test_a_transformer_trains_under_ddp_on_two_cpu_processes(tmp_path: Path) -> 
     with open(run_dir / "metrics.csv", newline="") as file:
         logged = [float(row["val/bleu"]) for row in csv.DictReader(file) if row.get("val/bleu")]
     assert logged[-1] == pytest.approx(single_process, abs=1e-3)
+
+
+def test_align_reads_a_chosen_layer_and_head(transformer_bundle: Path) -> None:
+    """seq2seq align's links of a Transformer: by default the map the model returns (its last
+    layer, heads averaged), which --layer 1 (the last here) gives too; --head H that head's argmax;
+    a layer or head it lacks is refused, naming what it has."""
+    from seq2seq import Translator
+    from seq2seq.analysis.alignment import argmax_links
+    from seq2seq.cli import UsageError
+    from seq2seq.commands.align import attention_links
+
+    translator = Translator.load(transformer_bundle)
+    sources = ["the dog sees a cat .", "a cat runs ."]
+    targets = [translator.translate([source])[0] for source in sources]
+    default = attention_links(translator, sources, targets)
+    assert attention_links(translator, sources, targets, layer_head=(1, None)) == default
+    for head in (1, 2):
+        links = attention_links(translator, sources, targets, layer_head=(None, head))
+        for source, target, predicted in zip(sources, targets, links, strict=True):
+            heads = translator.attention_heads(source, target.split())
+            assert heads is not None
+            words = len(source.split()), len(target.split())
+            assert sorted(predicted) == sorted(argmax_links(heads[0, head - 1], *words))
+    with pytest.raises(UsageError, match="1 decoder layers of 2 heads"):
+        attention_links(translator, sources, targets, layer_head=(2, None))

@@ -65,6 +65,16 @@ class AlignmentCounts:
         )
 
     @property
+    def precision(self) -> float:
+        """|A ∩ P| / |A|: the share of predicted links that are possible (1 with none)."""
+        return self.hits_possible / self.predicted if self.predicted else 1.0
+
+    @property
+    def recall(self) -> float:
+        """|A ∩ S| / |S|: the share of sure links predicted (1 with none to find)."""
+        return self.hits_sure / self.sure if self.sure else 1.0
+
+    @property
     def aer(self) -> float:
         denominator = self.predicted + self.sure
         if denominator == 0:

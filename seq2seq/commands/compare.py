@@ -48,7 +48,8 @@ from seq2seq.analysis.groups import (
     run_seed,
     significance_table,
 )
-from seq2seq.analysis.significance import TESTS
+from seq2seq.analysis.reference_aligners import read_reference, reference_table
+from seq2seq.analysis.significance import SHUFFLES, TESTS
 from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
 from seq2seq.explorer import MAX_MODELS, ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import snapshot_sentences
@@ -83,8 +84,23 @@ def parse_args() -> argparse.Namespace:
         f"and in every randomization test), at most "
         f"{MAX_SAMPLES:,}",
     )  # fmt: skip
+    parser.add_argument(
+        "--reference", action="append", default=[], metavar="NAME=LINKS",
+        help="a word aligner's Pharaoh links of the runs' test sentences (e.g. seq2seq align "
+        "--eflomal --write LINKS), as a reference row for the AER column (repeatable; --gold)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gold", type=Path, metavar="FILE", help="the test set's gold links, for --reference"
+    )
     add_trust_argument(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.reference and args.gold is None:
+        parser.error("--reference needs --gold FILE, the test set's gold links")
+    for given in args.reference:
+        name, _, path = given.partition("=")
+        if not name or not path:
+            parser.error(f"--reference {given!r}: give NAME=LINKS, e.g. eflomal=test.links")
+    return args
 
 
 # More resamples than this hold their (samples × sentences) index table in memory for nothing:
@@ -184,6 +200,8 @@ def print_groups(
             log.warning("no paired tests: %s", error)
         else:
             print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
+    if args.reference:
+        print_references(groups, args)
     if args.pair:
         # Each named as the tables name it where it is one of the runs, else by its path.
         names = {
@@ -193,6 +211,21 @@ def print_groups(
         pair = [Group(names.get(path.resolve(), str(path)), [read_run(path)]) for path in args.pair]
         comparisons = compare_groups(pair, tokenize, args.test, args.samples)
         print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
+
+
+def print_references(groups: list[Group], args: argparse.Namespace) -> None:
+    """--reference: each aligner's test AER beside the groups', tested against each group."""
+    references = []
+    for given in args.reference:
+        name, _, path = given.partition("=")
+        references.append(read_reference(name, Path(path), args.gold))
+    shuffles = args.samples if args.test == "ar" and args.samples else SHUFFLES
+    print(
+        f"\nReference aligners (test AER against {args.gold}; Δ: a group's mean minus the "
+        "aligner's; p: stratified approximate randomization over the group's seeds, "
+        f"{shuffles:,} shuffles):\n\n{reference_table(groups, references, shuffles)}",
+        end="",
+    )
 
 
 def write_explorer(

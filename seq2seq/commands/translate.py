@@ -12,17 +12,24 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from seq2seq import Translator
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
+from seq2seq.analysis.word_alignment import (
+    links_from_weights,
+    pharaoh,
+    sentence_word_weights,
+    soft,
+)
 from seq2seq.cli import (
     UsageError,
     add_backend_argument,
     add_coverage_penalty_argument,
     add_trust_argument,
+    alignment_method,
     check_coverage_penalty_backend,
     check_device,
     check_writable,
@@ -31,7 +38,9 @@ from seq2seq.cli import (
 )
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import model_label
-from seq2seq.inference.translator import translate_stream
+from seq2seq.inference.translator import Translation, translate_stream
+
+LinkWriter = Callable[[str, Translation], str]
 
 log = logging.getLogger("seq2seq.translate")
 # --attention-html shows this many sentences: a page stays light enough to open anywhere.
@@ -70,6 +79,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--scores", action="store_true", help="write 'TRANSLATION ||| SCORE' (the beam's score)"
     )
+    parser.add_argument(
+        "--alignment", type=alignment_method("hard", "soft"), metavar="hard|soft|THRESHOLD",
+        help="end each line with ' ||| ' and the word alignment the attention gives: 'hard' "
+        "links each target word to its most attended source word, a number from 0 to 1 every "
+        "link above it ('0-0 1-2', source word first, from 0); 'soft' writes the word weights "
+        "(per target word, its weights over the source words joined by commas)",
+    )  # fmt: skip
     add_coverage_penalty_argument(parser)
     add_trust_argument(parser)
     add_backend_argument(parser)
@@ -127,6 +143,7 @@ def main() -> int:
             args.coverage_penalty,
             n_best=args.n_best,
             scores=args.scores,
+            links=None if args.alignment is None else alignment_field(translator, args.alignment),
         )
     if args.attention_plot is not None:
         plot_sentence(translator, kept[:1], args)
@@ -139,6 +156,21 @@ def main() -> int:
         write_page(data, args.attention_html)
         log.info("wrote %s (%d sentences)", args.attention_html, len(kept))
     return 0
+
+
+def alignment_field(translator: Translator, method: str | float) -> LinkWriter:
+    """What --alignment appends for (source line, hypothesis): its word links or word weights."""
+
+    def field(source: str, hypothesis: Translation) -> str:
+        if hypothesis.attention is None or hypothesis.tgt_tokens is None:
+            return ""  # a blank line: nothing was read, nothing attended
+        weights = sentence_word_weights(
+            hypothesis.attention, source, translator.src_tokenizer, translator.tgt_tokenizer,
+            hypothesis.tgt_tokens,
+        )  # fmt: skip
+        return soft(weights) if method == "soft" else pharaoh(links_from_weights(weights, method))
+
+    return field
 
 
 def parse_layer_head(text: str, layers: int, heads: int) -> tuple[int, int]:

@@ -283,6 +283,12 @@ def unknown_words(tokenizer: Tokenizer, texts: Sequence[str]) -> Counter[str]:
     return found
 
 
+def token_ids(tokenizer: Tokenizer, tokens: Sequence[str]) -> list[int]:
+    """The ids of ``tokens`` (UNK for a token the vocabulary lacks)."""
+    ids = [tokenizer.token_to_id(token) for token in tokens]
+    return [UNK_ID if token_id is None else token_id for token_id in ids]
+
+
 def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
     """Text of ``ids`` up to the first EOS, without PAD/BOS; unknown words stay visible as <unk>."""
     kept: list[int] = []

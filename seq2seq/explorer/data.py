@@ -32,9 +32,9 @@ import torch
 from torch import Tensor
 
 from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
-from seq2seq.data.tokenization import BOS_ID, encode_batch
+from seq2seq.data.tokenization import BOS_ID, encode_batch, token_ids
 from seq2seq.inference.bundle import attention_parts_of
-from seq2seq.inference.translator import Translation, Translator, token_ids
+from seq2seq.inference.translator import Translation, Translator
 from seq2seq.kernels import reference_path
 from seq2seq.models.transformer import Transformer, TransformerEncoderLayer
 from seq2seq.positions import LocalWindow

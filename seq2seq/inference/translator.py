@@ -22,9 +22,9 @@ from seq2seq.data.tokenization import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
-    UNK_ID,
     decode,
     encode_batch,
+    token_ids,
     unknown_words,
 )
 from seq2seq.errors import CTRANSLATE2, ONNX, ModelFileError, missing_extra, require_extra
@@ -56,6 +56,8 @@ class Translation:
     score: float | None = None
     # The n best (text, score), best first (``text`` and ``score`` are the first), when asked for.
     n_best: list[tuple[str, float]] | None = None
+    # The n best in full (text, score, tokens and attention), when asked for with the attention.
+    hypotheses: list[Translation] | None = None
 
 
 # What runs the search: PyTorch (the model itself), ONNX Runtime (the bundle's encoder.onnx and
@@ -221,6 +223,8 @@ class Translator:
                     alternatives = self._ranked(ranked, row)
                     result.score = alternatives[0][1]
                     result.n_best = alternatives if n_best is not None else None
+                    if n_best is not None and with_attention:
+                        result.hypotheses = self._hypotheses(ranked, row, result.src_tokens)
                 results[index] = result
         return results
 
@@ -272,10 +276,22 @@ class Translator:
                     ranked = list(zip(texts, map(float, output.scores), strict=True))
                     result.n_best = ranked if n_best is not None else None
                 if with_attention:
+                    ranks = [
+                        Translation(
+                            text,
+                            score=float(score),
+                            src_tokens=source,
+                            tgt_tokens=list(hypothesis),
+                            attention=torch.tensor(weights)[: len(hypothesis), : len(source)],
+                        )
+                        for text, score, hypothesis, weights in zip(
+                            texts, output.scores, hypotheses, output.attention, strict=True
+                        )
+                    ]
                     result.src_tokens = source
-                    result.tgt_tokens = list(hypotheses[0])
-                    rows = len(result.tgt_tokens)
-                    result.attention = torch.tensor(output.attention[0])[:rows, : len(source)]
+                    result.tgt_tokens = ranks[0].tgt_tokens
+                    result.attention = ranks[0].attention
+                    result.hypotheses = ranks if n_best is not None else None
                 results[index] = result
 
     @torch.no_grad()
@@ -362,6 +378,27 @@ class Translator:
             for ids, length, score in zip(tokens, lengths, scores, strict=True)
         ]
 
+    def _hypotheses(
+        self, output: BeamOutput, row: int, src_tokens: list[str] | None
+    ) -> list[Translation]:
+        """Sentence ``row``'s n best with their tokens and attention (no EOS row), best first."""
+        assert src_tokens is not None
+        tokens, lengths = output.tokens[row].tolist(), output.lengths[row].tolist()  # (N, L), (N,)
+        hypotheses = []
+        for rank, (ids, length) in enumerate(zip(tokens, lengths, strict=True)):
+            ids = ids[:length]
+            n_out = length - (ids[-1] == EOS_ID if ids else 0)  # EOS has no word
+            hypotheses.append(
+                Translation(
+                    decode(self.tgt_tokenizer, ids),
+                    src_tokens=src_tokens,
+                    tgt_tokens=_tokens(self.tgt_tokenizer, ids[:n_out]),
+                    attention=output.attention[row, rank, :n_out, : len(src_tokens)].cpu(),
+                    score=float(output.scores[row, rank]),
+                )
+            )
+        return hypotheses
+
     def _search(
         self,
         src: Tensor,
@@ -440,12 +477,6 @@ def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterato
         yield order[start : start + batch_size][::-1]
 
 
-def token_ids(tokenizer: Tokenizer, tokens: Sequence[str]) -> list[int]:
-    """The ids of ``tokens`` (UNK for a token the vocabulary lacks)."""
-    ids = [tokenizer.token_to_id(token) for token in tokens]
-    return [UNK_ID if token_id is None else token_id for token_id in ids]
-
-
 def _tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     return [tokenizer.id_to_token(token_id) or "<?>" for token_id in ids]
 
@@ -471,10 +502,12 @@ def translate_stream(
     chunk_size: int = 2048,
     n_best: int | None = None,
     scores: bool = False,
+    links: Callable[[str, Translation], str] | None = None,
 ) -> StreamReport:
     """Translate raw input lines, writing exactly one output line per input line, in order; with
     ``n_best``, that many lines per input line in the Moses n-best format (``output_lines``),
-    with ``scores`` the 1-best's score after it.
+    with ``scores`` the 1-best's score after it, with ``links`` what it makes of (the input line,
+    a hypothesis with its tokens and attention) as the last field of each hypothesis' line.
 
     Lines are read ``chunk_size`` at a time, so memory does not grow with the input; inside a chunk
     they are sorted by length into batches. A line that is not UTF-8 or holds a NUL byte is logged
@@ -489,14 +522,19 @@ def translate_stream(
         report.unknown.update(unknown_words(translator.src_tokenizer, texts))
         translations = iter(
             translator.translate_detailed(
-                texts, beam_size, length_penalty, batch_size, n_best=n_best,
-                with_scores=scores or n_best is not None, coverage_penalty=coverage_penalty,
+                texts, beam_size, length_penalty, batch_size, with_attention=links is not None,
+                n_best=n_best, with_scores=scores or n_best is not None,
+                coverage_penalty=coverage_penalty,
             )
         )  # fmt: skip
         for text in chunk:
             translation = next(translations) if text is not None else Translation("")
             report.truncated += translation.truncated
-            lines = output_lines(answered[0], translation, n_best, scores)
+            fields = None
+            if links is not None:
+                ranked = translation.hypotheses or [translation]
+                fields = ["" if text is None else links(text, each) for each in ranked]
+            lines = output_lines(answered[0], translation, n_best, scores, fields)
             write("".join(f"{line}\n" for line in lines))
             answered[0] += 1
         chunk.clear()
@@ -533,18 +571,27 @@ def translate_stream(
 
 
 def output_lines(
-    index: int, translation: Translation, n_best: int | None, scores: bool
+    index: int,
+    translation: Translation,
+    n_best: int | None,
+    scores: bool,
+    links: Sequence[str] | None = None,
 ) -> list[str]:
     """What ``translate_stream`` writes for input line ``index`` (from 0): the translation; with
     ``scores`` ``TEXT ||| SCORE``; with ``n_best`` the Moses n-best format, one
-    ``INDEX ||| TEXT ||| SCORE`` line per hypothesis, best first. SCORE is the beam's: the
-    log-probability over GNMT's length penalty, plus the coverage penalty (``search``). A blank
-    or unusable line has one empty hypothesis of score 0."""
+    ``INDEX ||| TEXT ||| SCORE`` line per hypothesis, best first; ``links`` (one per hypothesis)
+    adds `` ||| LINKS`` at the end of each. SCORE is the beam's: the log-probability over GNMT's
+    length penalty, plus the coverage penalty (``search``). A blank or unusable line has one
+    empty hypothesis of score 0 (and no links)."""
     score = 0.0 if translation.score is None else translation.score
     if n_best is not None:
         hypotheses = translation.n_best or [(translation.text, score)]
-        return [f"{index} ||| {text} ||| {value:.6f}" for text, value in hypotheses]
-    return [f"{translation.text} ||| {score:.6f}" if scores else translation.text]
+        lines = [f"{index} ||| {text} ||| {value:.6f}" for text, value in hypotheses]
+    else:
+        lines = [f"{translation.text} ||| {score:.6f}" if scores else translation.text]
+    if links is None:
+        return lines
+    return [f"{line} ||| {field}" for line, field in zip(lines, links, strict=True)]
 
 
 def unknown_words_message(unknown: Counter[str], shown: int = 5) -> str:
