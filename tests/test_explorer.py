@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from seq2seq import Translator
-from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links, read_pharaoh
+from seq2seq.analysis.alignment import (
+    GoldAlignment,
+    argmax_links,
+    count_links,
+    parse_pharaoh,
+    read_pharaoh,
+)
 from seq2seq.data.tokenization import encode_batch
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import SPREAD, attention_map, model_label, score_spread, scoring_name
@@ -482,3 +488,47 @@ def test_a_layers_average_is_its_heads_mean_with_its_own_aer(data: dict[str, Any
         atol=2e-4,
     )
     assert [m["attention"] for m in data["models"]] == ["additive", "scaled_dot"]
+
+
+def test_explore_draws_another_aligners_links_with_their_aer(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """--links NAME=FILE: the page holds each chosen line's links and their AER against the
+    gold; a link outside its sentence names the file and line, and --links needs --ref."""
+    sources = ["the dog sees a cat .", "a red fox sleeps ."]
+    references = ["kodan tula ka moto .", "nafo resi sulo ."]
+    for name, lines in [
+        ("s", sources), ("r", references), ("a", ["1-0 3-1 4-3", "2-0 1-1"]),
+        ("l", ["1-0 2-2", "0-0 1-1 2-2"]),
+    ]:  # fmt: skip
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    files = ["--src", tmp_path / "s", "--ref", tmp_path / "r", "--align", tmp_path / "a"]
+    out = tmp_path / "page.html"
+    completed = run_explore(
+        "--model", tiny_checkpoint, *files, "--links", f"eflomal={tmp_path / 'l'}",
+        "--lines", "2", "--out", out,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    data = read_page(out.read_text())
+    assert data["links_name"] == "eflomal"
+    [sentence] = data["sentences"]
+    assert sentence["links"] == [[0, 0], [1, 1], [2, 2]]
+    expected = count_links([(0, 0), (1, 1), (2, 2)], parse_pharaoh("2-0 1-1")).aer
+    assert sentence["links_aer"] == pytest.approx(expected, abs=1e-3)
+    (tmp_path / "bad").write_text("1-0\n9-9\n")
+    bad = run_explore(
+        "--model", tiny_checkpoint, *files, "--links", f"x={tmp_path / 'bad'}", "--out", out
+    )
+    assert bad.returncode == 2 and f"{tmp_path / 'bad'}:2: link 9-9 is outside" in bad.stderr
+    no_ref = run_explore(
+        "--model", tiny_checkpoint, "--src", tmp_path / "s", "--links", f"x={tmp_path / 'l'}",
+        "--out", out,
+    )  # fmt: skip
+    assert no_ref.returncode == 2 and "--links links source words" in no_ref.stderr
+
+
+def run_explore(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "scripts/explore.py", *map(str, arguments)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip

@@ -568,3 +568,35 @@ def test_nine_models_show_four_side_by_side_and_the_boxes_choose(
         tab.locator('input[data-show="m5"]').check()
         assert drawn() == ["m0", "m2", "m3", "m5"]
         assert tab.locator('input[data-show="m1"]').is_disabled()
+
+
+def test_another_aligners_links_are_crosses_beside_the_gold_with_their_aer(
+    chromium: Any, tmp_path: Path
+) -> None:
+    """explore --links: each link a cross in its cell, told apart from the gold's boxes, listed
+    with its AER above the panels, hidden by its checkbox, and kept in the SVG export."""
+    data = page_data(TWO, sentences=1, length=6)
+    data["links_name"] = "eflomal"
+    data["sentences"][0].update({"links": [[0, 0], [2, 1], [5, 5]], "links_aer": 0.4})
+    with browser_tab(chromium, data, tmp_path / "p.html") as tab:
+        crosses = tab.locator('.panel[data-model="additive"] svg.map g.other')
+        assert crosses.count() == 3 and tab.locator("svg.map rect.sure").count() > 0
+        # Link 2-1 (source 2, target 1) sits on row 1, column 2, as link 0-0 on row 0, column 0.
+        for index, (row, col) in enumerate([(0, 0), (1, 2)]):
+            found = box(tab, f'.panel[data-model="additive"] svg.map g.other >> nth={index}')
+            under = box(tab, cell("additive", row, col))
+            assert found["x"] + found["width"] / 2 == pytest.approx(
+                under["x"] + under["width"] / 2, abs=0.5
+            )
+            assert found["y"] + found["height"] / 2 == pytest.approx(
+                under["y"] + under["height"] / 2, abs=0.5
+            )
+        text = tab.locator("#source .links").inner_text()
+        assert "eflomal links (×): 0-0 2-1 5-5 · AER 0.400" in text
+        tab.locator("#links").uncheck()
+        assert tab.locator("svg.map g.other").count() == 0
+        tab.locator("#links").check()
+        with tab.expect_download() as download:
+            tab.locator("#download-svg").click()
+        exported = Path(download.value.path()).read_text()
+        assert exported.count('class="other"') == 6  # three crosses in each of two maps

@@ -55,6 +55,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--ref", type=Path, help="references, line-parallel with --src")
     parser.add_argument("--align", type=Path, help="gold Pharaoh alignments, line-parallel")
+    parser.add_argument(
+        "--links", metavar="NAME=FILE",
+        help="another aligner's Pharaoh links of each (source, reference) pair, line-parallel, "
+        "e.g. eflomal=test.links (seq2seq align --eflomal --write): drawn beside the gold",
+    )  # fmt: skip
     parser.add_argument("--lines", help="which lines of --src, from 1: e.g. 1-20 or 3,7,10-12")
     parser.add_argument("--beam-size", type=int_at_least(1), default=1, help="1 = greedy (1)")
     parser.add_argument("--n-best", type=int_at_least(1), help="show the n best (beam search)")
@@ -106,17 +111,22 @@ def main() -> int:
         raise UsageError("give the sentences with --src FILE or with --sentence TEXT, not both.")
     if args.src is None and args.sentences is None:
         raise UsageError("no sentences: give them with --src FILE or with --sentence TEXT.")
-    if args.sentences is not None and (args.ref or args.align or args.lines):
-        raise UsageError("--ref, --align and --lines go with --src.")
-    if args.align is not None and args.ref is None:
-        raise UsageError("--align links source words to reference words: give --ref too.")
+    if args.sentences is not None and (args.ref or args.align or args.lines or args.links):
+        raise UsageError("--ref, --align, --links and --lines go with --src.")
+    for option, given in [("--align", args.align), ("--links", args.links)]:
+        if given is not None and args.ref is None:
+            raise UsageError(f"{option} links source words to reference words: give --ref too.")
+    links_name, _, links_path = (args.links or "").partition("=")
+    if args.links is not None and not (links_name and links_path):
+        raise UsageError(f"--links {args.links!r}: give NAME=FILE, e.g. eflomal=test.links.")
     if args.n_best is not None and args.n_best > args.beam_size:
         raise UsageError(f"--n-best {args.n_best} needs --beam-size {args.n_best} or more.")
     check_writable(args.out, "the page")
     sources = args.sentences or read_lines(args.src, "the source file")
     references = read_lines(args.ref, "the reference file") if args.ref else None
     gold = read_pharaoh(args.align) if args.align else None
-    for path, lines in [(args.ref, references), (args.align, gold)]:
+    other = read_pharaoh(Path(links_path)) if args.links else None
+    for path, lines in [(args.ref, references), (args.align, gold), (links_path, other)]:
         if lines is not None and len(lines) != len(sources):
             raise UsageError(
                 f"{path} has {len(lines)} lines but {args.src} has {len(sources)}: the files "
@@ -136,6 +146,13 @@ def main() -> int:
             words = len(sources[i].split()), len(references[i].split())
             check_in_range(gold[i], *words, origin=f"{args.align}:{i + 1}")
             alignments.append(gold[i])
+    links = None
+    if other is not None:
+        assert references is not None  # --links needs --ref
+        for i in chosen:
+            words = len(sources[i].split()), len(references[i].split())
+            check_in_range(other[i], *words, origin=f"{links_path}:{i + 1}")
+        links = (links_name, [sorted(other[i].possible) for i in chosen])
     data = explorer_data(
         loaded,
         [sources[i] for i in chosen],
@@ -144,8 +161,9 @@ def main() -> int:
         beam_size=args.beam_size,
         n_best=args.n_best,
         title=args.title,
+        links=links,
     )
-    if alignments is not None:
+    if alignments is not None or links is not None:
         check_word_tokens(data, args.src, chosen)
     write_page(data, args.out)
     counted = [f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in
@@ -166,8 +184,8 @@ def check_word_tokens(data: dict[str, object], src: Path, chosen: list[int]) -> 
                 raise UsageError(
                     f"{src}:{number + 1}: model {name!r} splits this pair into {tokens[0]} source "
                     f"and {tokens[1]} target tokens, but it has {words[0]} and {words[1]} words. "
-                    "Gold alignments link words, so --align needs models whose tokens are the "
-                    "space-separated words (the toy tasks, or data.tokenizer=whitespace)."
+                    "Alignments link words, so --align and --links need models whose tokens are "
+                    "the space-separated words (the toy tasks, or data.tokenizer=whitespace)."
                 )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seq2seq.analysis.alignment import GoldAlignment, argmax_links, count_links
+from seq2seq.analysis.alignment import GoldAlignment, Link, argmax_links, count_links
 from seq2seq.data.tokenization import BOS_ID, encode_batch, token_ids
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator
@@ -321,14 +321,19 @@ def explorer_data(
     n_best: int | None = None,
     title: str = "Attention explorer",
     checkpoints: Sequence[dict[str, Any]] = (),
+    links: tuple[str, Sequence[Sequence[Link]]] | None = None,
 ) -> dict[str, Any]:
     """The page's data: ``models`` translating ``sources`` (with ``references`` and gold
     ``alignments``, line-parallel, when given). ``checkpoints`` are earlier snapshots of the
-    same data (the checkpoint slider of a training run), oldest first."""
+    same data (the checkpoint slider of a training run), oldest first. ``links``: another
+    aligner's name and links of each (source, reference) pair (e.g. eflomal's), drawn beside the
+    gold, with their AER against it."""
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(references)} references.")
     if alignments is not None and len(alignments) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(alignments)} alignments.")
+    if links is not None and len(links[1]) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(links[1])} lines of links.")
     translations = {
         model.name: model.translator.translate_detailed(
             list(sources),
@@ -359,16 +364,30 @@ def explorer_data(
                     )
                     for model in models
                 },
+                **other_links(links, index, gold),
             }
         )
     return {
         "title": title,
+        "links_name": None if links is None else links[0],
         "models": [describe_model(model) for model in models],
         "beam_size": beam_size,
         "sentences": sentences,
         "checkpoints": list(checkpoints),
         "version": 1,
     }
+
+
+def other_links(
+    links: tuple[str, Sequence[Sequence[Link]]] | None, index: int, gold: GoldAlignment | None
+) -> dict[str, Any]:
+    """Sentence ``index``'s entries for another aligner's links: the links (source, target) and
+    their AER against the gold (None without gold); nothing without such links."""
+    if links is None:
+        return {}
+    found = sorted(set(links[1][index]))
+    score = None if gold is None else round(count_links(found, gold).aer, DECIMALS)
+    return {"links": [[i, j] for i, j in found], "links_aer": score}
 
 
 def snapshot_sentences(

@@ -88,7 +88,8 @@ def page(data: dict[str, Any]) -> str:
         "are the same, and the weight reads at the top. Bars beside a map: the entropy of each "
         "row's weights (full: uniform over what the row may read). Bars under it: each source "
         "word's coverage, the weight it received up to the hovered row (dashed: 1). Boxes or dots: "
-        "gold links (solid sure, dashed possible). Hatched cells: weight exactly 0 (a sparse "
+        "gold links (solid sure, dashed possible); orange crosses: another aligner's links "
+        "(explore --links). Hatched cells: weight exactly 0 (a sparse "
         "normalizer's or a window's), not merely small. Magenta edges: a local window.</p>\n"
         "</main>\n"
         f'<script type="application/json" id="data">{payload}</script>\n'

@@ -15,7 +15,7 @@ const DATA = unquantize(JSON.parse(document.getElementById("data").textContent))
 const SIDE_BY_SIDE = 4;
 const snapshots = [...DATA.checkpoints, DATA]; // oldest first: the checkpoint slider's stops
 const state = { snapshot: snapshots.length - 1, sentence: 0, map: "forced", layer: "last",
-                head: "avg", gold: true, scale: "linear", zoom: 1,
+                head: "avg", gold: true, links: true, scale: "linear", zoom: 1,
                 shown: DATA.models.slice(0, SIDE_BY_SIDE).map((m) => m.name) };
 // What each map on screen shows (its tokens, geometry, weights), for hover and keyboard.
 const maps = new WeakMap();
@@ -169,7 +169,7 @@ function coverageOf(map) {
 // ---- the map -----------------------------------------------------------------------------
 const LABEL_PX = 11; // a label needs this many pixels: smaller cells show every k-th token
 
-function heatmap(map, gold, name, width, difference = false) {
+function heatmap(map, gold, name, width, difference = false, links = null) {
   const rows = map.rows.length, cols = map.cols.length;
   // Room for the labels: the longest token (clipped at 14 characters), rotated 60° above.
   const longest = Math.max(1, ...map.rows.map((t) => clip(t).length), ...map.cols.map((t) => clip(t).length));
@@ -221,6 +221,7 @@ function heatmap(map, gold, name, width, difference = false) {
   });
   if (map.window) drawWindow(svg, map, { left, top, cell, cols });
   if (gold && state.gold && !difference) drawGold(svg, gold, { left, top, cell, rows, cols });
+  if (links && state.links && !difference) drawLinks(svg, links, { left, top, cell, rows, cols });
   if (coverageHeight) {
     svg.appendChild(el("svg:g", { class: "coverage", transform: `translate(0, ${top + rows * cell + 6})` }));
   }
@@ -282,6 +283,22 @@ function drawGold(svg, gold, { left, top, cell, rows, cols }) {
         svg.appendChild(el("svg:circle", { cx: left + (s + 0.5) * cell, cy: top + (t + 0.5) * cell,
                                            r: Math.max(1, cell * 0.22), class: `${kind} dot` }));
       }
+    }
+  }
+}
+
+// Another aligner's links (explore --links): a cross in each linked cell, white under orange so
+// that it shows on every colour of the map; unlike the gold's boxes, it can sit inside one.
+function drawLinks(svg, links, { left, top, cell, rows, cols }) {
+  const arm = Math.max(1.5, cell * 0.22);
+  for (const [s, t] of links) { // Pharaoh links are source-target
+    if (t >= rows || s >= cols) continue;
+    const cx = left + (s + 0.5) * cell, cy = top + (t + 0.5) * cell;
+    for (const layer of ["other-halo", "other"]) {
+      const group = el("svg:g", { class: layer });
+      group.appendChild(el("svg:line", { x1: cx - arm, y1: cy - arm, x2: cx + arm, y2: cy + arm }));
+      group.appendChild(el("svg:line", { x1: cx - arm, y1: cy + arm, x2: cx + arm, y2: cy - arm }));
+      svg.appendChild(group);
     }
   }
 }
@@ -481,7 +498,9 @@ function panel(model, view, gold, width) {
   const aer = map.aer === null || map.aer === undefined ? "" : ` · AER ${map.aer.toFixed(3)}`;
   box.appendChild(el("div", { class: "meta aer" }, `${map.what}${aer}`));
   const scroller = el("div", { class: "scroller" });
-  const svg = heatmap(map, state.map === "forced" ? gold : null, model.name, width);
+  const forced = state.map === "forced";
+  const links = forced && sentence() ? sentence().links : null;
+  const svg = heatmap(map, forced ? gold : null, model.name, width, false, links);
   scroller.appendChild(svg);
   box.appendChild(scroller);
   box.appendChild(textView(svg));
@@ -615,6 +634,13 @@ function buildControls() {
   const goldLabel = el("label", {}, " gold links");
   goldLabel.prepend(gold);
   header.appendChild(goldLabel);
+  if (DATA.links_name) {
+    const links = el("input", { type: "checkbox", id: "links" });
+    links.addEventListener("change", () => { state.links = links.checked; render(); });
+    const linksLabel = el("label", {}, ` ${DATA.links_name} links (×)`);
+    linksLabel.prepend(links);
+    header.appendChild(linksLabel);
+  }
   for (const model of DATA.models) {
     const box = el("input", { type: "checkbox", "data-show": model.name });
     box.addEventListener("change", () => {
@@ -664,6 +690,8 @@ function syncControls() {
   document.getElementById("scale").value = state.scale;
   document.getElementById("zoom").value = String(state.zoom);
   document.getElementById("gold").checked = state.gold;
+  const links = document.getElementById("links");
+  if (links) links.checked = state.links;
   const full = state.shown.length >= SIDE_BY_SIDE;
   for (const box of document.querySelectorAll("input[data-show]")) {
     box.checked = state.shown.includes(box.dataset.show);
@@ -687,7 +715,8 @@ function syncControls() {
 const EXPORT_STYLE = "text{font:11px sans-serif;fill:#222} text.small{font-size:9px}"
   + " rect.halo{fill:none;stroke:#fff;stroke-width:3} rect.sure,rect.possible{fill:none;stroke:#000;stroke-width:1.5}"
   + " rect.possible,circle.possible{stroke-dasharray:2 2;stroke-width:1} circle.sure{fill:#000} circle.possible{fill:none;stroke:#000}"
-  + " g.window line{stroke:#d6006e;stroke-width:1.5} g.coverage line.one{stroke:#333;stroke-dasharray:3 2}";
+  + " g.window line{stroke:#d6006e;stroke-width:1.5} g.coverage line.one{stroke:#333;stroke-dasharray:3 2}"
+  + " g.other-halo line{stroke:#fff;stroke-width:3.5;stroke-linecap:round} g.other line{stroke:#e8590c;stroke-width:1.75;stroke-linecap:round}";
 
 // The maps on screen as one SVG (or a PNG drawn from it), side by side, with the colour bar: as
 // they read without a pointer (no hover bands, no cursor, no faded labels).
@@ -806,6 +835,11 @@ function render() {
   const source = document.getElementById("source");
   source.replaceChildren(el("div", {}, `source: ${current.src}`));
   if (current.ref !== null) source.appendChild(el("div", { class: "ref" }, `reference: ${current.ref}`));
+  if (current.links) {
+    const aer = current.links_aer === null || current.links_aer === undefined ? "" : ` · AER ${current.links_aer.toFixed(3)}`;
+    const shown = current.links.map(([s, t]) => `${s}-${t}`).join(" ") || "(no links)";
+    source.appendChild(el("div", { class: "links" }, `${DATA.links_name} links (×): ${shown}${aer}`));
+  }
   const views = DATA.models.filter((m) => state.shown.includes(m.name))
     .map((model) => [model, current.models[model.name]]).filter(([, view]) => view);
   if (!views.length) {
