@@ -50,6 +50,10 @@ def test_bad_targets_are_one_paragraph(tmp_path: Path) -> None:
         (["mine.py:torch"], "is not something `check` can check"),
         (["seq2seq.attention:AdditiveAttention"], "functools.partial"),
         (["mine.py:masked_softmax", "--init", "x=1"], "--init is for a class"),
+        (
+            ["seq2seq.attention:AdditiveAttention", "--init", "query_size=8", "--init", "x=1"],
+            "--init query_size: the check builds",
+        ),
     ]:
         done = command("check", *arguments, cwd=tmp_path)
         assert done.returncode == 2, (arguments, done.stdout, done.stderr)
@@ -74,3 +78,13 @@ def test_the_users_file_imports_as_python_runs_it_and_its_errors_are_one_paragra
         done = command("check", spec, cwd=tmp_path)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_json_output_stays_json_when_the_target_is_bad(tmp_path: Path) -> None:
+    """--json: a bad target is a JSON object with the error on stdout (the paragraph on stderr),
+    exit status 2, so that a program reading the output does not get plain text."""
+    done = command("check", "nowhere.py:x", "--json", cwd=tmp_path)
+    assert done.returncode == 2
+    answer = json.loads(done.stdout)
+    assert answer["target"] == "nowhere.py:x" and "there is no file" in answer["error"]
+    assert "there is no file" in done.stderr and "Traceback" not in done.stderr

@@ -71,6 +71,13 @@ def test_attention_and_n_best_are_pytorchs(bundle: Path) -> None:
             assert ours.attention is not None
             assert torch.allclose(ours.attention, theirs.attention, atol=1e-5)
         assert [text for text, _ in ours.n_best or []] == [text for text, _ in theirs.n_best or []]
+        # Each hypothesis with its own tokens and attention (what translate --alignment reads).
+        for mine, reference in zip(ours.hypotheses or [], theirs.hypotheses or [], strict=True):
+            assert (mine.text, mine.tgt_tokens) == (reference.text, reference.tgt_tokens)
+            assert mine.attention is not None and reference.attention is not None
+            assert torch.allclose(mine.attention, reference.attention, atol=1e-5)
+        assert len(ours.hypotheses or []) == len(theirs.hypotheses or [])
+        assert theirs.attention is None or len(theirs.hypotheses or []) == 3  # blank: none
         # CTranslate2's scores leave out the end token's log-probability (docs/serving.md):
         # close, for a model that is sure of its EOS, and never above ours by more than that.
         for (_, score), (_, reference) in zip(ours.n_best or [], theirs.n_best or [], strict=True):

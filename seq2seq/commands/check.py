@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import sys
 import traceback
 from functools import partial
@@ -41,8 +42,13 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = parser.parse_args()
-    target = built(load_target(args.target), init_arguments(args.init), args.target)
-    result = check(target, name=args.target)
+    try:
+        target = built(load_target(args.target), init_arguments(args.init), args.target)
+        result = check(target, name=args.target)
+    except Seq2SeqError as error:
+        if args.json:  # a program reading the JSON gets JSON, and the person the paragraph
+            print(json.dumps({"target": args.target, "error": str(error)}))
+        raise
     print(result.to_json() if args.json else result.table())
     return 0 if result.passed else 1
 
@@ -121,6 +127,13 @@ def built(target: Any, init: dict[str, Any], spec: str) -> Any:
     """What ``check`` takes: an Attention subclass with its other arguments bound; another
     module class built with them; a function as it is."""
     if inspect.isclass(target) and issubclass(target, Attention):
+        chosen = sorted({"query_size", "key_size"} & set(init))
+        if chosen:
+            raise UsageError(
+                f"--init {', '.join(chosen)}: the check builds {spec} with query_size and "
+                "key_size of its own (several sizes, to see how the scores grow with them); "
+                "give only the other arguments of its constructor."
+            )
         return partial(target, **init) if init else target
     if inspect.isclass(target) and issubclass(target, nn.Module):
         try:
