@@ -402,8 +402,9 @@ def check_module_factory(
     build: Callable[[int], nn.Module], label: str, sized: bool = True
 ) -> CheckResult:
     """The module's properties; ``build(D)`` gives it for queries and keys of size D (the same
-    module every time where it is not ``sized``)."""
-    result = CheckResult(label, "attention module")
+    module every time where it is not ``sized``: an attention module; where it is, a scoring
+    function built at each size)."""
+    result = CheckResult(label, "scoring function" if sized else "attention module")
     try:
         module = build(8)
     except Exception as error:
@@ -416,7 +417,7 @@ def check_module_factory(
     size = 8 if sized else module_size(module)
     module = module.double().eval()
     result.findings += attention_findings(module, size)
-    if sized:
+    if sized and result.findings[0].passed:
         result.findings += [
             attempt("√d growth of the logits", lambda: growth_info(build)),
             attempt("tanh saturation", lambda: saturation_info(build)),
@@ -617,7 +618,17 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
     def as_normalizer(finding: Callable[[Callable[[Tensor, Tensor], Tensor]], Finding]) -> Finding:
         return finding(lambda logits, mask: mask_weights(run, size, mask))
 
+    interface = attempt(INTERFACE, lambda: interface_finding(run, size))
+    if not interface.passed and interface.bug is None:  # it raised
+        interface.bug = (
+            "the check calls forward(queries, keys, values, valid_lens) and reads (context, "
+            "weights), or the context and an attention_weights attribute (d2l's interface)"
+        )
+    if not interface.passed:  # every other property would fail the same way: say it once
+        return [interface, *(Finding(name, False, "not run: the interface above failed", info=True)
+                             for name in MODULE_PROPERTIES)]  # fmt: skip
     return [
+        interface,
         attempt("padded keys get weight exactly 0", lambda: as_normalizer(padding_finding)),
         attempt("rows are non-negative and sum to 1", lambda: as_normalizer(normalized_finding)),
         attempt("a row with no real key gives zeros, not NaN", lambda: module_empty(module, size)),
@@ -627,6 +638,43 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
         attempt("gradients reach every parameter, finite", lambda: module_gradients(module, size)),
         attempt("two calls in eval mode agree", lambda: module_repeats(run, size)),
     ]
+
+
+INTERFACE = "forward(q, k, v, valid_lens) gives a context (B, Tq, Dv), weights (B, Tq, Tk)"
+MODULE_PROPERTIES = (
+    "padded keys get weight exactly 0", "rows are non-negative and sum to 1",
+    "a row with no real key gives zeros, not NaN", "padding never reaches the context",
+    "one sentence does not depend on the others", "low precision and autocast match float64",
+    "gradients reach every parameter, finite", "two calls in eval mode agree",
+)  # fmt: skip
+
+
+def interface_finding(
+    run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int
+) -> Finding:
+    """One call on 4 sentences: the context and weights come back in their shapes."""
+    batch, queries, keys, _ = SHAPES[3]
+    q, k, v, lens = next(
+        case for case in module_cases(size) if case[0].shape[:2] == (batch, queries)
+    )
+    context, weights = run(q, k, v, lens)
+    wanted = {"context": (batch, queries, v.shape[-1]), "weights": (batch, queries, keys)}
+    got = {"context": tuple(context.shape), "weights": tuple(weights.shape)}
+    wrong = [name for name in wanted if got[name] != wanted[name]]
+    if not wrong:
+        return Finding(INTERFACE, True)
+    bug = (
+        "the context is weights @ values, (B, Tq, Dv): a sum, mean or reshape too many, or the "
+        "weights multiplied with the keys"
+        if "context" in wrong
+        else "the weights are the scores of the queries against the keys, normalized over the "
+        "keys: (B, Tq, Tk)"
+    )
+    detail = "; ".join(f"{name}: expected {wanted[name]}, actual {got[name]}" for name in wrong)
+    return Finding(
+        INTERFACE, False, f"{detail} (queries {tuple(q.shape)}, keys {tuple(k.shape)}, values "
+        f"{tuple(v.shape)})", bug,
+    )  # fmt: skip
 
 
 def module_dtypes(module: nn.Module, size: int) -> Finding:
