@@ -9,6 +9,8 @@ t interval over seeds.
 
     python -m benchmarks.alignment_reference --runs multirun/compare_attention \\
         --out docs/benchmark/alignment_reference.json
+    python -m benchmarks.alignment_reference --multi30k-run RUN \\
+        --out docs/benchmark/alignment_multi30k.json
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from seq2seq import Translator
-from seq2seq.analysis.alignment import corpus_aer, read_pharaoh
+from seq2seq.analysis.alignment import GoldAlignment, corpus_aer, read_pharaoh
 from seq2seq.analysis.compare import find_runs, read_run
 from seq2seq.analysis.eflomal_aligner import eflomal_links
 from seq2seq.analysis.groups import group_runs
@@ -30,6 +34,9 @@ from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.word_alignment import symmetrize
 from seq2seq.commands import toy_data
 from seq2seq.commands.align import attention_links
+from seq2seq.data.corpora import normalize, read_lines
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SPLITS = ("test", "test_long")
 EFLOMAL = {  # row name -> how eflomal's two directions become one alignment
@@ -87,6 +94,35 @@ def model_rows(data: Path, run_paths: Sequence[Path]) -> dict[str, dict[str, lis
     return rows
 
 
+def multi30k_agreement(run: Path, root: Path, eflomal_runs: int) -> dict[str, list[float]]:
+    """Multi30k has no gold links: how far a model's attention links on the test set are from
+    eflomal's (grow-diag-final-and, learning from the training pairs), AER with eflomal's links
+    as the sure ones; beside it, how far eflomal's runs are from each other (its own spread)."""
+    config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+    source, target = config["data"]["src_lang"], config["data"]["tgt_lang"]
+
+    def read(split: str, language: str) -> list[str]:
+        return [normalize(line) for line in read_lines(root / f"{split}.{language}", split)]
+
+    test = read("test_2016_flickr", source), read("test_2016_flickr", target)
+    train = read("train", source), read("train", target)
+    references = []
+    for _ in range(max(eflomal_runs, 2)):
+        forward, backward = eflomal_links(*test, train)
+        joined = [symmetrize(f, b) for f, b in zip(forward, backward, strict=True)]
+        references.append([GoldAlignment.from_links(links) for links in joined])
+    translator = Translator.load(run / "checkpoints" / "best.ckpt")
+    links = attention_links(translator, *test)
+    as_gold = [[sorted(g.sure) for g in reference] for reference in references]
+    return {
+        "attention against eflomal": [corpus_aer(links, gold) for gold in references],
+        "eflomal against another eflomal run": [
+            corpus_aer(as_gold[i], references[(i + 1) % len(references)])
+            for i in range(len(references))
+        ],
+    }
+
+
 def shown(values: Sequence[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:.3f} (1 run)"
@@ -99,7 +135,21 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, nargs="*", default=[], help="run or multirun dirs")
     parser.add_argument("--eflomal-runs", type=int, default=3, help="eflomal runs (3)")
     parser.add_argument("--out", type=Path, help="write the figures here (JSON)")
+    parser.add_argument(
+        "--multi30k-run", type=Path, help="a Multi30k run: its links' agreement with eflomal's"
+    )
+    parser.add_argument(
+        "--multi30k-root", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k"
+    )
     args = parser.parse_args()
+    if args.multi30k_run is not None:
+        agreement = multi30k_agreement(args.multi30k_run, args.multi30k_root, args.eflomal_runs)
+        print("| Multi30k test_2016_flickr | AER, eflomal's links as sure |\n|---|---|")
+        for name, values in agreement.items():
+            print(f"| {name} | {shown(values)} |")
+        if args.out is not None:
+            args.out.write_text(json.dumps(agreement, indent=2) + "\n", encoding="utf-8")
+        return
     with tempfile.TemporaryDirectory() as directory:
         data = Path(directory)
         toy_data.main(["--out", str(data)])  # the default toy task, as train.py builds it
