@@ -267,7 +267,8 @@ def plot_attention_grid(
                 title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
             )
         source = panels[0][3]["source"]
-        title = wrap_title(f"val sentence {index}: {source}", PANEL_INCHES * columns)
+        # Line numbers from 1, as the explorer, --lines and every error message count them.
+        title = wrap_title(f"val line {index + 1}: {source}", PANEL_INCHES * columns)
         figure.suptitle(title)
         # The panels below the suptitle's lines (about 0.3 inch each), not under them.
         top = 1 - (0.3 * (title.count("\n") + 1) + 0.1) / (PANEL_INCHES * rows)

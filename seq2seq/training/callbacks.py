@@ -77,7 +77,7 @@ class ValidationExamples(pl.Callback):
                 translation.tgt_tokens,
                 translation.attention,
                 image,
-                title=f"val sentence {record['index']}, step {step}",
+                title=f"val line {record['index'] + 1}, step {step}",
             )
             images.append((record, image))
             # A Transformer's cross-attention, every layer and head, for its first sentence.
@@ -88,7 +88,7 @@ class ValidationExamples(pl.Callback):
                 grid = out_dir / f"step-{step:06d}-{record['index']}-heads.png"
                 plot_attention_grid(
                     translation.src_tokens, translation.tgt_tokens, heads, grid,
-                    title=f"val sentence {record['index']}, step {step}: layers x heads",
+                    title=f"val line {record['index'] + 1}, step {step}: layers x heads",
                 )  # fmt: skip
                 images.append(({**record, "index": f"{record['index']}-heads"}, grid))
         self._log(trainer, step, records, images)
