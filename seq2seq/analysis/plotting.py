@@ -32,9 +32,11 @@ def draw_attention(
             f"weights of shape {(rows, columns)} do not match {len(tgt_tokens)} target and "
             f"{len(src_tokens)} source tokens."
         )
-    image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    # The explorer's scale (reversed viridis: light yellow 0, dark violet 1), so that a map reads
+    # the same in a PNG and on the page.
+    image = axes.imshow(matrix, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
     # Exact zeros (a sparse normalizer's, a window's) hatched, so that no small weight looks like
-    # one: imshow draws both white.
+    # one: imshow draws both the same colour.
     for row, column in zip(*np.nonzero(np.asarray(matrix) == 0), strict=True):
         corner = (float(column) - 0.5, float(row) - 0.5)
         axes.add_patch(
