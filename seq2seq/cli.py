@@ -118,11 +118,14 @@ def check_coverage_penalty_backend(backend: str, beta: float) -> None:
 
 
 def alignment_method(*words: str) -> Callable[[str], str | float]:
-    """An argparse ``type`` for --alignment: one of ``words`` or a threshold from 0 to 1."""
+    """An argparse ``type`` for --alignment: one of ``words`` or a threshold from 0 to 1; 1 (no
+    weight is above it) means hard links, as in Marian."""
 
     def parse(text: str) -> str | float:
         if text in words:
             return text
+        if text.strip() in ("1", "1.0"):
+            return "hard"
         try:
             threshold = float(text)
         except ValueError:

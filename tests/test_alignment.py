@@ -203,5 +203,30 @@ def test_align_refuses_what_it_cannot_do(tiny_checkpoint: Path, tmp_path: Path) 
     assert layer.returncode == 2 and "one attention map" in layer.stderr, layer.stderr
     threshold = run_script(*files, "--align", gold, "--alignment", "soft")
     assert threshold.returncode == 2 and "give 'hard' or a threshold" in threshold.stderr
-    for completed in (nothing, layer, threshold):
+    alone = run_script(*files, "--align", gold, "--symmetrize", "union")
+    assert alone.returncode == 2 and "give --reverse-model" in alone.stderr
+    for completed in (nothing, layer, threshold, alone):
         assert "Traceback" not in completed.stderr
+
+
+def test_align_says_what_it_cannot_link(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Unknown words (most of them: a model of other languages, or a reverse model of the wrong
+    direction) and pairs with one side blank are said; --json without gold says what it wrote."""
+    (tmp_path / "s").write_text("zzz qqq xxx .\n\nthe cat .\n")
+    (tmp_path / "t").write_text("moto .\nmoto .\nmoto .\n")
+    completed = run_script(
+        "--model", tiny_checkpoint, "--src", tmp_path / "s", "--tgt", tmp_path / "t",
+        "--write", tmp_path / "w", "--json",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "reads 3 source word(s) as <unk> (e.g. zzz" in completed.stderr
+    assert "1 sentence pair(s) have one side blank (lines 2)" in completed.stderr
+    assert json.loads(completed.stdout) == {
+        "sentences": 3, "links": len((tmp_path / "w").read_text().split()),
+        "write": str(tmp_path / "w"),
+    }  # fmt: skip
+    reversed_model = run_script(
+        "--model", tiny_checkpoint, "--src", tmp_path / "t", "--tgt", tmp_path / "s",
+        "--write", tmp_path / "r",
+    )  # fmt: skip
+    assert "reads most target words as <unk>" in reversed_model.stderr

@@ -525,6 +525,11 @@ def test_explore_draws_another_aligners_links_with_their_aer(
         "--out", out,
     )  # fmt: skip
     assert no_ref.returncode == 2 and "--links links source words" in no_ref.stderr
+    twice = run_explore(
+        "--model", tiny_checkpoint, *files, "--links", f"a={tmp_path / 'l'}",
+        "--links", f"b={tmp_path / 'l'}", "--out", out,
+    )  # fmt: skip
+    assert twice.returncode == 2 and "--links given 2 times" in twice.stderr
 
 
 def run_explore(*arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -276,7 +276,8 @@ def test_translate_writes_n_best_lists_and_scores_as_the_translator_gives_them(
 def test_translate_alignment_gives_each_hypothesis_the_links_of_its_attention(
     bundle: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """--n-best 2 --alignment hard: 'LINE ||| TEXT ||| SCORE ||| LINKS', the links the argmax of
+    """--n-best 2 --alignment hard: 'LINE ||| TEXT ||| LINKS ||| SCORE' (Marian's order), the
+    links the argmax of
     the attention the translator returns with that hypothesis (a word-level model: its tokens are
     the words); the first is the 1-best's. Checkpoint, bundle and ONNX graphs write the same."""
     pytest.importorskip("onnxruntime")
@@ -316,13 +317,17 @@ def test_translate_alignment_gives_each_hypothesis_the_links_of_its_attention(
             words = len(source.split()), len(hypothesis.text.split())
             links = pharaoh(argmax_links(hypothesis.attention, *words))
             wanted.append((str(index), hypothesis.text, links))
-    assert [(index, text, links) for index, text, _, links in rows] == wanted
-    assert all(links for index, text, _, links in rows if text)
+    assert [(index, text, links) for index, text, links, _ in rows] == wanted
+    assert all(links for index, text, links, _ in rows if text)
     for key, other in outputs.items():
-        assert [row[:2] + row[3:] for row in other] == [row[:2] + row[3:] for row in rows], key
-        assert [float(row[2]) for row in other] == pytest.approx(
-            [float(row[2]) for row in rows], abs=1e-4
+        assert [row[:3] for row in other] == [row[:3] for row in rows], key
+        assert [float(row[3]) for row in other] == pytest.approx(
+            [float(row[3]) for row in rows], abs=1e-4
         )
+    # --alignment 1 is hard links (Marian's meaning: no weight is above 1).
+    one = run_script("translate.py", "--model", bundle, "--alignment", "1", stdin=stdin)
+    hard = run_script("translate.py", "--model", bundle, "--alignment", "hard", stdin=stdin)
+    assert one.returncode == 0 and one.stdout == hard.stdout, one.stderr.decode()
 
 
 def test_translate_soft_alignment_writes_each_target_words_weights(bundle: Path) -> None:

@@ -105,3 +105,26 @@ def test_compare_prints_the_reference_rows(files: dict[str, Path], tmp_path: Pat
     assert "Reference aligners" in completed.stdout and "eflomal (reference)" in completed.stdout
     refused = run_compare(files["runs"], "--out", tmp_path / "o2", "--reference", "x=y")
     assert refused.returncode == 2 and "--reference needs --gold" in refused.stderr
+    alone = run_compare(files["runs"], "--out", tmp_path / "o3", "--gold", files["gold"])
+    assert alone.returncode == 2 and "--gold scores --reference links" in alone.stderr
+
+
+def test_bad_references_are_refused_before_any_table(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Links of another test set (past a reference's words), two references of one name and a
+    missing file: refused before the runs' tables are printed."""
+    references = "".join("w0 w1 w2 w3 w4\n" for _ in range(SENTENCES))
+    for run in files["runs"].iterdir():
+        (run / "test_references.txt").write_text(references)
+    other = tmp_path / "other"
+    other.write_text("".join("0-7 1-1\n" for _ in range(SENTENCES)))
+    gold = ["--gold", files["gold"], "--out", tmp_path / "out"]
+    for arguments, message in [
+        (["--reference", f"x={other}"], f"{other}:1: link 0-7 points past the 5 words"),
+        (["--reference", f"x={files['good']}", "--reference", f"x={files['good']}"], "given twice"),
+        (["--reference", f"x={tmp_path / 'missing'}"], "does not exist"),
+    ]:
+        done = run_compare(files["runs"], *arguments, *gold)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert done.stdout == "" and "Traceback" not in done.stderr

@@ -76,7 +76,7 @@ def test_hard_and_threshold_links() -> None:
 
 
 def test_pharaoh_and_soft_formats() -> None:
-    assert pharaoh([(2, 1), (0, 0), (1, 1)]) == "0-0 1-1 2-1"
+    assert pharaoh([(2, 1), (0, 0), (1, 1), (0, 2)]) == "0-0 0-2 1-1 2-1"  # by source word
     assert pharaoh([]) == ""
     assert soft(torch.tensor([[0.25, 0.75], [1.0, 0.0]])) == "0.2500,0.7500 1.0000,0.0000"
     assert transpose([(0, 2), (1, 0)]) == [(0, 1), (2, 0)]

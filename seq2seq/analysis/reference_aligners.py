@@ -51,8 +51,12 @@ class ReferenceAligner:
         return total.aer
 
 
-def read_reference(name: str, links: Path, gold: Path) -> ReferenceAligner:
-    """``links`` (Pharaoh, one line per test sentence) scored against ``gold``."""
+def read_reference(
+    name: str, links: Path, gold: Path, targets: Sequence[str] | None = None
+) -> ReferenceAligner:
+    """``links`` (Pharaoh, one line per test sentence) scored against ``gold``. ``targets``: the
+    runs' test references, whose words every link's target index must fall within (links of
+    other sentences are refused rather than scored)."""
     predicted = read_pharaoh(links)
     references = read_pharaoh(gold)
     if len(predicted) != len(references):
@@ -60,12 +64,28 @@ def read_reference(name: str, links: Path, gold: Path) -> ReferenceAligner:
             f"--reference {name}={links} has {len(predicted)} lines but --gold {gold} has "
             f"{len(references)}: give the links of the runs' test sentences, one line each."
         )
+    if targets is not None and len(targets) != len(predicted):
+        raise RunsError(
+            f"--reference {name}={links} has {len(predicted)} lines but the runs' test set has "
+            f"{len(targets)} sentences: give the links of the runs' test sentences."
+        )
     for number, found in enumerate(predicted, 1):
         if found.possible != found.sure:
             raise RunsError(
                 f"{links}:{number}: possible links (i-p-j) in an aligner's output; an aligner "
                 "gives links, write them as i-j."
             )
+        sentence = None if targets is None else targets[number - 1].split()
+        for origin, given in ((links, found), (gold, references[number - 1])):
+            beyond = [(i, j) for i, j in sorted(given.possible) if sentence is not None and
+                      j >= len(sentence)]  # fmt: skip
+            if beyond:
+                i, j = beyond[0]
+                raise RunsError(
+                    f"{origin}:{number}: link {i}-{j} points past the {len(sentence or [])} "
+                    "words of the runs' test reference there: the file holds another test "
+                    "set's links (the runs' test references are in their test_references.txt)."
+                )
     counts = [
         count_links(found.sure, reference)
         for found, reference in zip(predicted, references, strict=True)
@@ -102,6 +122,23 @@ def reference_table(
             cells.append(f"{mean - reference.aer:+.3f} (p = {result.p_value:.4f})")
         rows.append(cells)
     return markdown(header, rows)
+
+
+def check_references(groups: Sequence[Group], references: Sequence[ReferenceAligner]) -> None:
+    """Refuse, before any work, references of another test set than the runs' (by each
+    sentence's count of sure gold links) and two references of one name."""
+    names = [reference.name for reference in references]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise RunsError(
+            f"--reference {', '.join(repeated)} given twice: name each aligner once (e.g. "
+            "eflomal=a.links eflomal_fwd=b.links)."
+        )
+    for group in groups:
+        for run in group.runs:
+            counts = read_alignments(run.path / TEST_ALIGNMENTS)
+            if counts is not None and references:
+                check_same_gold(group, counts, references[0])
 
 
 def check_same_gold(

@@ -243,8 +243,8 @@ def _joins_unaligned(links: set[Link], link: Link, both: bool) -> bool:
 
 
 def pharaoh(links: Iterable[Link]) -> str:
-    """``"0-0 1-2 ..."``, sorted by target word, then source word."""
-    return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda link: (link[1], link[0])))
+    """``"0-0 1-2 ..."``, sorted by source word, then target word (as fast_align and Marian)."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
 
 
 def soft(weights: Tensor) -> str:

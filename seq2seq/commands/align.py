@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,6 +58,9 @@ from seq2seq.cli import (
     run,
 )
 from seq2seq.data.corpora import read_lines
+from seq2seq.data.tokenization import unknown_words
+
+log = logging.getLogger("seq2seq.align")
 
 
 def parse_args() -> argparse.Namespace:
@@ -81,7 +85,7 @@ def parse_args() -> argparse.Namespace:
         help="a target->source model: align each pair both ways and --symmetrize the links",
     )  # fmt: skip
     parser.add_argument(
-        "--symmetrize", choices=[*SYMMETRIZATIONS, "none"], default="grow-diag-final-and",
+        "--symmetrize", choices=[*SYMMETRIZATIONS, "none"],
         help="how --reverse-model's (or eflomal's reverse) links join the model's "
         "(grow-diag-final-and); none: eflomal's source->target links alone",
     )  # fmt: skip
@@ -122,6 +126,13 @@ def parse_args() -> argparse.Namespace:
         parser.error("give both --train-src and --train-tgt (line-parallel), or neither")
     if args.symmetrize == "none" and args.reverse_model is not None:
         parser.error("--symmetrize none keeps one direction: leave out --reverse-model instead")
+    if args.symmetrize is not None and not (args.eflomal or args.reverse_model):
+        parser.error(
+            f"--symmetrize {args.symmetrize} joins two directions' links: give --reverse-model "
+            "MODEL (a target->source model), or align with --eflomal"
+        )
+    if args.symmetrize is None:
+        args.symmetrize = "grow-diag-final-and"
     return args
 
 
@@ -147,17 +158,34 @@ def main() -> int:
     if args.write is not None:
         with open(args.write, "w", encoding="utf-8") as file:
             file.writelines(f"{pharaoh(sentence)}\n" for sentence in links)
+        log.info("wrote the links of %d sentence pairs to %s", len(links), args.write)
     if gold is not None:
         report(args, links, gold)
+    elif args.json:
+        written = {"sentences": len(links), "links": sum(map(len, links)), "write": str(args.write)}
+        print(json.dumps(written))
     return 0
 
 
 def read_corpus(
     args: argparse.Namespace,
 ) -> tuple[list[str], list[str], list[GoldAlignment] | None]:
-    """The sentence pairs and, with --align, their gold links: line-parallel, links in range."""
+    """The sentence pairs and, with --align, their gold links: line-parallel, links in range;
+    pairs with one side blank (no links possible) said."""
     sources = read_lines(args.src, "the source file")
     targets = read_lines(args.tgt, "the target file")
+    half_blank = [
+        number
+        for number, (source, target) in enumerate(zip(sources, targets, strict=False), 1)
+        if bool(source.strip()) != bool(target.strip())
+    ]
+    if half_blank:
+        shown = ", ".join(map(str, half_blank[:5])) + (" ..." if len(half_blank) > 5 else "")
+        log.warning(
+            "%d sentence pair(s) have one side blank (lines %s): they get no links, and their "
+            "gold links count as missed",
+            len(half_blank), shown,
+        )  # fmt: skip
     gold = None if args.align is None else read_pharaoh(args.align)
     counts = {args.src: len(sources), args.tgt: len(targets)}
     if gold is not None:
@@ -189,9 +217,37 @@ def model_links(
 ) -> list[list[Link]]:
     """The links (source word, target word) the model at ``path`` gives each pair."""
     translator = Translator.load(path, device=args.device, trust_modules=args.trust_modules)
+    warn_unknown_words(path, translator, sources, targets)
     return attention_links(
         translator, sources, targets, args.alignment, (args.layer, args.head), args.batch_size
     )
+
+
+def warn_unknown_words(
+    path: Path, translator: Translator, sources: Sequence[str], targets: Sequence[str]
+) -> None:
+    """Say which words of each side the model reads as <unk>; most of them unknown means a
+    model of other languages (a --reverse-model of the wrong direction)."""
+    for side, texts, tokenizer in (
+        ("source", sources, translator.src_tokenizer),
+        ("target", targets, translator.tgt_tokenizer),
+    ):
+        unknown = unknown_words(tokenizer, list(texts))
+        if not unknown:
+            continue
+        words = sum(len(text.split()) for text in texts)
+        examples = ", ".join(word for word, _ in unknown.most_common(5))
+        log.warning(
+            "%s reads %d %s word(s) as <unk> (e.g. %s): their links are where the model "
+            "attends while reading <unk>",
+            path, sum(unknown.values()), side, examples,
+        )  # fmt: skip
+        if sum(unknown.values()) > words / 2:
+            log.warning(
+                "%s reads most %s words as <unk>: is it a model of these languages, in this "
+                "direction (a --reverse-model translates target to source)?",
+                path, side,
+            )  # fmt: skip
 
 
 def attention_links(

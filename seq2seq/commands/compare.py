@@ -48,7 +48,13 @@ from seq2seq.analysis.groups import (
     run_seed,
     significance_table,
 )
-from seq2seq.analysis.reference_aligners import read_reference, reference_table
+from seq2seq.analysis.metrics import TEST_REFERENCES
+from seq2seq.analysis.reference_aligners import (
+    ReferenceAligner,
+    check_references,
+    read_reference,
+    reference_table,
+)
 from seq2seq.analysis.significance import SHUFFLES, TESTS
 from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
 from seq2seq.explorer import MAX_MODELS, ExplorerModel, explorer_data, write_page
@@ -96,6 +102,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.reference and args.gold is None:
         parser.error("--reference needs --gold FILE, the test set's gold links")
+    if args.gold is not None and not args.reference:
+        parser.error("--gold scores --reference links: give --reference NAME=LINKS too")
     for given in args.reference:
         name, _, path = given.partition("=")
         if not name or not path:
@@ -134,9 +142,10 @@ def main() -> int:
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
     groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
+    references = read_references(runs, groups, args)  # as are bad --reference files
     labels = run_labels(runs, groups)
     print(markdown_table(runs, labels), end="")
-    print_groups(runs, groups, args, out_dir)
+    print_groups(runs, groups, args, out_dir, references)
     group_index = {id(run): index for index, group in enumerate(groups) for run in group.runs}
     colours = [group_colour(group_index[id(run)]) for run in runs]
     curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png", colours)
@@ -181,7 +190,11 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
 
 
 def print_groups(
-    runs: list[RunRecord], groups: list[Group], args: argparse.Namespace, out_dir: Path
+    runs: list[RunRecord],
+    groups: list[Group],
+    args: argparse.Namespace,
+    out_dir: Path,
+    references: list[ReferenceAligner],
 ) -> None:
     """The groups' table, their paired tests and bleu_bands.png; the tests of --pair."""
     if args.by and all(len(group.runs) == 1 for group in groups):
@@ -200,8 +213,8 @@ def print_groups(
             log.warning("no paired tests: %s", error)
         else:
             print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
-    if args.reference:
-        print_references(groups, args)
+    if references:
+        print_references(groups, references, args)
     if args.pair:
         # Each named as the tables name it where it is one of the runs, else by its path.
         names = {
@@ -213,12 +226,30 @@ def print_groups(
         print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
 
 
-def print_references(groups: list[Group], args: argparse.Namespace) -> None:
-    """--reference: each aligner's test AER beside the groups', tested against each group."""
+def read_references(
+    runs: list[RunRecord], groups: list[Group], args: argparse.Namespace
+) -> list[ReferenceAligner]:
+    """--reference: each aligner's links, read and checked against the runs' test set."""
+    if not args.reference:
+        return []
+    with_references = [run for run in runs if (run.path / TEST_REFERENCES).is_file()]
+    targets = (
+        (with_references[0].path / TEST_REFERENCES).read_text(encoding="utf-8").splitlines()
+        if with_references
+        else None
+    )
     references = []
     for given in args.reference:
         name, _, path = given.partition("=")
-        references.append(read_reference(name, Path(path), args.gold))
+        references.append(read_reference(name, Path(path), args.gold, targets))
+    check_references(groups, references)
+    return references
+
+
+def print_references(
+    groups: list[Group], references: list[ReferenceAligner], args: argparse.Namespace
+) -> None:
+    """--reference: each aligner's test AER beside the groups', tested against each group."""
     shuffles = args.samples if args.test == "ar" and args.samples else SHUFFLES
     print(
         f"\nReference aligners (test AER against {args.gold}; Δ: a group's mean minus the "

@@ -1,4 +1,4 @@
-"""Write the attention explorer: one self-contained HTML page (no network) for one to four models.
+"""Write the attention explorer: one self-contained HTML page (no network) for up to 16 models.
 
     python scripts/explore.py --model additive=runs/a/checkpoints/best.ckpt \
         --model scaled_dot=runs/b/checkpoints/best.ckpt --src data/toy/test.src \
@@ -56,7 +56,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ref", type=Path, help="references, line-parallel with --src")
     parser.add_argument("--align", type=Path, help="gold Pharaoh alignments, line-parallel")
     parser.add_argument(
-        "--links", metavar="NAME=FILE",
+        "--links", metavar="NAME=FILE", action="append",
         help="another aligner's Pharaoh links of each (source, reference) pair, line-parallel, "
         "e.g. eflomal=test.links (seq2seq align --eflomal --write): drawn beside the gold",
     )  # fmt: skip
@@ -113,19 +113,25 @@ def main() -> int:
         raise UsageError("no sentences: give them with --src FILE or with --sentence TEXT.")
     if args.sentences is not None and (args.ref or args.align or args.lines or args.links):
         raise UsageError("--ref, --align, --links and --lines go with --src.")
-    for option, given in [("--align", args.align), ("--links", args.links)]:
-        if given is not None and args.ref is None:
+    for option, value in [("--align", args.align), ("--links", args.links)]:
+        if value is not None and args.ref is None:
             raise UsageError(f"{option} links source words to reference words: give --ref too.")
-    links_name, _, links_path = (args.links or "").partition("=")
-    if args.links is not None and not (links_name and links_path):
-        raise UsageError(f"--links {args.links!r}: give NAME=FILE, e.g. eflomal=test.links.")
+    if args.links is not None and len(args.links) > 1:
+        raise UsageError(
+            f"--links given {len(args.links)} times: a page draws one other aligner's links "
+            "beside the gold; make a page for each."
+        )
+    given = args.links[0] if args.links else None
+    links_name, _, links_path = (given or "").partition("=")
+    if given is not None and not (links_name and links_path):
+        raise UsageError(f"--links {given!r}: give NAME=FILE, e.g. eflomal=test.links.")
     if args.n_best is not None and args.n_best > args.beam_size:
         raise UsageError(f"--n-best {args.n_best} needs --beam-size {args.n_best} or more.")
     check_writable(args.out, "the page")
     sources = args.sentences or read_lines(args.src, "the source file")
     references = read_lines(args.ref, "the reference file") if args.ref else None
     gold = read_pharaoh(args.align) if args.align else None
-    other = read_pharaoh(Path(links_path)) if args.links else None
+    other = read_pharaoh(Path(links_path)) if given else None
     for path, lines in [(args.ref, references), (args.align, gold), (links_path, other)]:
         if lines is not None and len(lines) != len(sources):
             raise UsageError(

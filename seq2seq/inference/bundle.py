@@ -206,8 +206,8 @@ def load(
         return load_bundle(path, map_location, kernels, trust_modules)
     if not path.exists():
         raise ModelFileError(
-            f"{path} does not exist: pass a checkpoint written by train.py "
-            "(RUN/checkpoints/best.ckpt) or a bundle directory written by scripts/export.py."
+            f"{path} does not exist: pass a checkpoint written by training (seq2seq train: "
+            "RUN/checkpoints/best.ckpt) or a bundle directory written by seq2seq export."
         )
     return load_checkpoint(path, map_location, kernels, trust_modules)
 

@@ -580,18 +580,20 @@ def output_lines(
     """What ``translate_stream`` writes for input line ``index`` (from 0): the translation; with
     ``scores`` ``TEXT ||| SCORE``; with ``n_best`` the Moses n-best format, one
     ``INDEX ||| TEXT ||| SCORE`` line per hypothesis, best first; ``links`` (one per hypothesis)
-    adds `` ||| LINKS`` at the end of each. SCORE is the beam's: the log-probability over GNMT's
-    length penalty, plus the coverage penalty (``search``). A blank or unusable line has one
-    empty hypothesis of score 0 (and no links)."""
+    go right after each TEXT, where Marian writes them (``INDEX ||| TEXT ||| LINKS ||| SCORE``).
+    SCORE is the beam's: the log-probability over GNMT's length penalty, plus the coverage
+    penalty (``search``). A blank or unusable line has one empty hypothesis of score 0 (and no
+    links)."""
     score = 0.0 if translation.score is None else translation.score
-    if n_best is not None:
-        hypotheses = translation.n_best or [(translation.text, score)]
-        lines = [f"{index} ||| {text} ||| {value:.6f}" for text, value in hypotheses]
-    else:
-        lines = [f"{translation.text} ||| {score:.6f}" if scores else translation.text]
-    if links is None:
-        return lines
-    return [f"{line} ||| {field}" for line, field in zip(lines, links, strict=True)]
+    ranked = (translation.n_best if n_best is not None else None) or [(translation.text, score)]
+    lines = []
+    for (text, value), link in zip(ranked, links or [""] * len(ranked), strict=True):
+        shown = text if links is None else f"{text} ||| {link}"
+        if n_best is not None:
+            lines.append(f"{index} ||| {shown} ||| {value:.6f}")
+        else:
+            lines.append(f"{shown} ||| {value:.6f}" if scores else shown)
+    return lines
 
 
 def unknown_words_message(unknown: Counter[str], shown: int = 5) -> str:
