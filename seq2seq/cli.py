@@ -229,17 +229,21 @@ def check_report_paths(json_path: Path, markdown_path: Path | None) -> None:
 
 
 def check_writable(path: Path, what: str) -> None:
-    """Fail early, before any decoding, if ``path`` cannot be written."""
+    """Fail early, before any decoding, if ``path`` cannot be written; a file that does not exist
+    yet is not created (a command refused later leaves nothing behind)."""
     directory = path.parent if path.parent != Path("") else Path(".")
     if not directory.is_dir():
         raise UsageError(
             f"cannot write {what} to {path}: the directory {directory} does not exist."
         )
+    existed = path.exists()
     try:
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as error:
         raise UsageError(f"cannot write {what} to {path} ({error.strerror}).") from None
+    if not existed:  # tried, not kept: a command refused later leaves no empty file behind
+        path.unlink()
 
 
 def read_sources_and_references(src: Path, ref: Path) -> tuple[list[str], list[str]]:

@@ -205,7 +205,11 @@ def test_align_refuses_what_it_cannot_do(tiny_checkpoint: Path, tmp_path: Path) 
     assert threshold.returncode == 2 and "give 'hard' or a threshold" in threshold.stderr
     alone = run_script(*files, "--align", gold, "--symmetrize", "union")
     assert alone.returncode == 2 and "give --reverse-model" in alone.stderr
-    for completed in (nothing, layer, threshold, alone):
+    none = run_script(*files, "--align", gold, "--symmetrize", "none")
+    assert none.returncode == 2 and "eflomal's source->target links: give --eflomal" in none.stderr
+    missing = run_script(*files, "--align", tmp_path / "nope")
+    assert missing.returncode == 2 and "the gold links (--align)" in missing.stderr
+    for completed in (nothing, layer, threshold, alone, none, missing):
         assert "Traceback" not in completed.stderr
 
 
@@ -220,7 +224,7 @@ def test_align_says_what_it_cannot_link(tiny_checkpoint: Path, tmp_path: Path) -
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert "reads 3 source word(s) as <unk> (e.g. zzz" in completed.stderr
-    assert "1 sentence pair(s) have one side blank (lines 2)" in completed.stderr
+    assert "1 sentence pair(s) have one side blank (lines 2): they get no links" in completed.stderr
     assert json.loads(completed.stdout) == {
         "sentences": 3, "links": len((tmp_path / "w").read_text().split()),
         "write": str(tmp_path / "w"),

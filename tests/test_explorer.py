@@ -525,11 +525,16 @@ def test_explore_draws_another_aligners_links_with_their_aer(
         "--out", out,
     )  # fmt: skip
     assert no_ref.returncode == 2 and "--links links source words" in no_ref.stderr
+    fresh = tmp_path / "refused.html"
     twice = run_explore(
         "--model", tiny_checkpoint, *files, "--links", f"a={tmp_path / 'l'}",
-        "--links", f"b={tmp_path / 'l'}", "--out", out,
+        "--links", f"b={tmp_path / 'l'}", "--out", fresh,
     )  # fmt: skip
     assert twice.returncode == 2 and "--links given 2 times" in twice.stderr
+    beyond = run_explore(
+        "--model", tiny_checkpoint, *files, "--links", f"x={tmp_path / 'bad'}", "--out", fresh
+    )
+    assert beyond.returncode == 2 and not fresh.exists()  # refused: no empty page left behind
 
 
 def run_explore(*arguments: str | Path) -> subprocess.CompletedProcess[str]:

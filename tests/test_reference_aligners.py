@@ -128,3 +128,4 @@ def test_bad_references_are_refused_before_any_table(
         done = run_compare(files["runs"], *arguments, *gold)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert done.stdout == "" and "Traceback" not in done.stderr
+        assert not (tmp_path / "out").exists()  # nothing written for a refused comparison

@@ -132,9 +132,9 @@ def parse_pharaoh(line: str, origin: str = "the alignment") -> GoldAlignment:
     return GoldAlignment(frozenset(sure), frozenset(possible))
 
 
-def read_pharaoh(path: Path) -> list[GoldAlignment]:
-    """One gold alignment per line of ``path``."""
-    lines = read_lines(path, "the alignment file")
+def read_pharaoh(path: Path, what: str = "the alignment file") -> list[GoldAlignment]:
+    """One gold alignment per line of ``path`` (``what`` names it in the missing-file error)."""
+    lines = read_lines(path, what)
     return [parse_pharaoh(line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
 
 

@@ -57,8 +57,8 @@ def read_reference(
     """``links`` (Pharaoh, one line per test sentence) scored against ``gold``. ``targets``: the
     runs' test references, whose words every link's target index must fall within (links of
     other sentences are refused rather than scored)."""
-    predicted = read_pharaoh(links)
-    references = read_pharaoh(gold)
+    predicted = read_pharaoh(links, f"the links of --reference {name}")
+    references = read_pharaoh(gold, "the gold links (--gold)")
     if len(predicted) != len(references):
         raise RunsError(
             f"--reference {name}={links} has {len(predicted)} lines but --gold {gold} has "

@@ -126,6 +126,8 @@ def parse_args() -> argparse.Namespace:
         parser.error("give both --train-src and --train-tgt (line-parallel), or neither")
     if args.symmetrize == "none" and args.reverse_model is not None:
         parser.error("--symmetrize none keeps one direction: leave out --reverse-model instead")
+    if args.symmetrize == "none" and not args.eflomal:
+        parser.error("--symmetrize none keeps eflomal's source->target links: give --eflomal")
     if args.symmetrize is not None and not (args.eflomal or args.reverse_model):
         parser.error(
             f"--symmetrize {args.symmetrize} joins two directions' links: give --reverse-model "
@@ -172,8 +174,8 @@ def read_corpus(
 ) -> tuple[list[str], list[str], list[GoldAlignment] | None]:
     """The sentence pairs and, with --align, their gold links: line-parallel, links in range;
     pairs with one side blank (no links possible) said."""
-    sources = read_lines(args.src, "the source file")
-    targets = read_lines(args.tgt, "the target file")
+    sources = read_lines(args.src, "the source file (--src)")
+    targets = read_lines(args.tgt, "the target file (--tgt)")
     half_blank = [
         number
         for number, (source, target) in enumerate(zip(sources, targets, strict=False), 1)
@@ -182,11 +184,10 @@ def read_corpus(
     if half_blank:
         shown = ", ".join(map(str, half_blank[:5])) + (" ..." if len(half_blank) > 5 else "")
         log.warning(
-            "%d sentence pair(s) have one side blank (lines %s): they get no links, and their "
-            "gold links count as missed",
+            "%d sentence pair(s) have one side blank (lines %s): they get no links",
             len(half_blank), shown,
         )  # fmt: skip
-    gold = None if args.align is None else read_pharaoh(args.align)
+    gold = None if args.align is None else read_pharaoh(args.align, "the gold links (--align)")
     counts = {args.src: len(sources), args.tgt: len(targets)}
     if gold is not None:
         counts[args.align] = len(gold)

@@ -137,12 +137,12 @@ def main() -> int:
     run_dirs = find_runs(args.runs)
     runs = [read_run(path) for path in run_dirs]
     out_dir = output_directory(args.out, args.runs, run_dirs)
+    groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
+    references = read_references(runs, groups, args)  # as are bad --reference files
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
-    groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
-    references = read_references(runs, groups, args)  # as are bad --reference files
     labels = run_labels(runs, groups)
     print(markdown_table(runs, labels), end="")
     print_groups(runs, groups, args, out_dir, references)

@@ -128,10 +128,10 @@ def main() -> int:
     if args.n_best is not None and args.n_best > args.beam_size:
         raise UsageError(f"--n-best {args.n_best} needs --beam-size {args.n_best} or more.")
     check_writable(args.out, "the page")
-    sources = args.sentences or read_lines(args.src, "the source file")
-    references = read_lines(args.ref, "the reference file") if args.ref else None
-    gold = read_pharaoh(args.align) if args.align else None
-    other = read_pharaoh(Path(links_path)) if given else None
+    sources = args.sentences or read_lines(args.src, "the source file (--src)")
+    references = read_lines(args.ref, "the reference file (--ref)") if args.ref else None
+    gold = read_pharaoh(args.align, "the gold links (--align)") if args.align else None
+    other = read_pharaoh(Path(links_path), "the links of --links") if given else None
     for path, lines in [(args.ref, references), (args.align, gold), (links_path, other)]:
         if lines is not None and len(lines) != len(sources):
             raise UsageError(

@@ -73,18 +73,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--n-best", type=int_at_least(1), metavar="N",
         help="write the N best translations of each line (N <= --beam-size) as "
-        "'LINE ||| TRANSLATION ||| SCORE', LINE from 0, SCORE the beam's (log-probability over "
-        "the length penalty, plus the coverage penalty)",
+        "'LINE ||| TRANSLATION ||| SCORE' ('LINE ||| TRANSLATION ||| LINKS ||| SCORE' with "
+        "--alignment), LINE from 0, SCORE the beam's (log-probability over the length penalty, "
+        "plus the coverage penalty)",
     )  # fmt: skip
     parser.add_argument(
         "--scores", action="store_true", help="write 'TRANSLATION ||| SCORE' (the beam's score)"
     )
     parser.add_argument(
         "--alignment", type=alignment_method("hard", "soft"), metavar="hard|soft|THRESHOLD",
-        help="end each line with ' ||| ' and the word alignment the attention gives: 'hard' "
-        "links each target word to its most attended source word, a number from 0 to 1 every "
-        "link above it ('0-0 1-2', source word first, from 0); 'soft' writes the word weights "
-        "(per target word, its weights over the source words joined by commas)",
+        help="add ' ||| ' and the word alignment the attention gives right after each "
+        "translation (before the score, as Marian does): 'hard' (or 1) links each target word "
+        "to its most attended source word, a number from 0 to 1 every link above it ('0-0 "
+        "1-2', source word first, from 0); 'soft' writes the word weights (per target word, "
+        "its weights over the source words joined by commas)",
     )  # fmt: skip
     add_coverage_penalty_argument(parser)
     add_trust_argument(parser)

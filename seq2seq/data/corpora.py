@@ -70,8 +70,8 @@ def _missing_file(path: Path, what: str, how_to_get: str) -> DataError:
     return DataError(
         f"{path} does not exist: expected {what} there. {how_to_get}"
         if how_to_get
-        else f"{path} does not exist: expected {what} there. Check the path you gave (on the "
-        "command line or in the config), or copy the file there by hand."
+        else f"{path} does not exist: expected {what} there. Check the path you gave, or copy "
+        "the file there by hand."
     )
 
 
