@@ -83,7 +83,9 @@ def model_rows(data: Path, run_paths: Sequence[Path]) -> dict[str, dict[str, lis
     groups = group_runs(records)
     rows: dict[str, dict[str, list[float]]] = {}
     for group in groups:
-        label = f"attention: {group.label}"
+        label = f"attention: {setting(group.runs[0].path) or group.label}"
+        if label in rows:  # two settings named alike: the config's own label tells them apart
+            label = f"attention: {group.label}"
         rows[label] = {split: [] for split in SPLITS}
         for record in group.runs:
             translator = Translator.load(record.path / "checkpoints" / "best.ckpt")
@@ -121,6 +123,20 @@ def multi30k_agreement(run: Path, root: Path, eflomal_runs: int) -> dict[str, li
             for i in range(len(references))
         ],
     }
+
+
+# Overrides that say how a run ran, not what it trained.
+NOT_THE_SETTING = ("seed=", "trainer.max_epochs=", "threads=", "logger=", "hydra.", "experiment=")
+
+
+def setting(run: Path) -> str:
+    """A run's setting as its command line gave it (``attention=dot``), without its seed and
+    where and how it ran; empty where the run kept no overrides."""
+    path = run / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return ""
+    overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    return ", ".join(o for o in map(str, overrides) if not o.startswith(NOT_THE_SETTING))
 
 
 def shown(values: Sequence[float]) -> str:
