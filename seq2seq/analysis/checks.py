@@ -640,7 +640,7 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
     ]
 
 
-INTERFACE = "forward(q, k, v, valid_lens) gives a context (B, Tq, Dv), weights (B, Tq, Tk)"
+INTERFACE = "forward(q, k, v, valid_lens) gives a context (B, Tq, ·), weights (B, Tq, Tk)"
 MODULE_PROPERTIES = (
     "padded keys get weight exactly 0", "rows are non-negative and sum to 1",
     "a row with no real key gives zeros, not NaN", "padding never reaches the context",
@@ -652,20 +652,22 @@ MODULE_PROPERTIES = (
 def interface_finding(
     run: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]], size: int
 ) -> Finding:
-    """One call on 4 sentences: the context and weights come back in their shapes."""
+    """One call on 4 sentences: the context and weights come back in their shapes (the
+    context's last size is the module's own: Dv, or an output projection's)."""
     batch, queries, keys, _ = SHAPES[3]
     q, k, v, lens = next(
         case for case in module_cases(size) if case[0].shape[:2] == (batch, queries)
     )
     context, weights = run(q, k, v, lens)
-    wanted = {"context": (batch, queries, v.shape[-1]), "weights": (batch, queries, keys)}
+    last = context.shape[-1] if context.dim() == 3 else v.shape[-1]
+    wanted = {"context": (batch, queries, last), "weights": (batch, queries, keys)}
     got = {"context": tuple(context.shape), "weights": tuple(weights.shape)}
     wrong = [name for name in wanted if got[name] != wanted[name]]
     if not wrong:
         return Finding(INTERFACE, True)
     bug = (
-        "the context is weights @ values, (B, Tq, Dv): a sum, mean or reshape too many, or the "
-        "weights multiplied with the keys"
+        "the context is weights @ values (then any output projection), (B, Tq, ·): a sum, "
+        "mean or reshape too many, or the weights multiplied with the keys"
         if "context" in wrong
         else "the weights are the scores of the queries against the keys, normalized over the "
         "keys: (B, Tq, Tk)"
