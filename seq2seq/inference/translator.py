@@ -210,15 +210,14 @@ class Translator:
             for row, index in enumerate(indices):
                 length = lengths[row]
                 ids = token_rows[row][:length]
-                result = Translation(
-                    decode(self.tgt_tokenizer, ids), len(src_ids[index]) > self.max_src_len
+                result = (
+                    self._attended(
+                        ids, hypotheses.attention[row], _tokens(self.src_tokenizer, batch[row])
+                    )
+                    if with_attention
+                    else Translation(decode(self.tgt_tokenizer, ids))
                 )
-                if with_attention:
-                    n_out = length - (ids[-1] == EOS_ID if ids else 0)  # EOS has no word
-                    result.src_tokens = _tokens(self.src_tokenizer, batch[row])
-                    result.tgt_tokens = _tokens(self.tgt_tokenizer, ids[:n_out])
-                    src_len = len(batch[row])
-                    result.attention = hypotheses.attention[row, :n_out, :src_len].cpu()
+                result.truncated = len(src_ids[index]) > self.max_src_len
                 if ranked is not None:
                     alternatives = self._ranked(ranked, row)
                     result.score = alternatives[0][1]
@@ -386,18 +385,21 @@ class Translator:
         tokens, lengths = output.tokens[row].tolist(), output.lengths[row].tolist()  # (N, L), (N,)
         hypotheses = []
         for rank, (ids, length) in enumerate(zip(tokens, lengths, strict=True)):
-            ids = ids[:length]
-            n_out = length - (ids[-1] == EOS_ID if ids else 0)  # EOS has no word
-            hypotheses.append(
-                Translation(
-                    decode(self.tgt_tokenizer, ids),
-                    src_tokens=src_tokens,
-                    tgt_tokens=_tokens(self.tgt_tokenizer, ids[:n_out]),
-                    attention=output.attention[row, rank, :n_out, : len(src_tokens)].cpu(),
-                    score=float(output.scores[row, rank]),
-                )
-            )
+            hypothesis = self._attended(ids[:length], output.attention[row, rank], src_tokens)
+            hypothesis.score = float(output.scores[row, rank])
+            hypotheses.append(hypothesis)
         return hypotheses
+
+    def _attended(self, ids: list[int], weights: Tensor, src_tokens: list[str]) -> Translation:
+        """The translation of ``ids`` (EOS included) with its tokens and its rows of attention
+        ``weights`` (L, S): one per target token, none for EOS, which has no word."""
+        n_out = len(ids) - (ids[-1] == EOS_ID if ids else 0)
+        return Translation(
+            decode(self.tgt_tokenizer, ids),
+            src_tokens=src_tokens,
+            tgt_tokens=_tokens(self.tgt_tokenizer, ids[:n_out]),
+            attention=weights[:n_out, : len(src_tokens)].cpu(),
+        )
 
     def _search(
         self,
