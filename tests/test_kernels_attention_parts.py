@@ -259,29 +259,26 @@ def test_context_and_its_backward(group: int) -> None:
     torch.testing.assert_close(d_values, want_d_values)
 
 
+@pytest.mark.parametrize("saves", [True, False], ids=["saved", "recomputed"])
 @pytest.mark.parametrize("group", GROUPS)
-def test_additive_score_and_its_backward_against_autograd(group: int) -> None:
-    """scale · w_v · tanh(q + k), up to a constant per row (the sigmoid form): compared after
-    a softmax, which that constant does not change, and through its gradients."""
+def test_additive_score_and_its_backward_against_autograd(group: int, saves: bool) -> None:
+    """scale · w_v · tanh(q + k) and its gradients, the backward pass reading the forward's
+    tanh or (saved NULL) recomputing it from the queries and keys."""
     size, scale, sentences = 9, 0.5, ROWS // group
     q, w_v = random(ROWS, size), random(size, seed=2)
     keys = random(sentences, KEYS, size, seed=1)
     logits, saved = torch.empty(ROWS, KEYS), torch.empty(ROWS, KEYS, size)
+    saved_address = saved.data_ptr() if saves else None
     kernels().seq2seq_additive_score(
         ROWS, group, KEYS, size, scale, q.data_ptr(), keys.data_ptr(), w_v.data_ptr(),
-        SPANS.data_ptr(), saved.data_ptr(), logits.data_ptr(),
+        SPANS.data_ptr(), saved_address, logits.data_ptr(),
     )  # fmt: skip
     leaves = [x.double().requires_grad_() for x in (q, keys, w_v)]
     rows_keys = leaves[1][sentence_of_rows(group)]  # (R, S, A)
     want = scale * torch.tanh(leaves[0][:, None] + rows_keys) @ leaves[2]  # (R, S)
-    shift = scale * w_v.sum()  # the sigmoid form's constant
     valid = mask()
-    torch.testing.assert_close(logits[valid], (want.detach().float() + shift)[valid])
-    # Centred over each row's valid keys, as every normalizer's backward pass gives them: then
-    # the constant's share of w_v's gradient, scale · Σ_s d_s, is 0.
+    torch.testing.assert_close(logits[valid], want.detach().float()[valid])
     d_logits = random(ROWS, KEYS, seed=3) * valid
-    d_logits = d_logits - d_logits.sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
-    d_logits = d_logits * valid
     grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
     d_q, d_keys, d_w_v = (
         torch.empty(ROWS, size),
@@ -289,11 +286,29 @@ def test_additive_score_and_its_backward_against_autograd(group: int) -> None:
         torch.zeros(ROWS, size),
     )
     kernels().seq2seq_additive_score_backward(
-        ROWS, group, KEYS, size, scale, saved.data_ptr(), w_v.data_ptr(), SPANS.data_ptr(),
-        d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(), d_w_v.data_ptr(),
+        ROWS, group, KEYS, size, scale, saved_address, q.data_ptr(), keys.data_ptr(),
+        w_v.data_ptr(), SPANS.data_ptr(), d_logits.data_ptr(), d_q.data_ptr(), d_keys.data_ptr(),
+        d_w_v.data_ptr(),
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys, d_w_v.sum(0)), grads, strict=True):
         torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_the_additive_scores_tanh_is_within_3e_7_of_tanh() -> None:
+    """``tanh_rational`` (csrc/vector_math.h), read through a one-feature additive score
+    (w_v = 1, k = 0: e = tanh(q)) on a dense grid past its clamp, against float64's tanh."""
+    x = torch.linspace(-12.0, 12.0, 240_001)
+    rows = x.numel()
+    logits, spans = torch.empty(rows, 1), torch.tensor([[0, 1]]).repeat(rows, 1)
+    keys, w_v = torch.zeros(rows, 1, 1), torch.ones(1)
+    kernels().seq2seq_additive_score(
+        rows, 1, 1, 1, 1.0, x.data_ptr(), keys.data_ptr(), w_v.data_ptr(), spans.data_ptr(),
+        None, logits.data_ptr(),
+    )  # fmt: skip
+    want = torch.tanh(x.double())
+    error = (logits[:, 0].double() - want).abs()
+    assert error.max() < 3e-7
+    assert (error / want.abs().clamp(min=1e-30)).max() < 3e-7
 
 
 @pytest.mark.parametrize("group", GROUPS)

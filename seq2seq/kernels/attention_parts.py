@@ -152,6 +152,16 @@ class StepAttention:
         """Whether the query is W_q s + b (additive), not the state itself."""
         return self.score == "additive"
 
+    @property
+    def saves_scores(self) -> bool:
+        """Whether the additive score's forward pass keeps tanh(x) of every (row, key) pair
+        for its backward pass: with a layer norm, or with coverage inside the tanh (whose keys
+        are per row). Otherwise the backward pass recomputes it from the queries and keys: one
+        exp per element instead of writing and reading rows·S·A floats (docs/performance.md)."""
+        return self.projects_queries and (
+            self.layer_norm_eps is not None or self.coverage == "additive"
+        )
+
     def layer_norm_buffers(
         self, rows: int, keys: int, size: int, like: Tensor
     ) -> tuple[Tensor, Tensor] | None:
@@ -381,9 +391,10 @@ class StepAttention:
                 d_keys, key_group = torch.zeros(rows, length, size), 1
             if saved_norm is None:
                 kernels.seq2seq_additive_score_backward(
-                    rows, key_group, length, size, self.scale, saved_scores,
-                    source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
-                    d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
+                    rows, key_group, length, size, self.scale, saved_scores, queries,
+                    source.keys.data_ptr(), source.score_weight.data_ptr(), spans,
+                    d_logits.data_ptr(), d_queries, d_keys.data_ptr(),
+                    grads.d_score_weight.data_ptr(),
                 )  # fmt: skip
             else:
                 kernels.seq2seq_additive_layer_norm_score_backward(
@@ -516,10 +527,10 @@ class PartsAttention(torch.autograd.Function):
             temperature,
         )  # fmt: skip
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
-        # What the additive score's backward reads: sigmoid(2x) of every (row, key) pair; and
-        # a learned temperature's: the score's logits.
+        # What the additive score's backward reads where it keeps it (``saves_scores``): tanh(x)
+        # of every (row, key) pair; and a learned temperature's: the score's logits.
         saved_scores = saved_logits = None
-        if needs_grad and parts.projects_queries:
+        if needs_grad and parts.saves_scores:
             saved_scores = queries.new_empty(rows, keys, key_size)
         if needs_grad and parts.learned_temperature:
             saved_logits = queries.new_empty(rows, keys)

@@ -241,7 +241,7 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         # rows, group, S, A, scale, q, keys, w_v, spans, saved, logits
         "seq2seq_additive_score": [i64, i64, i64, i64, real, *[pointer] * 6],
         # rows, group, S, A, scale, saved, w_v, spans, d_logits, d_q, d_keys, d_w_v
-        "seq2seq_additive_score_backward": [i64, i64, i64, i64, real, *[pointer] * 7],
+        "seq2seq_additive_score_backward": [i64, i64, i64, i64, real, *[pointer] * 9],
         # rows, group, S, A, scale, eps, q, keys, params, spans, saved_u, saved_normed,
         # saved_rstd, logits; rows, group, S, A, scale, saved_u, saved_normed, saved_rstd,
         # params, spans, d_logits, d_q, d_keys, d_params

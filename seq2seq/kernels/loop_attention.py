@@ -77,11 +77,12 @@ class LoopAttention:
         query_width = size if query_weight is None else query_weight.shape[0]  # H, A or h·K
         visited, new = steps.rows * heads, keys.new_empty
         self.query = None if query_weight is None else new(batch, query_width)
-        # Per visited row, in the steps' order: what the score's backward reads (additive: the
-        # sigmoid(2x) of every (row, key) pair; a product: its query), an additive layer norm's
-        # features, and the logits where a learned temperature's gradient reads them.
+        # Per visited row, in the steps' order: what the score's backward reads (the tanh(x) of
+        # every (row, key) pair where an additive score keeps it, ``saves_scores``; else the
+        # query it recomputes from), an additive layer norm's features, and the logits where a
+        # learned temperature's gradient reads them.
         self.saved_scores = self.saved_queries = self.saved_logits = None
-        if needs_grad and parts.projects_queries:
+        if needs_grad and parts.saves_scores:
             self.saved_scores = new(visited, self.keys, self.key_size)
         elif needs_grad:
             self.saved_queries = new(steps.rows, query_width)

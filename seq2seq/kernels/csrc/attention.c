@@ -46,11 +46,29 @@
 
 /* ---- Scores ------------------------------------------------------------------------------ */
 
+/* Features per pass of a key's tanh: computed into a buffer first, then summed against w_v (one
+   loop doing both runs at about half the speed: the reduction waits on every division). */
+#define TANH_CHUNK 64
+
+/* w_v . t, t = tanh(q_r + k_s) over A features, t written to u (A floats) or a scratch chunk. */
+static inline float additive_key_score(int64_t A, const float *restrict q_r,
+                                       const float *restrict k_s, const float *restrict w_v,
+                                       float *restrict u) {
+  float chunk[TANH_CHUNK], score = 0.0f;
+  for (int64_t start = 0; start < A; start += TANH_CHUNK) {
+    const int64_t n = A - start < TANH_CHUNK ? A - start : TANH_CHUNK;
+    float *restrict t = u != NULL ? u + start : chunk;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) t[j] = tanh_rational(q_r[start + j] + k_s[start + j]);
+#pragma omp simd reduction(+ : score)
+    for (int64_t j = 0; j < n; ++j) score += w_v[start + j] * t[j];
+  }
+  return score;
+}
+
 /* AdditiveAttention.score: e_s = scale * w_v . tanh(q + k_s), q = W_q s (+ b) and k_s = W_k h_s
-   projected by the caller, scale = 1 / T. Computed as scale * 2 w_v . sigmoid(2x), which differs
-   by scale * sum(w_v), the same for every key of a row: no normalizer sees it (each is invariant
-   to a shift of its row), and the sigmoid is cheaper than tanh (AdditiveAttention.shifted_score).
-   saved (rows, S, A) receives sigmoid(2x) for the backward pass, or is NULL. */
+   projected by the caller, scale = 1 / T. saved (rows, S, A) receives tanh(q + k_s) for the
+   backward pass, or is NULL (the backward pass then recomputes it). */
 void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
                             const float *restrict q, const float *restrict keys,
                             const float *restrict w_v, const int64_t *restrict spans,
@@ -58,35 +76,50 @@ void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, f
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
-    const float *restrict q_r = q + r * A;
     for (int64_t s = first; s < end; ++s) {
-      const float *restrict k_s = keys + (b * S + s) * A;
-      float score = 0.0f;
-      if (saved != NULL) {
-        float *restrict u = saved + (r * S + s) * A;
-#pragma omp simd reduction(+ : score)
-        for (int64_t j = 0; j < A; ++j) {
-          u[j] = sigmoid_vec(2.0f * (q_r[j] + k_s[j]));
-          score += w_v[j] * u[j];
-        }
-      } else {
-#pragma omp simd reduction(+ : score)
-        for (int64_t j = 0; j < A; ++j) score += w_v[j] * sigmoid_vec(2.0f * (q_r[j] + k_s[j]));
-      }
-      logits[r * S + s] = 2.0f * scale * score;
+      float *restrict u = saved != NULL ? saved + (r * S + s) * A : NULL;
+      logits[r * S + s] = scale * additive_key_score(A, q + r * A, keys + (b * S + s) * A, w_v, u);
     }
   }
 }
 
-/* With e_s = 2 scale w_v . u_s, u = sigmoid(2x): de_s/dx = 4 scale w_v u (1 - u) and
-   de_s/dw_v = 2 scale u. The last differs from the true score's scale tanh(x) by scale, the
-   constant's share, which adds scale * sum_s d_logits_s: 0, since every normalizer's backward
-   pass gives each row logit gradients that sum to 0 (the weights sum to 1 whatever the shift).
+/* With e_s = scale w_v . t, t = tanh(x): de_s/dx = scale w_v (1 - t^2), de_s/dw_v = scale t.
+   Reads t from saved (rows, S, A), or where saved is NULL recomputes it from q (rows, A) and
+   keys as the forward pass did (the same function of the same floats: the same t), one tanh
+   per element instead of writing and reading rows * S * A floats.
    Writes d_q (rows, A); adds into d_keys (sentences, S, A), row r's into sentence r / group's,
    and d_w_v (rows, A), each row's part of w_v's gradient (the caller sums the rows once, after
    all steps). */
+static inline void additive_key_backward(int64_t A, float d_score, const float *restrict t,
+                                         const float *restrict w_v, float *restrict dq_r,
+                                         float *restrict dk_s, float *restrict dwv_r) {
+#pragma omp simd
+  for (int64_t j = 0; j < A; ++j) {
+    const float dx = d_score * w_v[j] * (1.0f - t[j] * t[j]);
+    dq_r[j] += dx;
+    dk_s[j] += dx;
+    dwv_r[j] += d_score * t[j];
+  }
+}
+
+static inline void additive_key_recompute_backward(int64_t A, float d_score,
+                                                   const float *restrict q_r,
+                                                   const float *restrict k_s,
+                                                   const float *restrict w_v, float *restrict dq_r,
+                                                   float *restrict dk_s, float *restrict dwv_r) {
+#pragma omp simd
+  for (int64_t j = 0; j < A; ++j) {
+    const float t = tanh_rational(q_r[j] + k_s[j]);
+    const float dx = d_score * w_v[j] * (1.0f - t * t);
+    dq_r[j] += dx;
+    dk_s[j] += dx;
+    dwv_r[j] += d_score * t;
+  }
+}
+
 void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
                                      float scale, const float *restrict saved,
+                                     const float *restrict q, const float *restrict keys,
                                      const float *restrict w_v, const int64_t *restrict spans,
                                      const float *restrict d_logits, float *restrict d_q,
                                      float *restrict d_keys, float *restrict d_w_v) {
@@ -100,14 +133,12 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
       for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
       for (int64_t s = first; s < end; ++s) {
         const float d_score = scale * d_logits[r * S + s];
-        const float *restrict u = saved + (r * S + s) * A;
         float *restrict dk_s = d_keys + (b * S + s) * A;
-#pragma omp simd
-        for (int64_t j = 0; j < A; ++j) {
-          const float dx = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
-          dq_r[j] += dx;
-          dk_s[j] += dx;
-          dwv_r[j] += 2.0f * d_score * u[j];
+        if (saved != NULL) {
+          additive_key_backward(A, d_score, saved + (r * S + s) * A, w_v, dq_r, dk_s, dwv_r);
+        } else {
+          additive_key_recompute_backward(A, d_score, q + r * A, keys + (b * S + s) * A, w_v,
+                                          dq_r, dk_s, dwv_r);
         }
       }
     }
@@ -116,10 +147,9 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
 
 /* AdditiveAttention.score with layer_norm (AdditiveAttention.preactivations): x = q + k_s,
    y = gamma (x - mean(x)) / sqrt(var(x) + eps) + beta over the A features (nn.LayerNorm's
-   biased variance), e_s = scale * w_v . tanh(y), computed as the sigmoid form (see
-   seq2seq_additive_score). params (3 x A) holds w_v, gamma and beta. saved_u and saved_normed
-   (rows, S, A) receive sigmoid(2y) and the normalized x, saved_rstd (rows, S)
-   1 / sqrt(var + eps), for the backward pass, or are NULL. */
+   biased variance), e_s = scale * w_v . tanh(y). params (3 x A) holds w_v, gamma and beta.
+   saved_u and saved_normed (rows, S, A) receive tanh(y) and the normalized x, saved_rstd
+   (rows, S) 1 / sqrt(var + eps), for the backward pass, or are NULL. */
 void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
                                        float scale, float eps, const float *restrict q,
                                        const float *restrict keys, const float *restrict params,
@@ -131,41 +161,43 @@ void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, i
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict q_r = q + r * A;
-    float x[A];
+    float x[A], t[A];
     for (int64_t s = first; s < end; ++s) {
       const float *restrict k_s = keys + (b * S + s) * A;
       float total = 0.0f;
+#pragma omp simd reduction(+ : total)
       for (int64_t j = 0; j < A; ++j) {
         x[j] = q_r[j] + k_s[j];
         total += x[j];
       }
       const float mean = total / (float)A;
       float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
       for (int64_t j = 0; j < A; ++j) {
         x[j] -= mean;
         squares += x[j] * x[j];
       }
       const float rstd = 1.0f / __builtin_sqrtf(squares / (float)A + eps);
-      float score = 0.0f;
+      float *restrict normed = saved_normed != NULL ? saved_normed + (r * S + s) * A : x;
+      float *restrict u = saved_u != NULL ? saved_u + (r * S + s) * A : t;
+#pragma omp simd
       for (int64_t j = 0; j < A; ++j) {
-        const float normed = x[j] * rstd;
-        const float u = sigmoid_vec(2.0f * (gamma[j] * normed + beta[j]));
-        score += w_v[j] * u;
-        if (saved_u != NULL) {
-          saved_u[(r * S + s) * A + j] = u;
-          saved_normed[(r * S + s) * A + j] = normed;
-        }
+        normed[j] = x[j] * rstd;
+        u[j] = tanh_rational(gamma[j] * normed[j] + beta[j]);
       }
+      float score = 0.0f;
+#pragma omp simd reduction(+ : score)
+      for (int64_t j = 0; j < A; ++j) score += w_v[j] * u[j];
       if (saved_rstd != NULL) saved_rstd[r * S + s] = rstd;
-      logits[r * S + s] = 2.0f * scale * score;
+      logits[r * S + s] = scale * score;
     }
   }
 }
 
-/* Its backward: dy = 4 scale de w_v u (1 - u) (the sigmoid form, as seq2seq_additive_score's),
-   d_w_v += 2 scale de u, d_gamma += dy x^, d_beta += dy (each row's part, d_params rows x 3A as
-   params), and through the layer norm dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma;
-   d_q (rows, A) written, d_keys (sentences, S, A) added into row r's sentence, r / group. */
+/* Its backward: dy = scale de w_v (1 - u^2) with u = tanh(y), d_w_v += scale de u,
+   d_gamma += dy x^, d_beta += dy (each row's part, d_params rows x 3A as params), and through
+   the layer norm dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma; d_q (rows, A) written,
+   d_keys (sentences, S, A) added into row r's sentence, r / group. */
 void seq2seq_additive_layer_norm_score_backward(
     int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
     const float *restrict saved_u, const float *restrict saved_normed,
@@ -179,17 +211,20 @@ void seq2seq_additive_layer_norm_score_backward(
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];
       float *restrict dq_r = d_q + r * A;
+      float *restrict d_w_v = d_params + r * 3 * A, *restrict d_gamma = d_w_v + A;
+      float *restrict d_beta = d_w_v + 2 * A;
       for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
       for (int64_t s = first; s < end; ++s) {
         const float d_score = scale * d_logits[r * S + s];
         const float *restrict u = saved_u + (r * S + s) * A;
         const float *restrict normed = saved_normed + (r * S + s) * A;
         float mean_g = 0.0f, mean_gx = 0.0f;
+#pragma omp simd reduction(+ : mean_g, mean_gx)
         for (int64_t j = 0; j < A; ++j) {
-          const float dy = 4.0f * d_score * w_v[j] * u[j] * (1.0f - u[j]);
-          d_params[r * 3 * A + j] += 2.0f * d_score * u[j];
-          d_params[r * 3 * A + A + j] += dy * normed[j];
-          d_params[r * 3 * A + 2 * A + j] += dy;
+          const float dy = d_score * w_v[j] * (1.0f - u[j] * u[j]);
+          d_w_v[j] += d_score * u[j];
+          d_gamma[j] += dy * normed[j];
+          d_beta[j] += dy;
           g[j] = dy * gamma[j];
           mean_g += g[j];
           mean_gx += g[j] * normed[j];
@@ -198,6 +233,7 @@ void seq2seq_additive_layer_norm_score_backward(
         mean_gx /= (float)A;
         const float rstd = saved_rstd[r * S + s];
         float *restrict dk_s = d_keys + (b * S + s) * A;
+#pragma omp simd
         for (int64_t j = 0; j < A; ++j) {
           const float dx = rstd * (g[j] - mean_g - normed[j] * mean_gx);
           dq_r[j] += dx;
@@ -259,9 +295,7 @@ void seq2seq_product_score_backward(int64_t rows, int64_t group, int64_t S, int6
 /* Attention.logits, e_s = score_s / T, where T is learned: its gradient is dL/dT = -(1 / T)
    sum_s de_s e_s. Adds row r's sum_s de_s e_s into d_temperature[r] (the caller sums the rows
    and divides by -T once, after all steps). logits are e as the score wrote them, before
-   coverage and the key bias were added; an additive score's are shifted by a constant per row
-   (the sigmoid form), which adds nothing: every normalizer's backward pass gives each row
-   logit gradients that sum to 0. */
+   coverage and the key bias were added. */
 void seq2seq_temperature_backward(int64_t rows, int64_t S, const int64_t *restrict spans,
                                   const float *restrict logits, const float *restrict d_logits,
                                   float *restrict d_temperature) {
