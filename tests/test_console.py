@@ -23,6 +23,8 @@ def test_lightnings_tip_is_dropped_and_its_other_lines_kept() -> None:
     lightning = logging.getLogger(console.LIGHTNING_LOGGER)
     assert lightning.filters.count(console._TIP_FILTER) == 1
     assert not lightning.filter(lightning_record("💡 Tip: For seamless cloud logging, try ..."))
+    skipped = "Trainer already configured with model summary callbacks: [...]. Skipping ..."
+    assert not lightning.filter(lightning_record(skipped))
     assert lightning.filter(lightning_record("GPU available: False, used: False"))
 
 

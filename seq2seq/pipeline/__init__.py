@@ -35,6 +35,7 @@ from seq2seq.pipeline.building import (
     trusted_by_config,
 )
 from seq2seq.pipeline.callbacks import (
+    ParameterSummary,
     early_stopping,
     kept_checkpoints,
     progress_bar,
@@ -168,6 +169,7 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
             *early_stopping(cfg),
             *reliability_callbacks(cfg, run_dir, stop_flag),
             *progress_bar(cfg),
+            *([] if quiet else [ParameterSummary()]),
             ValidationExamples(run_dir, **cfg.examples),
             ExplorerPage(run_dir, cfg.examples.num_samples),
             AttentionDiagnostics(),

@@ -3,13 +3,24 @@ reliability set (periodic checkpoints, clean stops, the non-finite guard, resume
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+from pytorch_lightning.callbacks import (
+    EarlyStopping,
+    ModelCheckpoint,
+    ModelSummary,
+    TQDMProgressBar,
+)
 from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
+from pytorch_lightning.utilities.model_summary.model_summary import (
+    get_formatted_model_size,
+    get_human_readable_count,
+)
 
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline.resume import resume_command
@@ -21,6 +32,8 @@ from seq2seq.training.checkpointing import (
     StopOnSignal,
     ValidateAtMaxSteps,
 )
+
+log = logging.getLogger(__name__)
 
 
 def in_notebook() -> bool:
@@ -48,6 +61,39 @@ def progress_bar(cfg: DictConfig) -> list[pl.Callback]:
     if in_notebook() and cfg.trainer.get("enable_progress_bar", True):
         return [NotebookProgressBar()]
     return []
+
+
+class ParameterSummary(ModelSummary):
+    """Lightning's table of the model's modules and their parameters, without its FLOPs column
+    and total: Lightning counts FLOPs by running a module's ``example_input_array``, which a
+    seq2seq model does not define (its decoder's inputs come from a batch), so every count and
+    the total read 0. Used in place of Lightning's own summary unless ``quiet``."""
+
+    @staticmethod
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int,
+        **summarize_kwargs: object,  # Lightning's signature; this callback is given none
+    ) -> None:
+        columns = [(name, values) for name, values in summary_data if name != "FLOPs"]
+        widths = [max(len(name), *(len(value) for value in values)) for name, values in columns]
+
+        def line(cells: Sequence[str]) -> str:
+            return " | ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+
+        header = line([name for name, _ in columns])
+        rows = [line(row) for row in zip(*(values for _, values in columns), strict=True)]
+        trainable, total = (
+            get_human_readable_count(count).strip()  # Lightning pads it for its columns
+            for count in (trainable_parameters, total_parameters)
+        )
+        size = get_formatted_model_size(model_size)
+        totals = f"{trainable} trainable parameters of {total}, {size} MB"
+        log.info("\n".join(["", header, "-" * len(header), *rows, totals]))
 
 
 class KeptCheckpoints(ModelCheckpoint):

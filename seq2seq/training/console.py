@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # Lightning 2.6 advertises its hosted logger at every Trainer start ("💡 Tip: ... litlogger"),
-# through rank_zero_info, with no argument to turn it off; the same logger also says which
-# accelerator runs, which stays.
+# through rank_zero_info, with no argument to turn it off; and it says that it skips its own
+# model summary when it finds ours (``pipeline.callbacks.ParameterSummary``), our choice, not the
+# user's. The same logger also says which accelerator runs, which stays.
 LIGHTNING_LOGGER = "pytorch_lightning.utilities.rank_zero"
 LIGHTNING_TIP = "💡 Tip:"
+LIGHTNING_OWN_SUMMARY = "Trainer already configured with model summary callbacks"
 # Lightning 2.6's CombinedLoader builds torch's deprecated ``LeafSpec()`` for every dataloader
 # (fixed upstream after 2.6.6, Lightning-AI/pytorch-lightning#21326): a FutureWarning addressed to
 # Lightning's developers, raised from their module whatever our code does.
@@ -30,14 +32,15 @@ PYTREE_MODULE = r"pytorch_lightning\.utilities\._pytree"
 
 class _DropLightningTips(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(LIGHTNING_TIP)
+        return not str(record.msg).startswith((LIGHTNING_TIP, LIGHTNING_OWN_SUMMARY))
 
 
 _TIP_FILTER = _DropLightningTips()
 
 
 def drop_lightning_tips() -> None:
-    """Stop Lightning's advertising tips (idempotent: the same filter is added once)."""
+    """Stop Lightning's advertising tips and its note that our model summary replaces its own
+    (idempotent: the same filter is added once)."""
     logging.getLogger(LIGHTNING_LOGGER).addFilter(_TIP_FILTER)
 
 
