@@ -480,22 +480,30 @@ def test_a_notebook_gets_tqdm_bars_one_line_an_epoch(
     assert "Validation" not in shown and "Sanity Checking" not in shown
 
 
-def test_the_model_summary_lists_parameters_and_no_flops(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_model_summary_lists_parameters_and_no_flops() -> None:
     """Lightning's summary columns as it gathers them, without its FLOPs (all 0 without an
-    example_input_array): the table and the parameter totals only."""
+    example_input_array): the table and the parameter totals only, on Lightning's logger."""
+    import io
+    import logging
+
     from pytorch_lightning.utilities.model_summary import summarize
 
-    from seq2seq.pipeline.callbacks import ParameterSummary
+    from seq2seq.pipeline.callbacks import SUMMARY_LOG, ParameterSummary
 
     module = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     summary = summarize(pl_module_of(module), max_depth=1)
-    with caplog.at_level("INFO", logger="seq2seq.pipeline.callbacks"):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    SUMMARY_LOG.addHandler(handler)
+    try:
         ParameterSummary.summarize(
             summary._get_summary_data(), summary.total_parameters,
             summary.trainable_parameters, summary.model_size, summary.total_training_modes,
             summary.total_flops,
         )  # fmt: skip
-    text = caplog.text
+    finally:
+        SUMMARY_LOG.removeHandler(handler)
+    text = stream.getvalue()
     assert "FLOPs" not in text and "Flops" not in text
     assert "Params" in text and "net" in text
     assert "26 trainable parameters of 26" in text

@@ -33,7 +33,9 @@ from seq2seq.training.checkpointing import (
     ValidateAtMaxSteps,
 )
 
-log = logging.getLogger(__name__)
+# Lightning's own summary logs here; ours too, so that it shows wherever Lightning's did (Lightning
+# gives its loggers a handler of their own: a notebook shows them without any logging set up).
+SUMMARY_LOG = logging.getLogger("pytorch_lightning.callbacks.model_summary")
 
 
 def in_notebook() -> bool:
@@ -93,7 +95,7 @@ class ParameterSummary(ModelSummary):
         )
         size = get_formatted_model_size(model_size)
         totals = f"{trainable} trainable parameters of {total}, {size} MB"
-        log.info("\n".join(["", header, "-" * len(header), *rows, totals]))
+        SUMMARY_LOG.info("\n".join(["", header, "-" * len(header), *rows, totals]))
 
 
 class KeptCheckpoints(ModelCheckpoint):
