@@ -294,6 +294,44 @@ def test_additive_score_and_its_backward_against_autograd(group: int, saves: boo
         torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("saves", [True, False], ids=["saved", "recomputed"])
+@pytest.mark.parametrize("group", GROUPS)
+def test_layer_normed_additive_score_and_its_backward_against_autograd(
+    group: int, saves: bool
+) -> None:
+    """scale · w_v · tanh(LayerNorm(q + k)) (nn.LayerNorm's γ, β and eps) and its gradients,
+    the backward pass reading the forward's features or recomputing them."""
+    size, scale, eps, sentences = 9, 0.5, 1e-5, ROWS // group
+    q, keys = random(ROWS, size), random(sentences, KEYS, size, seed=1)
+    params = torch.stack([random(size, seed=2), 1 + random(size, seed=4), random(size, seed=5)])
+    logits = torch.empty(ROWS, KEYS)
+    saved = [torch.empty(ROWS, KEYS, size), torch.empty(ROWS, KEYS, size), torch.empty(ROWS, KEYS)]
+    addresses = [t.data_ptr() if saves else None for t in saved]
+    kernels().seq2seq_additive_layer_norm_score(
+        ROWS, group, KEYS, size, scale, eps, q.data_ptr(), keys.data_ptr(), params.data_ptr(),
+        SPANS.data_ptr(), *addresses, logits.data_ptr(),
+    )  # fmt: skip
+    leaves = [x.double().requires_grad_() for x in (q, keys, params)]
+    x = leaves[0][:, None] + leaves[1][sentence_of_rows(group)]  # (R, S, A)
+    w_v, gamma, beta = leaves[2]
+    normed = torch.nn.functional.layer_norm(x, (size,), gamma, beta, eps)
+    want = scale * torch.tanh(normed) @ w_v  # (R, S)
+    valid = mask()
+    torch.testing.assert_close(logits[valid], want.detach().float()[valid])
+    d_logits = random(ROWS, KEYS, seed=3) * valid
+    grads = torch.autograd.grad((want * d_logits.double()).sum(), leaves)
+    d_q, d_keys = torch.empty(ROWS, size), torch.zeros(sentences, KEYS, size)
+    d_params = torch.zeros(ROWS, 3 * size)
+    kernels().seq2seq_additive_layer_norm_score_backward(
+        ROWS, group, KEYS, size, scale, eps, *addresses, q.data_ptr(), keys.data_ptr(),
+        params.data_ptr(), SPANS.data_ptr(), d_logits.data_ptr(), d_q.data_ptr(),
+        d_keys.data_ptr(), d_params.data_ptr(),
+    )  # fmt: skip
+    got = (d_q, d_keys, d_params.sum(0).view(3, size))
+    for value, expected in zip(got, grads, strict=True):
+        torch.testing.assert_close(value, expected.float(), rtol=1e-4, atol=1e-5)
+
+
 def test_the_additive_scores_tanh_is_within_3e_7_of_tanh() -> None:
     """``tanh_rational`` (csrc/vector_math.h), read through a one-feature additive score
     (w_v = 1, k = 0: e = tanh(q)) on a dense grid past its clamp, against float64's tanh."""

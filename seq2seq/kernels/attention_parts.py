@@ -155,19 +155,19 @@ class StepAttention:
     @property
     def saves_scores(self) -> bool:
         """Whether the additive score's forward pass keeps tanh(x) of every (row, key) pair
-        for its backward pass: with a layer norm, or with coverage inside the tanh (whose keys
-        are per row). Otherwise the backward pass recomputes it from the queries and keys: one
-        exp per element instead of writing and reading rows·S·A floats (docs/performance.md)."""
-        return self.projects_queries and (
-            self.layer_norm_eps is not None or self.coverage == "additive"
-        )
+        (and a layer norm's features) for its backward pass: with coverage inside the tanh,
+        whose keys are per row. Otherwise the backward pass recomputes them from the queries
+        and keys: a tanh per element instead of writing and reading rows·S·A floats
+        (docs/performance.md)."""
+        return self.projects_queries and self.coverage == "additive"
 
     def layer_norm_buffers(
         self, rows: int, keys: int, size: int, like: Tensor
     ) -> tuple[Tensor, Tensor] | None:
         """Where an additive score's layer norm keeps, for ``rows`` rows, what its backward
-        reads: the normalized features (rows, S, A) and 1 / σ (rows, S); None without one."""
-        if self.layer_norm_eps is None:
+        reads: the normalized features (rows, S, A) and 1 / σ (rows, S); None without one, or
+        where the backward pass recomputes them (``saves_scores``)."""
+        if self.layer_norm_eps is None or not self.saves_scores:
             return None
         return like.new_empty(rows, keys, size), like.new_empty(rows, keys)
 
@@ -389,7 +389,7 @@ class StepAttention:
             d_keys, key_group = grads.d_keys, group
             if additive_covering is not None:
                 d_keys, key_group = torch.zeros(rows, length, size), 1
-            if saved_norm is None:
+            if self.layer_norm_eps is None:
                 kernels.seq2seq_additive_score_backward(
                     rows, key_group, length, size, self.scale, saved_scores, queries,
                     source.keys.data_ptr(), source.score_weight.data_ptr(), spans,
@@ -397,9 +397,11 @@ class StepAttention:
                     grads.d_score_weight.data_ptr(),
                 )  # fmt: skip
             else:
+                normed, rstd = (None, None) if saved_norm is None else saved_norm
                 kernels.seq2seq_additive_layer_norm_score_backward(
-                    rows, key_group, length, size, self.scale, saved_scores,
-                    saved_norm[0].data_ptr(), saved_norm[1].data_ptr(),
+                    rows, key_group, length, size, self.scale, self.layer_norm_eps,
+                    saved_scores, None if normed is None else normed.data_ptr(),
+                    None if rstd is None else rstd.data_ptr(), queries, source.keys.data_ptr(),
                     source.score_weight.data_ptr(), spans, d_logits.data_ptr(), d_queries,
                     d_keys.data_ptr(), grads.d_score_weight.data_ptr(),
                 )  # fmt: skip

@@ -240,13 +240,13 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         "seq2seq_local_window": [i64, i64, i64, i64, pointer, pointer, pointer],
         # rows, group, S, A, scale, q, keys, w_v, spans, saved, logits
         "seq2seq_additive_score": [i64, i64, i64, i64, real, *[pointer] * 6],
-        # rows, group, S, A, scale, saved, w_v, spans, d_logits, d_q, d_keys, d_w_v
+        # rows, group, S, A, scale, saved, q, keys, w_v, spans, d_logits, d_q, d_keys, d_w_v
         "seq2seq_additive_score_backward": [i64, i64, i64, i64, real, *[pointer] * 9],
         # rows, group, S, A, scale, eps, q, keys, params, spans, saved_u, saved_normed,
-        # saved_rstd, logits; rows, group, S, A, scale, saved_u, saved_normed, saved_rstd,
-        # params, spans, d_logits, d_q, d_keys, d_params
+        # saved_rstd, logits; rows, group, S, A, scale, eps, saved_u, saved_normed, saved_rstd,
+        # q, keys, params, spans, d_logits, d_q, d_keys, d_params
         "seq2seq_additive_layer_norm_score": [i64, i64, i64, i64, real, real, *[pointer] * 8],
-        "seq2seq_additive_layer_norm_score_backward": [i64, i64, i64, i64, real, *[pointer] * 9],
+        "seq2seq_additive_layer_norm_score_backward": [i64] * 4 + [real, real, *[pointer] * 11],
         # rows, group, S, D, scale, q, keys, spans, logits
         "seq2seq_product_score": [i64, i64, i64, i64, real, *[pointer] * 4],
         # rows, group, S, D, scale, q, keys, spans, d_logits, d_q, d_keys

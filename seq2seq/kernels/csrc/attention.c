@@ -145,11 +145,39 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
   }
 }
 
-/* AdditiveAttention.score with layer_norm (AdditiveAttention.preactivations): x = q + k_s,
-   y = gamma (x - mean(x)) / sqrt(var(x) + eps) + beta over the A features (nn.LayerNorm's
-   biased variance), e_s = scale * w_v . tanh(y). params (3 x A) holds w_v, gamma and beta.
-   saved_u and saved_normed (rows, S, A) receive tanh(y) and the normalized x, saved_rstd
-   (rows, S) 1 / sqrt(var + eps), for the backward pass, or are NULL. */
+/* One key's layer-normed features (AdditiveAttention.preactivations' layer norm): x = q_r + k_s,
+   normed = (x - mean(x)) / sqrt(var(x) + eps) over the A features (nn.LayerNorm's biased
+   variance), u = tanh(gamma normed + beta); returns 1 / sqrt(var + eps). */
+static inline float layer_normed_key(int64_t A, float eps, const float *restrict q_r,
+                                     const float *restrict k_s, const float *restrict gamma,
+                                     const float *restrict beta, float *restrict normed,
+                                     float *restrict u) {
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < A; ++j) {
+    normed[j] = q_r[j] + k_s[j];
+    total += normed[j];
+  }
+  const float mean = total / (float)A;
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t j = 0; j < A; ++j) {
+    normed[j] -= mean;
+    squares += normed[j] * normed[j];
+  }
+  const float rstd = 1.0f / __builtin_sqrtf(squares / (float)A + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < A; ++j) {
+    normed[j] *= rstd;
+    u[j] = tanh_rational(gamma[j] * normed[j] + beta[j]);
+  }
+  return rstd;
+}
+
+/* AdditiveAttention.score with layer_norm: e_s = scale * w_v . tanh(y), y the layer-normed
+   features of q + k_s (layer_normed_key). params (3 x A) holds w_v, gamma and beta. saved_u
+   and saved_normed (rows, S, A) receive tanh(y) and the normalized x, saved_rstd (rows, S)
+   1 / sqrt(var + eps), for the backward pass, or are NULL (it then recomputes them). */
 void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
                                        float scale, float eps, const float *restrict q,
                                        const float *restrict keys, const float *restrict params,
@@ -160,36 +188,18 @@ void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, i
 #pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
-    const float *restrict q_r = q + r * A;
-    float x[A], t[A];
+    float n_scratch[A], u_scratch[A];
     for (int64_t s = first; s < end; ++s) {
-      const float *restrict k_s = keys + (b * S + s) * A;
-      float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j < A; ++j) {
-        x[j] = q_r[j] + k_s[j];
-        total += x[j];
-      }
-      const float mean = total / (float)A;
-      float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-      for (int64_t j = 0; j < A; ++j) {
-        x[j] -= mean;
-        squares += x[j] * x[j];
-      }
-      const float rstd = 1.0f / __builtin_sqrtf(squares / (float)A + eps);
-      float *restrict normed = saved_normed != NULL ? saved_normed + (r * S + s) * A : x;
-      float *restrict u = saved_u != NULL ? saved_u + (r * S + s) * A : t;
-#pragma omp simd
-      for (int64_t j = 0; j < A; ++j) {
-        normed[j] = x[j] * rstd;
-        u[j] = tanh_rational(gamma[j] * normed[j] + beta[j]);
-      }
+      const int64_t key = r * S + s;
+      float *restrict normed = saved_normed != NULL ? saved_normed + key * A : n_scratch;
+      float *restrict u = saved_u != NULL ? saved_u + key * A : u_scratch;
+      const float rstd =
+          layer_normed_key(A, eps, q + r * A, keys + (b * S + s) * A, gamma, beta, normed, u);
       float score = 0.0f;
 #pragma omp simd reduction(+ : score)
       for (int64_t j = 0; j < A; ++j) score += w_v[j] * u[j];
-      if (saved_rstd != NULL) saved_rstd[r * S + s] = rstd;
-      logits[r * S + s] = scale * score;
+      if (saved_rstd != NULL) saved_rstd[key] = rstd;
+      logits[key] = scale * score;
     }
   }
 }
@@ -197,17 +207,19 @@ void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, i
 /* Its backward: dy = scale de w_v (1 - u^2) with u = tanh(y), d_w_v += scale de u,
    d_gamma += dy x^, d_beta += dy (each row's part, d_params rows x 3A as params), and through
    the layer norm dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma; d_q (rows, A) written,
-   d_keys (sentences, S, A) added into row r's sentence, r / group. */
+   d_keys (sentences, S, A) added into row r's sentence, r / group. Reads u, x^ and rstd from
+   what the forward pass saved, or where saved_u is NULL recomputes them from q (rows, A) and
+   keys (layer_normed_key, the same floats: the same values). */
 void seq2seq_additive_layer_norm_score_backward(
-    int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
+    int64_t rows, int64_t group, int64_t S, int64_t A, float scale, float eps,
     const float *restrict saved_u, const float *restrict saved_normed,
-    const float *restrict saved_rstd, const float *restrict params,
-    const int64_t *restrict spans, const float *restrict d_logits, float *restrict d_q,
-    float *restrict d_keys, float *restrict d_params) {
-  const float *restrict w_v = params, *restrict gamma = params + A;
+    const float *restrict saved_rstd, const float *restrict q, const float *restrict keys,
+    const float *restrict params, const int64_t *restrict spans, const float *restrict d_logits,
+    float *restrict d_q, float *restrict d_keys, float *restrict d_params) {
+  const float *restrict w_v = params, *restrict gamma = params + A, *restrict beta = params + 2 * A;
 #pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
-    float g[A];
+    float g[A], n_scratch[A], u_scratch[A];
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];
       float *restrict dq_r = d_q + r * A;
@@ -215,9 +227,18 @@ void seq2seq_additive_layer_norm_score_backward(
       float *restrict d_beta = d_w_v + 2 * A;
       for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
       for (int64_t s = first; s < end; ++s) {
-        const float d_score = scale * d_logits[r * S + s];
-        const float *restrict u = saved_u + (r * S + s) * A;
-        const float *restrict normed = saved_normed + (r * S + s) * A;
+        const int64_t key = r * S + s;
+        const float d_score = scale * d_logits[key];
+        const float *restrict u = u_scratch, *restrict normed = n_scratch;
+        float rstd;
+        if (saved_u != NULL) {
+          u = saved_u + key * A;
+          normed = saved_normed + key * A;
+          rstd = saved_rstd[key];
+        } else {
+          rstd = layer_normed_key(A, eps, q + r * A, keys + (b * S + s) * A, gamma, beta,
+                                  n_scratch, u_scratch);
+        }
         float mean_g = 0.0f, mean_gx = 0.0f;
 #pragma omp simd reduction(+ : mean_g, mean_gx)
         for (int64_t j = 0; j < A; ++j) {
@@ -231,7 +252,6 @@ void seq2seq_additive_layer_norm_score_backward(
         }
         mean_g /= (float)A;
         mean_gx /= (float)A;
-        const float rstd = saved_rstd[r * S + s];
         float *restrict dk_s = d_keys + (b * S + s) * A;
 #pragma omp simd
         for (int64_t j = 0; j < A; ++j) {
