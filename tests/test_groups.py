@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from seq2seq.analysis.compare import RunsError, read_run
+from seq2seq.analysis.compare import RunsError, find_runs, read_run
 from seq2seq.analysis.groups import compare_groups, group_runs, groups_table, run_labels
 from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
@@ -126,10 +126,11 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     pair_table = out.split("--pair:")[1]
     per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([0-9.]+)\*? \| ([0-9.]+)\*? \|"
     rows = re.findall(per_pair, pair_table)
-    assert [pair for _, pair in rows] == expected
     first, second = ((multirun / job / TEST_HYPOTHESES).read_text() for job in ("0", "1"))
     if first == second:  # sacreBLEU's floor for two runs that translate alike; ours: p = 1
-        assert [over_seeds for over_seeds, _ in rows] == ["1.0000", "1.0000"]
+        assert rows == [("1.0000", "1.0000")] * 2
+    else:
+        assert [pair for _, pair in rows] == expected
 
 
 def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Path) -> None:
@@ -269,6 +270,17 @@ def test_repeated_seeds_in_a_group_are_said(
     with caplog.at_level("WARNING"):
         group_runs([read_run(path) for path in runs])
     assert "holds several runs of seed 1" in caplog.text
+
+
+def test_a_run_given_twice_is_read_once_and_said(
+    multirun: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same multirun twice, or a job beside its multirun: each run once, with a warning."""
+    once = find_runs([multirun])
+    with caplog.at_level("WARNING"):
+        assert find_runs([multirun, multirun]) == once
+        assert find_runs([multirun / "0", multirun]) == [multirun / "0", *once[1:]]
+    assert "given more than once" in caplog.text
 
 
 def test_an_untestable_pair_leaves_out_only_itself(tmp_path: Path) -> None:

@@ -232,6 +232,25 @@ def test_heatmap_has_the_tokens_on_its_axes(tmp_path: Path) -> None:
         plot_attention(src[:2], tgt, weights, tmp_path / "bad.png")
 
 
+def hatched(axes: Any) -> set[tuple[float, float]]:
+    """The cells ``draw_attention`` hatched as exact zeros: their lower-left corners."""
+    return {(patch.get_x(), patch.get_y()) for patch in axes.patches if patch.get_hatch()}
+
+
+def test_only_exact_zeros_are_hatched_whether_the_weights_are_a_tensor_or_rounded() -> None:
+    """A weight that rounds to 0 is not one: rounded weights are hatched where ``zeros`` says,
+    a tensor where it is 0, and rounded weights without ``zeros`` nowhere."""
+    src, tgt = ["a", "b", "c"], ["x", "y"]
+    weights = torch.tensor([[0.0, 0.4, 0.6], [1e-7, 0.0, 1.0 - 1e-7]])
+    rounded = [[round(w, 5) for w in row] for row in weights.tolist()]  # 1e-7 -> 0.0
+    cells = {(-0.5, -0.5), (0.5, 0.5)}  # (column - 0.5, row - 0.5) of the two exact zeros
+    for given, zeros in ((weights, None), (rounded, [[0], [1]]), (rounded, None)):
+        figure, axes = plt.subplots()
+        draw_attention(axes, src, tgt, given, zeros=zeros)
+        assert hatched(axes) == (set() if isinstance(given, list) and zeros is None else cells)
+        plt.close(figure)
+
+
 def test_wandb_mode_auto(monkeypatch: pytest.MonkeyPatch, no_wandb_credentials: None) -> None:
     assert wandb_mode("auto") == "offline"
     assert wandb_mode("online") == "online"  # asked for explicitly

@@ -504,7 +504,7 @@ def test_the_model_summary_lists_parameters_and_no_flops() -> None:
     finally:
         SUMMARY_LOG.removeHandler(handler)
     text = stream.getvalue()
-    assert "FLOPs" not in text and "Flops" not in text
+    assert "FLOPs" not in text and "Flops" not in text and "Mode" not in text
     assert "Params" in text and "net" in text
     assert "26 trainable parameters of 26" in text
 

@@ -209,6 +209,14 @@ def test_a_system_against_a_near_copy_is_no_finding() -> None:
         assert abs(result.difference) < 1 and result.p_value > 0.05
 
 
+@pytest.mark.parametrize("test", ["bs", "ar"])
+def test_identical_translations_get_p_one_under_either_test(test: str) -> None:
+    """sacreBLEU's bootstrap alone would give two identical systems its smallest p."""
+    references, first, _ = systems()
+    for result in paired_translation_test(first, list(first), references, "13a", test):
+        assert result.difference == 0 and result.p_value == 1.0
+
+
 def test_systems_of_different_test_sets_are_refused() -> None:
     references, first, second = systems()
     with pytest.raises(SignificanceError, match="line counts"):

@@ -74,8 +74,11 @@ def natural_key(path: Path) -> list[Any]:
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Run directories among ``paths`` and their subdirectories (a multirun's jobs)."""
+    """Run directories among ``paths`` and their subdirectories (a multirun's jobs), each once:
+    a run reached twice (the same directory given twice, or a job and its multirun) is read
+    once, with a warning, so that it neither counts twice in a group nor meets itself."""
     runs: list[Path] = []
+    seen: set[Path] = set()
     for path in paths:
         if not path.is_dir():
             what = "is a file, not a directory" if path.exists() else "does not exist"
@@ -88,7 +91,13 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
                 "training has ended), a multirun directory has one such directory per job. "
                 "Pass e.g. outputs/DATE/TIME or multirun/DATE/TIME."
             )
-        runs.extend(found)
+        for run in found:
+            if run.resolve() in seen:
+                log.warning("%s: given more than once (directly or inside a multirun given): "
+                            "read once", run)  # fmt: skip
+                continue
+            seen.add(run.resolve())
+            runs.append(run)
     return runs
 
 
@@ -265,6 +274,7 @@ def plot_attention_grid(
                 sentence["tgt_tokens"],
                 sentence["attention"],
                 title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
+                zeros=sentence.get("zeros"),  # None in records written before they were kept
             )
         source = panels[0][3]["source"]
         # Line numbers from 1, as the explorer, --lines and every error message count them.

@@ -547,12 +547,13 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
         "stratified approximate randomization (Clark et al., 2011, as MultEval): the pairs' "
         "translations pooled as one corpus, each test sentence's translations dealt anew "
         f"between the two groups in each shuffle; the smallest p it can give is {floor or '–'}, "
-        "two identical groups get 1. p per seed pair: each pair's own test, as detail "
-        "(sacreBLEU's paired bootstrap with --test bs gives two identical runs its smallest p, "
-        "1/(resamples + 1), where randomization gives 1). * below 0.05. Beyond seed spread: the "
-        "two groups' 95 % intervals over seeds do not overlap. A difference is a finding where "
-        "p over seeds is small and the difference matters; with one seed per group the test "
-        "says nothing about seeds: train 3 or more.\n"
+        "two identical groups get 1. It asks whether these runs differ on these test "
+        "sentences; how much a difference varies from seed to seed is the last column's "
+        "question, not its. p per seed pair: each pair's own test, as detail (identical "
+        "translations get 1 under either test). * below 0.05. Beyond seed spread: the two "
+        "groups' 95 % intervals over seeds do not overlap. A difference is a finding where p "
+        "over seeds is small and it is beyond the seed spread; with one seed per group neither "
+        "says anything about seeds: train 3 or more.\n"
     )
 
 

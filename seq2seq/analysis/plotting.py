@@ -10,7 +10,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed, none is opened
 
 import matplotlib.pyplot as plt
-import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
@@ -23,8 +22,12 @@ def draw_attention(
     tgt_tokens: Sequence[str],
     weights: Tensor | Sequence[Sequence[float]],
     title: str = "",
+    zeros: Sequence[Sequence[int]] | None = None,
 ) -> AxesImage:
-    """Draw ``weights`` (len(tgt_tokens), len(src_tokens)) on ``axes``, tokens as tick labels."""
+    """Draw ``weights`` (len(tgt_tokens), len(src_tokens)) on ``axes``, tokens as tick labels,
+    hatching the exact zeros: ``zeros`` (per row, the columns exactly 0) where the weights were
+    rounded, else those of a tensor; rounded weights without ``zeros`` get none (a weight that
+    rounds to 0 is not one)."""
     matrix = weights.float().numpy() if isinstance(weights, Tensor) else weights
     rows, columns = len(matrix), len(matrix[0]) if len(matrix) else 0
     if (rows, columns) != (len(tgt_tokens), len(src_tokens)):
@@ -37,7 +40,10 @@ def draw_attention(
     image = axes.imshow(matrix, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
     # Exact zeros (a sparse normalizer's, a window's) hatched, so that no small weight looks like
     # one: imshow draws both the same colour.
-    for row, column in zip(*np.nonzero(np.asarray(matrix) == 0), strict=True):
+    if zeros is None and isinstance(weights, Tensor):
+        zeros = [row.nonzero()[:, 0].tolist() for row in weights == 0]
+    exact = [(row, column) for row, columns in enumerate(zeros or []) for column in columns]
+    for row, column in exact:
         corner = (float(column) - 0.5, float(row) - 0.5)
         axes.add_patch(
             Rectangle(corner, 1, 1, fill=False, hatch="////", edgecolor="#c8c8c8", linewidth=0)

@@ -79,10 +79,13 @@ def paired_translation_test(
     samples: int | None = None,
 ) -> list[PairedResult]:
     """sacreBLEU's paired ``test`` (``bs`` or ``ar``) of corpus BLEU (with ``tokenize``) and chrF,
-    ``system`` against ``baseline``, line-parallel with ``references``."""
+    ``system`` against ``baseline``, line-parallel with ``references``. Identical translations
+    differ nowhere: their p is 1 whatever the test (sacreBLEU's tests give them their smallest p,
+    1 / (samples + 1), as though a difference of 0 were never reached by chance)."""
     check_parallel(baseline, system, references)
     if test not in TESTS:
         raise SignificanceError(f"the paired test must be one of {', '.join(TESTS)}, got {test!r}.")
+    identical = list(baseline) == list(system)
     metrics = translation_metrics(tokenize)
     with progress_at_debug_level():  # its constructor scores the baseline already
         paired = PairedTest(
@@ -99,9 +102,8 @@ def paired_translation_test(
         baseline_result, system_result = scores[key]
         assert not isinstance(baseline_result, str) and not isinstance(system_result, str)
         assert system_result.p_value is not None  # the system is tested against the baseline
-        results.append(
-            PairedResult(name, baseline_result.score, system_result.score, system_result.p_value)
-        )
+        p_value = 1.0 if identical else system_result.p_value
+        results.append(PairedResult(name, baseline_result.score, system_result.score, p_value))
     return results
 
 

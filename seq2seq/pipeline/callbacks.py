@@ -66,8 +66,8 @@ def progress_bar(cfg: DictConfig) -> list[pl.Callback]:
 
 
 class ParameterSummary(ModelSummary):
-    """Lightning's table of the model's modules and their parameters, without its FLOPs column
-    and total: Lightning counts FLOPs by running a module's ``example_input_array``, which a
+    """Lightning's table of the model's modules and their parameters, without its FLOPs and
+    Mode columns: Lightning counts FLOPs by running a module's ``example_input_array``, which a
     seq2seq model does not define (its decoder's inputs come from a batch), so every count and
     the total read 0. Used in place of Lightning's own summary unless ``quiet``."""
 
@@ -81,7 +81,8 @@ class ParameterSummary(ModelSummary):
         total_flops: int,
         **summarize_kwargs: object,  # Lightning's signature; this callback is given none
     ) -> None:
-        columns = [(name, values) for name, values in summary_data if name != "FLOPs"]
+        # Mode (train or eval) is always train when training starts: no information either.
+        columns = [(name, values) for name, values in summary_data if name not in ("FLOPs", "Mode")]
         widths = [max(len(name), *(len(value) for value in values)) for name, values in columns]
 
         def line(cells: Sequence[str]) -> str:

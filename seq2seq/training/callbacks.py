@@ -16,7 +16,7 @@ from seq2seq.analysis.alignment import GoldAlignment
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.atomic import write_atomic
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
-from seq2seq.explorer.data import scoring_name
+from seq2seq.explorer.data import exact_zeros, scoring_name
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.training.lit_module import LitSeq2Seq
@@ -237,8 +237,10 @@ def _record(index: int, source: str, reference: str, translation: Translation) -
         "hypothesis": translation.text,
         "src_tokens": translation.src_tokens,
         "tgt_tokens": translation.tgt_tokens,
-        # (len(tgt_tokens), len(src_tokens)) rows of weights, rounded: files stay small.
+        # (len(tgt_tokens), len(src_tokens)) rows of weights, rounded: files stay small; and per
+        # row the columns that are exactly 0 (a weight that rounds to 0 is not one).
         "attention": [[round(w, 5) for w in row] for row in attention.tolist()]
         if attention is not None
         else None,
+        "zeros": exact_zeros(attention) if attention is not None else None,
     }
