@@ -217,6 +217,16 @@ def test_translate_reports_unknown_source_words_once(bundle: Path) -> None:
     stderr = completed.stderr.decode()
     assert stderr.count("not in the model's vocabulary") == 1, stderr
     assert "zebra (×2)" in stderr and "xylophones" in stderr
+    assert "case-sensitive" not in stderr  # no unknown word is known in lowercase
+
+
+def test_an_unknown_cased_word_known_in_lowercase_is_said(bundle: Path) -> None:
+    """The toy vocabulary is lowercase: 'The' is unknown, 'the' is not, and the warning says so."""
+    completed = run_script("translate.py", "--model", bundle, stdin=b"The dog sees a cat .\n")
+    assert completed.returncode == 0, completed.stderr.decode()
+    stderr = completed.stderr.decode()
+    assert "read as <unk>: The." in stderr, stderr
+    assert "case-sensitive and has the in lowercase" in stderr, stderr
 
 
 def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Path) -> None:

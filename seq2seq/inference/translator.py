@@ -568,7 +568,12 @@ def translate_stream(
             translator.max_src_len,
         )
     if report.unknown:
-        log.warning("%s", unknown_words_message(report.unknown))
+        vocabulary = translator.src_tokenizer
+
+        def known(word: str) -> bool:
+            return vocabulary.token_to_id(word) is not None
+
+        log.warning("%s", unknown_words_message(report.unknown, known=known))
     return report
 
 
@@ -598,14 +603,28 @@ def output_lines(
     return lines
 
 
-def unknown_words_message(unknown: Counter[str], shown: int = 5) -> str:
-    """One line on the source words the vocabulary lacks: how many, and the most frequent."""
+def unknown_words_message(
+    unknown: Counter[str], shown: int = 5, known: Callable[[str], bool] | None = None
+) -> str:
+    """One line on the source words the vocabulary lacks: how many, and the most frequent; with
+    ``known`` (whether the vocabulary has a word), those it has in lowercase, since a cased
+    word is the commonest unknown word of a lowercased corpus."""
     examples = ", ".join(
         word if count == 1 else f"{word} (×{count})" for word, count in unknown.most_common(shown)
     )
     more = f" and {len(unknown) - shown} more" if len(unknown) > shown else ""
     total = sum(unknown.values())
+    cased = [
+        word for word, _ in unknown.most_common()
+        if known is not None and word != word.lower() and known(word.lower())
+    ][:shown]  # fmt: skip
+    hint = (
+        f" The vocabulary is case-sensitive and has {', '.join(w.lower() for w in cased)} in "
+        "lowercase: lowercase the input if its training data was."
+        if cased
+        else ""
+    )
     return (
         f"{total} source word(s) are not in the model's vocabulary and were read as <unk>: "
-        f"{examples}{more}. The translations are what the model makes of <unk> there."
+        f"{examples}{more}. The translations are what the model makes of <unk> there.{hint}"
     )
