@@ -115,6 +115,12 @@ def argmax_links(weights: Tensor, src_len: int, tgt_len: int) -> list[Link]:
     return [(int(i), j) for j, i in enumerate(best_source.tolist())]
 
 
+def exact_zeros(weights: Tensor) -> list[list[int]]:
+    """For each row of ``weights`` (T, S), the columns whose weight is exactly 0.0 (a sparse
+    normalizer's or a window's, told apart from a weight that rounds to 0 once stored)."""
+    return [row.nonzero()[:, 0].tolist() for row in weights == 0]
+
+
 def parse_pharaoh(line: str, origin: str = "the alignment") -> GoldAlignment:
     """Read one line of Pharaoh links: ``"0-0 1-2 3p4 2-p-2"``; an empty line has no links."""
     sure: set[Link] = set()

@@ -15,6 +15,8 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 from torch import Tensor
 
+from seq2seq.analysis.alignment import exact_zeros
+
 
 def draw_attention(
     axes: Axes,
@@ -41,7 +43,7 @@ def draw_attention(
     # Exact zeros (a sparse normalizer's, a window's) hatched, so that no small weight looks like
     # one: imshow draws both the same colour.
     if zeros is None and isinstance(weights, Tensor):
-        zeros = [row.nonzero()[:, 0].tolist() for row in weights == 0]
+        zeros = exact_zeros(weights)
     exact = [(row, column) for row, columns in enumerate(zeros or []) for column in columns]
     for row, column in exact:
         corner = (float(column) - 0.5, float(row) - 0.5)

@@ -31,7 +31,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seq2seq.analysis.alignment import GoldAlignment, Link, argmax_links, count_links
+from seq2seq.analysis.alignment import (
+    GoldAlignment,
+    Link,
+    argmax_links,
+    count_links,
+    exact_zeros,
+)
 from seq2seq.data.tokenization import BOS_ID, encode_batch, token_ids
 from seq2seq.inference.bundle import attention_parts_of
 from seq2seq.inference.translator import Translation, Translator
@@ -90,11 +96,6 @@ def score_spread(weights: Tensor, readable: Tensor | None = None) -> dict[str, A
     counts = torch.bincount(bins, minlength=2 * SPREAD).tolist()
     std = float(centered.std()) if centered.numel() > 1 else 0.0
     return {"low": -SPREAD, "counts": counts, "std": round(std, DECIMALS)}
-
-
-def exact_zeros(weights: Tensor) -> list[list[int]]:
-    """For each row of ``weights`` (T, S), the columns whose weight is exactly 0.0."""
-    return [row.nonzero()[:, 0].tolist() for row in weights == 0]
 
 
 def attention_map(

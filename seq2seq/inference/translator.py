@@ -568,12 +568,7 @@ def translate_stream(
             translator.max_src_len,
         )
     if report.unknown:
-        vocabulary = translator.src_tokenizer
-
-        def known(word: str) -> bool:
-            return vocabulary.token_to_id(word) is not None
-
-        log.warning("%s", unknown_words_message(report.unknown, known=known))
+        log.warning("%s", unknown_words_message(report.unknown, translator.src_tokenizer))
     return report
 
 
@@ -604,11 +599,11 @@ def output_lines(
 
 
 def unknown_words_message(
-    unknown: Counter[str], shown: int = 5, known: Callable[[str], bool] | None = None
+    unknown: Counter[str], vocabulary: Tokenizer | None = None, shown: int = 5
 ) -> str:
     """One line on the source words the vocabulary lacks: how many, and the most frequent; with
-    ``known`` (whether the vocabulary has a word), those it has in lowercase, since a cased
-    word is the commonest unknown word of a lowercased corpus."""
+    the source ``vocabulary``, those it has in lowercase, since a cased word is the commonest
+    unknown word of a lowercased corpus."""
     examples = ", ".join(
         word if count == 1 else f"{word} (×{count})" for word, count in unknown.most_common(shown)
     )
@@ -616,7 +611,8 @@ def unknown_words_message(
     total = sum(unknown.values())
     cased = [
         word for word, _ in unknown.most_common()
-        if known is not None and word != word.lower() and known(word.lower())
+        if vocabulary is not None and word != word.lower()
+        and vocabulary.token_to_id(word.lower()) is not None
     ][:shown]  # fmt: skip
     hint = (
         f" The vocabulary is case-sensitive and has {', '.join(w.lower() for w in cased)} in "

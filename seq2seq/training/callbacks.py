@@ -12,11 +12,11 @@ import matplotlib.image
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
-from seq2seq.analysis.alignment import GoldAlignment
+from seq2seq.analysis.alignment import GoldAlignment, exact_zeros
 from seq2seq.analysis.plotting import plot_attention, plot_attention_grid
 from seq2seq.atomic import write_atomic
 from seq2seq.explorer import ExplorerModel, explorer_data, write_page
-from seq2seq.explorer.data import exact_zeros, scoring_name
+from seq2seq.explorer.data import scoring_name
 from seq2seq.inference.bundle import TrainedModel
 from seq2seq.inference.translator import Translation, Translator
 from seq2seq.training.lit_module import LitSeq2Seq

@@ -46,23 +46,16 @@
 
 /* ---- Scores ------------------------------------------------------------------------------ */
 
-/* Features per pass of a key's tanh: computed into a buffer first, then summed against w_v (one
+/* t = tanh(q_r + k_s) over A features into t, and w_v . t: computed first, then summed (one
    loop doing both runs at about half the speed: the reduction waits on every division). */
-#define TANH_CHUNK 64
-
-/* w_v . t, t = tanh(q_r + k_s) over A features, t written to u (A floats) or a scratch chunk. */
 static inline float additive_key_score(int64_t A, const float *restrict q_r,
                                        const float *restrict k_s, const float *restrict w_v,
-                                       float *restrict u) {
-  float chunk[TANH_CHUNK], score = 0.0f;
-  for (int64_t start = 0; start < A; start += TANH_CHUNK) {
-    const int64_t n = A - start < TANH_CHUNK ? A - start : TANH_CHUNK;
-    float *restrict t = u != NULL ? u + start : chunk;
+                                       float *restrict t) {
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) t[j] = tanh_rational(q_r[start + j] + k_s[start + j]);
+  for (int64_t j = 0; j < A; ++j) t[j] = tanh_rational(q_r[j] + k_s[j]);
+  float score = 0.0f;
 #pragma omp simd reduction(+ : score)
-    for (int64_t j = 0; j < n; ++j) score += w_v[start + j] * t[j];
-  }
+  for (int64_t j = 0; j < A; ++j) score += w_v[j] * t[j];
   return score;
 }
 
@@ -76,9 +69,10 @@ void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, f
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
+    float t_scratch[A];
     for (int64_t s = first; s < end; ++s) {
-      float *restrict u = saved != NULL ? saved + (r * S + s) * A : NULL;
-      logits[r * S + s] = scale * additive_key_score(A, q + r * A, keys + (b * S + s) * A, w_v, u);
+      float *restrict t = saved != NULL ? saved + (r * S + s) * A : t_scratch;
+      logits[r * S + s] = scale * additive_key_score(A, q + r * A, keys + (b * S + s) * A, w_v, t);
     }
   }
 }
@@ -102,21 +96,6 @@ static inline void additive_key_backward(int64_t A, float d_score, const float *
   }
 }
 
-static inline void additive_key_recompute_backward(int64_t A, float d_score,
-                                                   const float *restrict q_r,
-                                                   const float *restrict k_s,
-                                                   const float *restrict w_v, float *restrict dq_r,
-                                                   float *restrict dk_s, float *restrict dwv_r) {
-#pragma omp simd
-  for (int64_t j = 0; j < A; ++j) {
-    const float t = tanh_rational(q_r[j] + k_s[j]);
-    const float dx = d_score * w_v[j] * (1.0f - t * t);
-    dq_r[j] += dx;
-    dk_s[j] += dx;
-    dwv_r[j] += d_score * t;
-  }
-}
-
 void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
                                      float scale, const float *restrict saved,
                                      const float *restrict q, const float *restrict keys,
@@ -126,6 +105,7 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
   /* Over sentences: a sentence's rows add into its keys' gradient, from one thread. */
 #pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
+    float t_scratch[A];
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];
       float *restrict dq_r = d_q + r * A;
@@ -133,13 +113,15 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
       for (int64_t j = 0; j < A; ++j) dq_r[j] = 0.0f;
       for (int64_t s = first; s < end; ++s) {
         const float d_score = scale * d_logits[r * S + s];
-        float *restrict dk_s = d_keys + (b * S + s) * A;
+        const float *restrict k_s = keys + (b * S + s) * A;
+        const float *restrict t = t_scratch;
         if (saved != NULL) {
-          additive_key_backward(A, d_score, saved + (r * S + s) * A, w_v, dq_r, dk_s, dwv_r);
+          t = saved + (r * S + s) * A;
         } else {
-          additive_key_recompute_backward(A, d_score, q + r * A, keys + (b * S + s) * A, w_v,
-                                          dq_r, dk_s, dwv_r);
+#pragma omp simd
+          for (int64_t j = 0; j < A; ++j) t_scratch[j] = tanh_rational(q[r * A + j] + k_s[j]);
         }
+        additive_key_backward(A, d_score, t, w_v, dq_r, d_keys + (b * S + s) * A, dwv_r);
       }
     }
   }
