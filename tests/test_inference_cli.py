@@ -226,7 +226,7 @@ def test_an_unknown_cased_word_known_in_lowercase_is_said(bundle: Path) -> None:
     assert completed.returncode == 0, completed.stderr.decode()
     stderr = completed.stderr.decode()
     assert "read as <unk>: The." in stderr, stderr
-    assert "case-sensitive and has the in lowercase" in stderr, stderr
+    assert "case-sensitive and has 'the' in lowercase" in stderr, stderr
 
 
 def test_evaluate_refuses_files_that_are_not_parallel(bundle: Path, tmp_path: Path) -> None:

@@ -615,8 +615,9 @@ def unknown_words_message(
         and vocabulary.token_to_id(word.lower()) is not None
     ][:shown]  # fmt: skip
     hint = (
-        f" The vocabulary is case-sensitive and has {', '.join(w.lower() for w in cased)} in "
-        "lowercase: lowercase the input if its training data was."
+        " The vocabulary is case-sensitive and has "
+        f"{', '.join(repr(w.lower()) for w in cased)} in lowercase: lowercase the input if the "
+        "training data was lowercased."
         if cased
         else ""
     )
