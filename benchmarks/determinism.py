@@ -7,13 +7,20 @@ else SSE4), for torch's ATen and our kernels (``ATEN_CPU_CAPABILITY``), oneDNN
 final weights against the reference's: how many logged values differ, the largest difference of
 val BLEU, and the largest weight difference.
 
+The report keeps the reference run's fingerprint (its logged values and a SHA-256 of every
+weight), so that a run on another machine can be held to it: ``--against`` compares this
+machine's reference run with the one in another machine's report, which is how an Intel and
+an AMD CPU are compared without both being at hand.
+
     python -m benchmarks.determinism --out docs/benchmark/determinism.json
+    python -m benchmarks.determinism --against docs/benchmark/determinism.json --out OTHER.json
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -74,24 +81,78 @@ def weights(directory: Path) -> dict[str, torch.Tensor]:
     return dict(checkpoint["state_dict"])
 
 
-def against(reference: Path, variant: Path) -> dict[str, Any]:
-    ours, theirs = metrics(reference), metrics(variant)
+def metric_differences(ours: list[dict[str, str]], theirs: list[dict[str, str]]) -> dict[str, Any]:
+    """How many of two runs' logged values differ, and their largest val BLEU difference."""
     values = [(a[k], b.get(k)) for a, b in zip(ours, theirs, strict=False) for k in a if a[k]]
-    differing = sum(1 for a, b in values if a != b)
     bleu = [
         abs(float(a["val/bleu"]) - float(b["val/bleu"]))
         for a, b in zip(ours, theirs, strict=False)
         if a.get("val/bleu") and b.get("val/bleu")
     ]
+    return {
+        "logged values differing": f"{sum(1 for a, b in values if a != b)} of {len(values)}",
+        "val BLEU, largest difference": max(bleu, default=0.0),
+    }
+
+
+def against(reference: Path, variant: Path) -> dict[str, Any]:
     first, second = weights(reference), weights(variant)
     largest = max(float((first[k] - second[k]).abs().max()) for k in first)
     summary = json.loads((variant / "summary.json").read_text())
     return {
-        "logged values differing": f"{differing} of {len(values)}",
-        "val BLEU, largest difference": max(bleu, default=0.0),
+        **metric_differences(metrics(reference), metrics(variant)),
         "weights, largest difference": largest,
         "test BLEU": summary.get("test_bleu"),
     }
+
+
+def fingerprint(directory: Path) -> dict[str, Any]:
+    """What a run computed, small enough to commit: its logged values (no timings), a SHA-256
+    of each weight's bytes and its test BLEU."""
+    summary = json.loads((directory / "summary.json").read_text())
+    return {
+        "metrics": metrics(directory),
+        "weights sha256": {
+            name: hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
+            for name, tensor in weights(directory).items()
+        },
+        "test BLEU": summary.get("test_bleu"),
+    }
+
+
+def against_fingerprint(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """This machine's reference run against another machine's, from their fingerprints."""
+    mine, other = ours["weights sha256"], theirs["weights sha256"]
+    same = sum(1 for name, digest in mine.items() if other.get(name) == digest)
+    return {
+        **metric_differences(ours["metrics"], theirs["metrics"]),
+        "weights identical": f"{same} of {len(mine)} tensors",
+        "test BLEU": ours["test BLEU"],
+    }
+
+
+def other_machine(path: Path, ours: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows for ``--against``: another report's reference run against this machine's
+    reference and each of its variants (one with the instruction sets of the other CPU should
+    match it, if the level is all that differs). A report from before fingerprints were kept has
+    only its runs' test BLEU: that much is shown."""
+    report = json.loads(path.read_text())
+    if "fingerprints" not in report:
+        again = next(row for row in report["rows"] if row["variant"] == "the same command again")
+        return [{
+            "variant": f"the reference run on {report['machine']} (values not kept there)",
+            "test BLEU": again["test BLEU"],
+        }]  # fmt: skip
+    theirs = report["fingerprints"]["reference"]
+    rows = [
+        {"variant": f"the reference run on {report['machine']}", "test BLEU": theirs["test BLEU"]}
+    ]
+    for name, fingerprint in ours.items():
+        rows.append({
+            "variant": f"{name} here against the reference run there",
+            **against_fingerprint(fingerprint, theirs),
+        })  # fmt: skip
+    return rows
 
 
 def cpu() -> str:
@@ -107,6 +168,9 @@ def cpu() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
+    parser.add_argument(
+        "--against", type=Path, help="another machine's report: compare its reference run too"
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -118,7 +182,21 @@ def main() -> None:
             if index:
                 rows.append({"variant": name, **against(directories[0], directory)})
                 print(rows[-1], flush=True)
-    report = {"machine": cpu(), "command": "seed=1 trainer.max_epochs=1", "rows": rows}
+        fingerprints = {
+            name: fingerprint(directory)
+            for (name, _, _), directory in zip(VARIANTS, directories, strict=True)
+        }
+    if args.against is not None:
+        for row in other_machine(args.against, fingerprints):
+            rows.append(row)
+            print(row, flush=True)
+    report = {
+        "machine": cpu(),
+        "instruction set": LEVEL,
+        "command": "seed=1 trainer.max_epochs=1",
+        "rows": rows,
+        "fingerprints": fingerprints,
+    }
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.determinism import against
+from benchmarks.determinism import against, fingerprint, other_machine
 
 
 def fake_run(directory: Path, bleu: str, weight: float, tokens_per_s: str) -> Path:
@@ -37,3 +37,24 @@ def test_timing_columns_differ_without_counting_and_a_changed_value_counts(tmp_p
     assert changed["logged values differing"] == "1 of 5"
     assert changed["val BLEU, largest difference"] == 2.5
     assert changed["weights, largest difference"] == 0.25
+
+
+def test_another_machines_report_is_compared_by_fingerprint(tmp_path: Path) -> None:
+    """A fingerprint holds what --against needs: the same run matches value for value and
+    weight for weight, a changed weight or value is counted, an old report gives its BLEU only."""
+    first = fingerprint(fake_run(tmp_path / "a", "50.0", 2.0, "1000"))
+    other = fingerprint(fake_run(tmp_path / "c", "52.5", 2.25, "1000"))
+    report = tmp_path / "other.json"
+    report.write_text(json.dumps({"machine": "M", "fingerprints": {"reference": first}}))
+    rows = other_machine(report, {"reference": first, "changed": other})
+    assert rows[0] == {"variant": "the reference run on M", "test BLEU": 90.0}
+    assert rows[1]["logged values differing"] == "0 of 5"
+    assert rows[1]["weights identical"] == "1 of 1 tensors"
+    assert rows[2]["logged values differing"] == "1 of 5"
+    assert rows[2]["val BLEU, largest difference"] == 2.5
+    assert rows[2]["weights identical"] == "0 of 1 tensors"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({
+        "machine": "M", "rows": [{"variant": "the same command again", "test BLEU": 95.7}],
+    }))  # fmt: skip
+    assert other_machine(old, {"reference": first})[0]["test BLEU"] == 95.7
