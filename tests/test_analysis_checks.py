@@ -173,7 +173,18 @@ class NoValidLens(nn.Module):
         return torch.softmax(queries @ keys.transpose(1, 2), -1) @ values
 
 
+class QueryInContext(D2LScaledDot):
+    """The query added to the context (a residual inside the attention): a sentence with no
+    real key gets zero weights, but not the context of zero values."""
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor) -> Tensor:
+        context = super().forward(queries, keys, values, valid_lens)
+        self.attention_weights = self.attention_weights * (valid_lens > 0)[:, None, None]
+        return context + queries.sum(-1, keepdim=True)
+
+
 MODULES = {
+    QueryInContext: ("a row with no real key gives zeros, not NaN", "reach it another way"),
     SummedContext: (INTERFACE, "a sum, mean or reshape too many"),
     NoValidLens: (INTERFACE, "forward(queries, keys, values, valid_lens)"),
     UnusedParameter: ("gradients reach every parameter, finite", "never uses"),
@@ -324,3 +335,59 @@ def test_a_mask_after_the_softmax_and_in_model_consequences_are_named() -> None:
     over_queries = {f.name: f for f in check(softmax_over_queries).failures}
     in_model = [f for name, f in over_queries.items() if "with scaled dot products" in name]
     assert in_model and all("follows from the failure" in (f.bug or "") for f in in_model)
+
+
+# ---- 1/√d in a built module: read from its projections, not from its size ---------------------
+
+
+class MultiHead(nn.Module):
+    """h heads of scaled dot-product attention on W_q q, W_k k, W_v v, through W_o (with a bias:
+    a sentence with no real key gets W_o's bias as its context); the weights the heads' average
+    (as the multi-head exercise writes it); ``scaled`` False: √d forgotten."""
+
+    def __init__(self, size: int, heads: int, scaled: bool = True) -> None:
+        super().__init__()
+        self.heads, self.scaled = heads, scaled
+        self.W_q, self.W_k = nn.Linear(size, size), nn.Linear(size, size)
+        self.W_v, self.W_o = nn.LazyLinear(size), nn.Linear(size, size)
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        def split(x: Tensor) -> Tensor:  # (B, T, D) -> (B, h, T, d)
+            return x.reshape(x.shape[0], x.shape[1], self.heads, -1).transpose(1, 2)
+
+        q, k, v = split(self.W_q(queries)), split(self.W_k(keys)), split(self.W_v(values))
+        scores = q @ k.transpose(-1, -2)  # (B, h, Tq, Tk)
+        if self.scaled:
+            scores = scores / math.sqrt(q.shape[-1])
+        real = torch.arange(keys.shape[1]) < valid_lens.view(-1, 1, 1, 1)
+        weights = torch.softmax(scores.masked_fill(~real, float("-inf")), -1).nan_to_num(0.0)
+        context = (weights @ v).transpose(1, 2).flatten(2)  # (B, Tq, D)
+        return self.W_o(context), weights.mean(1)
+
+
+@pytest.mark.parametrize(
+    ("module", "said"),
+    [
+        (MultiHead(16, 4), "dot products over 4 heads of d = 4, scaled by 1/√d"),
+        (MultiHead(16, 4, scaled=False), "dot products over 4 heads of d = 4 without 1/√d"),
+        (D2LScaledDot(), "dot products over 1 head of d = 8, scaled by 1/√d"),
+        (DotProductAttention(scaled=False), "over 1 head of d = 8 without 1/√d"),
+        (AdditiveAttention(8, 8, num_hiddens=8), "not a dot product"),
+    ],
+    ids=["heads", "heads without √d", "d2l", "dot", "additive"],
+)
+def test_a_built_module_says_whether_its_dot_products_are_scaled(
+    module: nn.Module, said: str
+) -> None:
+    """A built module has one size, so √d is read from its projections (hooks on its linear
+    layers) against each split into heads; information, never a failure."""
+    result = check(module)
+    info = {f.name: f.detail for f in result.findings if f.info}
+    assert said in info["1/√d in its dot products"], result.table()
+    if "without" in said:
+        assert "√d missing?" in info["1/√d in its dot products"]
+    assert "1/√d in its dot products" not in {f.name for f in result.failures}
+    if not isinstance(module, D2LScaledDot):  # whose empty rows are uniform (the catalogue's)
+        assert result.passed, result.table()

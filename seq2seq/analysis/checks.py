@@ -417,6 +417,8 @@ def check_module_factory(
     size = 8 if sized else module_size(module)
     module = module.double().eval()
     result.findings += attention_findings(module, size)
+    if not sized and result.findings[0].passed:
+        result.findings.append(attempt(SCALE, lambda: scale_info(module, size)))
     if sized and result.findings[0].passed:
         result.findings += [
             attempt("√d growth of the logits", lambda: growth_info(build)),
@@ -779,8 +781,22 @@ def module_empty(module: nn.Module, size: int) -> Finding:
             "", False, "a sentence with no real key gives NaN weights or context",
             "-inf fill: a row with every key masked is softmax of -inf only, NaN",
         )  # fmt: skip
-    if (weights[1] != 0).any() or (context[1] != 0).any():
+    if (weights[1] != 0).any():
         return kept_weight_finding(weights[1, 0])
+    no_values = v.clone()
+    no_values[1] = 0.0  # the empty sentence's values: what any output projection makes of nothing
+    with torch.no_grad():
+        nothing, _ = run_module(module, q, k, no_values, torch.tensor([4, 0]))
+    if not torch.allclose(context[1], nothing[1], rtol=1e-6, atol=1e-9):
+        where = first_bad(~torch.isclose(context[1], nothing[1], rtol=1e-6, atol=1e-9))
+        got, want = float(context[1][where].detach()), float(nothing[1][where])
+        return Finding(
+            "", False, f"its weights are zeros, but its context at {(1, *where)} is "
+            f"{got:.6g}, not {want:.6g} (the context "
+            "of zero values: zeros, or an output projection's bias)",
+            "the context is not (weights @ values) then any projection: keys, queries or values "
+            "reach it another way (a residual, or an average of the values)",
+        )  # fmt: skip
     (grad,) = torch.autograd.grad(context.sin().sum(), q)
     if not torch.isfinite(grad).all():
         return Finding("", False, "the queries' gradient is not finite", "NaN gradient")
@@ -851,6 +867,86 @@ def growth_info(build: Callable[[int], nn.Module]) -> Finding:
     grows = ratio > math.sqrt(256 / 16) / 2
     detail = f"logit std at D = 16, 64, 256: {', '.join(f'{s:.3g}' for s in spreads)}"
     return Finding("", True, detail + (" (grows as √D: scale by 1/√D)" if grows else ""), info=True)
+
+
+SCALE = "1/√d in its dot products"
+
+
+def scale_info(module: nn.Module, size: int) -> Finding:
+    """Whether a built module's weights are dot products of its projected queries and keys, and
+    with or without 1/√d (information). A built module has one size, so the logits' growth with
+    D cannot be watched; instead its projections are read with hooks on its linear layers (the
+    one applied to the queries and the one applied to the keys; none: the inputs themselves),
+    and each way of splitting their features into h heads of d is tried, with and without
+    1/√d, against the module's own weights (the heads' average where it has several)."""
+    generator = torch.Generator().manual_seed(0)
+    batch, queries, keys, lengths = SHAPES[3]
+    q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
+    k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
+    v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+    lens = torch.tensor(lengths)
+    seen: list[tuple[Tensor, Tensor]] = []  # (input, output) of every linear layer called
+    hooks = [
+        layer.register_forward_hook(lambda _, inputs, output: seen.append((inputs[0], output)))
+        for layer in module.modules()
+        if isinstance(layer, nn.Linear)  # a LazyLinear is one too
+    ]
+    try:
+        with torch.no_grad():
+            _, weights = run_module(module, q, k, v, lens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+    def projected(x: Tensor) -> Tensor:
+        return next((out for inp, out in seen if inp is x or torch.equal(inp, x)), x)
+
+    q_proj, k_proj = projected(q), projected(k)  # (B, Tq, D'), (B, Tk, D')
+    if q_proj.shape[-1] != k_proj.shape[-1]:
+        return Finding(
+            "", True, "not read: its projected queries and keys differ in size", info=True
+        )
+    fits = heads_fits(q_proj, k_proj, lens, weights)
+    (heads, scaled), best = min(fits.items(), key=lambda item: item[1])
+    if best > 1e-6:
+        return Finding(
+            "", True, "not a dot product of its projected queries and keys (additive, a "
+            "temperature, or a projection that is not an nn.Linear): no √d to read", info=True,
+        )  # fmt: skip
+    d = q_proj.shape[-1] // heads
+    shape = f"{heads} head{'s' if heads > 1 else ''} of d = {d}"
+    if scaled or d == 1:
+        return Finding("", True, f"dot products over {shape}, scaled by 1/√d", info=True)
+    match = "exactly" if best < 1e-12 else f"to {best:.0e}"
+    return Finding(
+        "", True, f"dot products over {shape} without 1/√d (its weights are softmax(q·k) "
+        f"{match}; softmax(q·k/√d) differs by {fits[(heads, True)]:.2g}): √d missing? Unscaled dot "
+        "products spread as √d and the softmax saturates on one key; scaled dot-product "
+        "attention divides by √d (Luong's dot deliberately does not)", info=True,
+    )  # fmt: skip
+
+
+def heads_fits(
+    q_proj: Tensor, k_proj: Tensor, lens: Tensor, weights: Tensor
+) -> dict[tuple[int, bool], float]:
+    """For every split of the D' features into h heads, with 1/√d (True) and without: the
+    largest difference between ``weights`` (B, Tq, Tk) and the heads' average of the masked
+    softmax of their dot products, over the rows with a real key."""
+    batch, queries, features = q_proj.shape
+    real = torch.arange(k_proj.shape[1]) < lens[:, None, None]  # (B, 1, Tk)
+    rows = lens > 0
+    fits = {}
+    for heads in (h for h in range(1, features + 1) if features % h == 0):
+        d = features // heads
+        q_h = q_proj.reshape(batch, queries, heads, d).transpose(1, 2)  # (B, h, Tq, d)
+        k_h = k_proj.reshape(batch, -1, heads, d).transpose(1, 2)  # (B, h, Tk, d)
+        products = q_h @ k_h.transpose(-1, -2)  # (B, h, Tq, Tk)
+        for scaled in (True, False):
+            logits = products / math.sqrt(d) if scaled else products
+            masked = logits.masked_fill(~real[:, None], float("-inf"))
+            candidate = torch.softmax(masked, dim=-1).nan_to_num(0.0).mean(1)  # (B, Tq, Tk)
+            fits[(heads, scaled)] = float((candidate - weights)[rows].abs().max())
+    return fits
 
 
 class TanhOutputs(TorchDispatchMode):
