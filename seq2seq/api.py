@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seq2seq.analysis.compare import RunsError, find_runs, markdown_table, read_run
 from seq2seq.analysis.groups import (
+    ONE_GROUP_NOTE,
     compare_groups,
     flat_config,
     group_runs,
@@ -363,8 +364,8 @@ def compare(
     if not records:
         raise ConfigError("seq2seq.compare needs at least one run.")
     groups = group_runs(records, by)
-    grouped = groups_table(groups) if len(groups) > 1 or by else None
-    tests = None
+    grouped = groups_table(groups)
+    tests = ONE_GROUP_NOTE
     if len(groups) > 1:
         tokenize = str(flat_config(records[0]).get("data.bleu_tokenize", "13a"))
         try:

@@ -18,7 +18,14 @@ import pytest
 import yaml
 
 from seq2seq.analysis.compare import RunsError, find_runs, read_run
-from seq2seq.analysis.groups import compare_groups, group_runs, groups_table, run_labels
+from seq2seq.analysis.groups import (
+    Comparison,
+    compare_groups,
+    group_runs,
+    groups_table,
+    run_labels,
+    significance_table,
+)
 from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from tests.configs import ROOT, TINY
@@ -439,3 +446,60 @@ def test_two_copies_of_a_sweep_are_no_finding_over_seeds(multirun: Path, tmp_pat
     comparisons = compare_groups(groups, "none")
     assert {c.metric for c in comparisons} == {"BLEU", "chrF", "AER"}
     assert all(c.p_value == 1.0 and c.difference == 0 for c in comparisons)
+
+
+def test_one_group_is_named_by_its_overrides_and_says_there_is_nothing_to_test(
+    tmp_path: Path,
+) -> None:
+    """A sweep of one setting: the group and its runs are named by what it overrides (not
+    "all runs" and the scoring function), and compare prints its interval and why no tests."""
+    paths = [
+        overridden_run(tmp_path / f"s{seed}", seed, ["attention.normalizer=sparsemax"], 90.0 + seed)
+        for seed in (1, 2, 3)
+    ]
+    runs = [read_run(path) for path in paths]
+    groups = group_runs(runs)
+    assert [group.label for group in groups] == ["attention.normalizer=sparsemax"]
+    assert run_labels(runs, groups)[1] == "attention.normalizer=sparsemax, seed 2"
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", *map(str, paths), "--out",
+         str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "| attention.normalizer=sparsemax | 3 |" in completed.stdout
+    assert "One group: every run has the same setting" in completed.stdout
+
+
+def comparison(metric: str, difference: float, p: float, beyond: bool | None) -> Comparison:
+    return Comparison("softmax", "sparsemax", metric, difference, beyond, p, 10_000, (p, p, p))
+
+
+@pytest.mark.parametrize(
+    ("comparisons", "verdict_line"),
+    [
+        (
+            [comparison("BLEU", 0.3, 0.01, False), comparison("AER", -0.1, 0.0001, True)],
+            "Findings: 1 of the 2 differences: sparsemax against softmax, AER -0.100.",
+        ),
+        (
+            [comparison("BLEU", 0.3, 0.01, False), comparison("chrF", 0.1, 0.4, False)],
+            "Findings: none of the 2 differences; 1 with p over seeds below 0.05, none beyond "
+            "the seed spread.",
+        ),
+        ([comparison("BLEU", 0.3, 0.01, None)], "Findings: none can be read, every group has one"),
+    ],
+    ids=["one", "none", "one seed"],
+)
+def test_the_paired_tests_end_in_a_verdict(
+    comparisons: list[Comparison], verdict_line: str
+) -> None:
+    """A skimmer reads the stars of p per seed pair as differences: the finding column and the
+    last line say which differences are findings (p over seeds small and beyond the spread)."""
+    table = significance_table(comparisons, "ar")
+    assert verdict_line in table
+    rows = [line for line in table.splitlines() if line.startswith("| softmax |")]
+    expected = ["**yes**" if c.beyond_spread and c.p_value < 0.05 else
+                "–" if c.beyond_spread is None else "no" for c in comparisons]  # fmt: skip
+    assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == expected

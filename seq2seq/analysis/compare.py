@@ -28,6 +28,7 @@ METRICS_FILE = "metrics.csv"
 log = logging.getLogger(__name__)
 
 PANEL_INCHES = 4.2  # an attention grid panel's width and height
+COLOUR_BAR_INCHES = 0.9  # the strip at the grid's right that holds its colour bar and label
 GRID_COLUMNS = 4  # panels per row of the attention grid: a dozen runs stay readable
 # Characters of a (12 pt) title per inch of figure, with a margin: a longer title is wrapped, not
 # cut off at the figure's edge (one panel holds a 4.2-inch line, a long sentence does not).
@@ -256,19 +257,19 @@ def plot_attention_grid(
     index = panels[0][3]["index"]
     columns = min(len(panels), GRID_COLUMNS)
     rows = math.ceil(len(panels) / columns)
-    figure, grid = plt.subplots(
-        rows, columns, figsize=(PANEL_INCHES * columns, PANEL_INCHES * rows), squeeze=False
-    )
+    width = PANEL_INCHES * columns + COLOUR_BAR_INCHES
+    figure, grid = plt.subplots(rows, columns, figsize=(width, PANEL_INCHES * rows), squeeze=False)
     try:
         for unused in grid.flat[len(panels) :]:
             unused.axis("off")
+        image: Any = None  # the last panel's, for the colour bar
         for axes, (run, label, record, sentence) in zip(grid.flat, panels, strict=False):
             if sentence["index"] != index:
                 raise RunsError(
                     f"{run.path} recorded other validation sentences than {panels[0][0].path}: "
                     "compare runs of the same data (same data.* settings)."
                 )
-            draw_attention(
+            image = draw_attention(
                 axes,
                 sentence["src_tokens"],
                 sentence["tgt_tokens"],
@@ -282,7 +283,11 @@ def plot_attention_grid(
         figure.suptitle(title)
         # The panels below the suptitle's lines (about 0.3 inch each), not under them.
         top = 1 - (0.3 * (title.count("\n") + 1) + 0.1) / (PANEL_INCHES * rows)
-        figure.tight_layout(rect=(0, 0, 1, top))
+        # One colour bar for every panel (they share the 0-1 scale), in a strip at the right.
+        right = 1 - COLOUR_BAR_INCHES / width
+        figure.tight_layout(rect=(0, 0, right, top))
+        bar = figure.add_axes((right + 0.1 / width, 0.15, 0.15 / width, top - 0.3))
+        figure.colorbar(image, cax=bar, label="weight (hatched: exactly 0)")
         figure.savefig(path, dpi=120)
     finally:
         plt.close(figure)

@@ -116,6 +116,14 @@ def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+ONE_GROUP = "all runs"  # the label of a single group that no override or config key names
+ONE_GROUP_NOTE = (
+    "One group: every run has the same setting (they differ by their seed alone), so there is "
+    "nothing to test it against: compare it with runs of another setting (seq2seq compare DIR "
+    "OTHER_DIR), or split these runs with --by KEY."
+)
+
+
 def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> list[Group]:
     """Runs grouped by their config but the seed, or by the keys ``by`` (in first-seen order);
     each group labelled with the keys whose values tell the groups apart."""
@@ -145,7 +153,7 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
     members = [runs_ for _, runs_ in grouped.values()]
     labels = override_labels(members) or config_labels([key for key, _ in grouped.values()])
     groups = [
-        Group(label or "all runs", runs_) for label, runs_ in zip(labels, members, strict=True)
+        Group(label or ONE_GROUP, runs_) for label, runs_ in zip(labels, members, strict=True)
     ]
     for group in groups:
         warn_repeated_seeds(group)
@@ -160,8 +168,9 @@ def run_labels(runs: Sequence[RunRecord], groups: Sequence[Group]) -> list[str]:
     group_of = {id(run): group for group in groups for run in group.runs}
     bases = []
     for run in runs:
-        setting = group_of[id(run)].label if len(groups) > 1 else ""
-        setting = setting or str(run.summary.get("attention") or run.name)
+        setting = group_of[id(run)].label if id(run) in group_of else ONE_GROUP
+        if setting == ONE_GROUP:  # nothing sets it apart: the attention it trained names it
+            setting = str(run.summary.get("attention") or run.name)
         seed = run_seed(run)
         bases.append(setting if seed is None else f"{setting}, seed {seed}")
     named = [f"{base} ({run.path.name})" for base, run in zip(bases, runs, strict=True)]
@@ -194,22 +203,28 @@ def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
     setting left at its default has no override to name it: the config's keys do)."""
     per_group = []
     for runs in groups:
-        found = set()
-        for run in runs:
-            path = run.path / ".hydra" / "overrides.yaml"
-            if not path.is_file():
-                return None
-            overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-            found.add(tuple(o for o in map(str, overrides) if not o.startswith("seed=")))
-        if len(found) != 1:
+        found = {run_overrides(run) for run in runs}
+        if len(found) != 1 or None in found:
             return None
-        per_group.append(found.pop())
+        per_group.append(found.pop() or ())
+    if len(per_group) == 1:  # one group: all it overrides is what sets it apart from the defaults
+        return [", ".join(per_group[0])]
     override_keys = {frozenset(o.split("=", 1)[0] for o in overrides) for overrides in per_group}
     if len(override_keys) != 1:
         return None
     shared = set.intersection(*(set(overrides) for overrides in per_group))
     labels = [", ".join(o for o in overrides if o not in shared) for overrides in per_group]
     return labels if len(set(labels)) == len(labels) else None
+
+
+def run_overrides(run: RunRecord) -> tuple[str, ...] | None:
+    """The command-line overrides the run was started with but its seed (``.hydra/
+    overrides.yaml``), None where it has none recorded."""
+    path = run.path / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return None
+    overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    return tuple(o for o in map(str, overrides) if not o.startswith("seed="))
 
 
 def config_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
@@ -529,11 +544,48 @@ def randomization_p_values(
     )
 
 
+FINDING_P = 0.05  # p over seeds below this, and beyond the seed spread: a finding
+
+
 def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
     """Markdown: each pair and metric, the difference of means, the test over seeds, the seed
-    pairs' p-values (*: below 0.05) and whether the difference is beyond the seed-to-seed
-    spread; a note that says how to read them."""
-    return markdown(*significance_rows(comparisons, test)) + significance_note(comparisons)
+    pairs' p-values (*: below 0.05), whether the difference is beyond the seed-to-seed spread
+    and whether both make it a finding; a note that says how to read them, and the verdict."""
+    return (
+        markdown(*significance_rows(comparisons, test))
+        + significance_note(comparisons)
+        + f"\n{verdict(comparisons)}\n"
+    )
+
+
+def is_finding(comparison: Comparison) -> bool | None:
+    """p over seeds below ``FINDING_P`` and beyond the seed spread; None with one run a group
+    (nothing can be said about seeds)."""
+    if comparison.beyond_spread is None:
+        return None
+    return comparison.p_value < FINDING_P and comparison.beyond_spread
+
+
+def verdict(comparisons: Sequence[Comparison]) -> str:
+    """One line that reads the table: which differences are findings, or that none is."""
+    found = [c for c in comparisons if is_finding(c)]
+    if all(is_finding(c) is None for c in comparisons):
+        return (
+            "Findings: none can be read, every group has one run (train 3 seeds or more, "
+            "seed=1,2,3)."
+        )
+    if not found:
+        small = sum(1 for c in comparisons if c.p_value < FINDING_P)
+        why = (
+            f"; {small} with p over seeds below {FINDING_P}, none beyond the seed spread"
+            if small
+            else ""
+        )
+        return f"Findings: none of the {len(comparisons)} differences{why}."
+    named = "; ".join(
+        f"{c.system} against {c.baseline}, {c.metric} {difference_text(c)}" for c in found
+    )
+    return f"Findings: {len(found)} of the {len(comparisons)} differences: {named}."
 
 
 def significance_note(comparisons: Sequence[Comparison]) -> str:
@@ -551,9 +603,9 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
         "sentences; how much a difference varies from seed to seed is the last column's "
         "question, not its. p per seed pair: each pair's own test, as detail (identical "
         "translations get 1 under either test). * below 0.05. Beyond seed spread: the two "
-        "groups' 95 % intervals over seeds do not overlap. A difference is a finding where p "
-        "over seeds is small and it is beyond the seed spread; with one seed per group neither "
-        "says anything about seeds: train 3 or more.\n"
+        "groups' 95 % intervals over seeds do not overlap. Finding: p over seeds below 0.05 and "
+        "beyond the seed spread; with one seed per group neither says anything about seeds: "
+        "train 3 or more.\n"
     )
 
 
@@ -564,21 +616,26 @@ def significance_rows(
     name = {"bs": "paired bootstrap; AER: randomization", "ar": "approximate randomization"}[test]
     header = [
         "baseline", "system", "metric", "Δ mean", "seed pairs", "p over seeds",
-        f"p per seed pair ({name})", "beyond seed spread",
+        f"p per seed pair ({name})", "beyond seed spread", "finding",
     ]  # fmt: skip
     rows = []
     for comparison in comparisons:
-        digits = 3 if comparison.metric == "AER" else 2
         p_values = ", ".join(p_text(p) for p in comparison.p_values)
         beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
+        finding = {True: "**yes**", False: "no", None: "–"}[is_finding(comparison)]
         rows.append(
             [
                 comparison.baseline, comparison.system, comparison.metric,
-                f"{comparison.difference:+.{digits}f}", str(comparison.pairs),
-                p_text(comparison.p_value), p_values, beyond,
+                difference_text(comparison), str(comparison.pairs),
+                p_text(comparison.p_value), p_values, beyond, finding,
             ]
         )  # fmt: skip
     return header, rows
+
+
+def difference_text(comparison: Comparison) -> str:
+    """Δ mean with its sign, to the metric's digits (AER 3, BLEU and chrF 2)."""
+    return f"{comparison.difference:+.{3 if comparison.metric == 'AER' else 2}f}"
 
 
 def p_text(p: float) -> str:

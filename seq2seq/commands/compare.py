@@ -38,6 +38,7 @@ from seq2seq.analysis.compare import (
     read_run,
 )
 from seq2seq.analysis.groups import (
+    ONE_GROUP_NOTE,
     Group,
     compare_groups,
     flat_config,
@@ -204,9 +205,11 @@ def print_groups(
             "train.py -m ... seed=1,2,3) or group by fewer keys."
         )
     tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
-    if len(groups) > 1 or args.by:
-        print(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}", end="")
-        log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
+    print(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}", end="")
+    log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
+    if len(groups) == 1:
+        print(f"\n{ONE_GROUP_NOTE}")
+    else:
         try:
             comparisons = compare_groups(groups, tokenize, args.test, args.samples)
         except RunsError as error:
