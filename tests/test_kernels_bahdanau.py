@@ -513,7 +513,8 @@ def assert_composed_matches_the_reference(model: Seq2Seq) -> None:
         if candidate is model:  # the attention ran through the parts' C twins
             fused = ("PartsAttention", "Recurrence", "PackedProductAttention")
             if getattr(decoder, "is_sequential", False):  # input feeding or coverage in Luong
-                fused = ("SequentialRecurrence",)
+                # coverage alone: the cell first, then only the attention step by step
+                fused = ("SequentialRecurrence",) if decoder.input_feeding else ("AttentionLoop",)
             assert graph_has(logits, fused)
         loss = F.cross_entropy(logits, targets, ignore_index=PAD, reduction="sum")
         grads = torch.autograd.grad(loss, list(candidate.parameters()))

@@ -12,8 +12,9 @@ and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``aut
 - ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of its
   Python function by name (``additive_score``, ``product_score``, ``softmax``, ``sparsemax``,
   ``entmax15``, ``entmax_backward``, the context), and ``StepAttention``, which composes them;
-- ``luong``: the Luong decoder's loop where each step waits for the one before (input feeding,
-  coverage), as one autograd node;
+- ``luong``: the Luong decoder's loop where each step waits for the one before (input feeding),
+  as one autograd node, and with coverage alone the attention's own loop (``AttentionLoop``:
+  the cell runs over every step first, the readout over every row after);
 - ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node
   (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
   every decoding step's; several heads are rows of their own, ``StepAttention.heads``);

@@ -206,7 +206,10 @@ class LoopAttention:
         if d_weights is not None:  # its address and a head row's stride
             d_weights_out = (d_weights.data_ptr(), d_weights.stride(0) // heads)
         d_step = None  # the weights' gradient with the later steps' through the coverage
-        if self.d_coverage is not None:
+        if self.d_coverage is not None and heads == 1 and d_weights is None:
+            # dL/da_t = dL/dc_{t+1}: read in place (the C pass reads it before it is added to)
+            d_weights_out = (self.d_coverage.data_ptr(), self.keys)
+        elif self.d_coverage is not None:
             d_step = self.d_coverage[:active, None, :].expand(active, heads, -1) / heads
             if d_weights is not None:
                 d_step = d_step + d_weights.view(active, heads, -1)

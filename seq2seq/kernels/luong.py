@@ -1,6 +1,8 @@
 """The Luong decoder's step loop on the CPU as one autograd node, where each step waits for the
-one before: input feeding (the last attentional vector enters the cell) or coverage (the score
-reads the attention paid so far).
+one before: input feeding (the last attentional vector enters the cell), with or without
+coverage (the score reads the attention paid so far). With coverage alone only the attention
+waits for the step before: ``AttentionLoop`` steps it between the cell over every step and the
+readout over every row.
 
 Without either, the Luong decoder's cell runs over all steps first and the attention of every
 step is one call (``FastLuongDecoder.teacher_forced_logits``). With them, the reference steps T
@@ -241,3 +243,84 @@ class SequentialRecurrence(torch.autograd.Function):
             None,
             None,
         )
+
+
+class AttentionLoop(torch.autograd.Function):
+    """The Luong decoder's attention step by step where only the attention waits for the step
+    before (coverage without input feeding): the cell has run over every step already (its C
+    loop, ``gru_steps``), and the attentional layer runs over every row after (one GEMM). In
+    between, step t's attention from h_t with the coverage of the steps before it, through
+    ``LoopAttention`` as in ``SequentialRecurrence``, but with no cell and no readout per step.
+
+    hiddens (N, H), each step's rows together (``steps.stride`` 1: packed rows, or a padded
+    batch time-major), then ``SequentialRecurrence``'s attention inputs (projected keys ...
+    local-p's v_p), ``parts`` and ``steps`` -> contexts (N, h·d or M) and weights (N, h·S).
+    ``library.usable`` must hold.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        hiddens: Tensor,
+        projected_keys: Tensor,
+        memory: Tensor,
+        src_lens: Tensor,
+        query_weight: Tensor | None,
+        query_bias: Tensor | None,
+        score_weight: Tensor | None,
+        key_bias: Tensor | None,
+        alpha: Tensor | None,
+        temperature: Tensor | None,
+        coverage_weight: Tensor | None,
+        initial_coverage: Tensor | None,
+        centre_weight: Tensor | None,
+        centre_vector: Tensor | None,
+        parts: StepAttention,
+        steps: Steps,
+    ) -> tuple[Tensor, Tensor]:
+        kernels = library()
+        assert kernels is not None  # usable() checked it
+        assert steps.stride == 1 and steps.rows == hiddens.shape[0]  # a step's rows together
+        hiddens = hiddens.contiguous()  # a step's rows are the queries the C parts read
+        rows, size = hiddens.shape
+        needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
+        attention = LoopAttention(
+            kernels, parts, (
+                projected_keys, memory, src_lens, query_weight, query_bias, score_weight,
+                key_bias, alpha, temperature, coverage_weight, initial_coverage, centre_weight,
+                centre_vector,
+            ), steps.batch_sizes[0], size, steps, needs_grad,
+        )  # fmt: skip
+        contexts = hiddens.new_empty(rows, parts.heads * attention.value_size)
+        weights = hiddens.new_empty(rows, parts.heads * attention.keys)
+        for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
+            here = slice(start, start + active)  # every row is visited: start = rows done
+            attention.forward(t, start, hiddens[here], weights[here], contexts[here])
+        if needs_grad:
+            ctx.save_for_backward(hiddens, weights)
+        ctx.steps, ctx.attention = steps, attention  # type: ignore[attr-defined]
+        return contexts, weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: FunctionCtx, d_contexts: Tensor | None, d_weights: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        hiddens, weights = ctx.saved_tensors  # type: ignore[attr-defined]
+        steps: Steps = ctx.steps  # type: ignore[attr-defined]
+        attention: LoopAttention = ctx.attention  # type: ignore[attr-defined]
+        rows = hiddens.shape[0]
+        width = attention.heads * attention.value_size
+        d_contexts = contiguous_or_zeros(d_contexts, (rows, width), hiddens)
+        if d_weights is not None:  # a loss read the weights
+            d_weights = d_weights.contiguous()
+        d_hiddens = torch.zeros_like(hiddens)  # each step's query gradient, added by backward
+        attention.start_backward()
+        for t in reversed(range(len(steps.batch_sizes))):
+            active, start = steps.batch_sizes[t], steps.starts[t]
+            here = slice(start, start + active)
+            attention.backward(
+                t, start, weights[here], d_contexts[here],
+                None if d_weights is None else d_weights[here], d_hiddens[here],
+            )  # fmt: skip
+        return d_hiddens, *attention.gradients(hiddens), None, None

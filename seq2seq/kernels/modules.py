@@ -21,7 +21,8 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
   real tokens, with plain dot, scaled-dot and general attention from the packed rows
   (``PackedProductAttention``), any other attention with C twins through ``attend`` over all
-  the target steps at once; input feeding and coverage as one C loop (``luong``); decoding
+  the target steps at once; input feeding as one C loop, coverage alone as the attention's
+  loop between the cell over all steps and the readout over all rows (``luong``); decoding
   steps with the attention and cell in C, from tables built once per batch (each token's
   embedding gates; W_c1 applied to the memory), and greedy decoding of a whole batch in one C
   call (``greedy.luong_greedy``, plain product scoring).
@@ -59,7 +60,7 @@ from seq2seq.kernels.dropout import Dropout
 from seq2seq.kernels.greedy import StepParts, luong_greedy
 from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
 from seq2seq.kernels.library import usable
-from seq2seq.kernels.luong import SequentialRecurrence
+from seq2seq.kernels.luong import AttentionLoop, SequentialRecurrence
 from seq2seq.kernels.packing import PackedTokens, pack_tokens
 from seq2seq.kernels.product_attention import PackedProductAttention, product_attend
 from seq2seq.models.decoder import (
@@ -965,6 +966,15 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         )
         if fused is None:
             return super().forward(tgt_in, state, source, need_weights)
+        if not self.input_feeding:  # coverage alone: the cell over every step first
+            hiddens = self.run_cell(self.dropout(self.embedding(tgt_in)), state)  # (B, T, H)
+            batch, length = tgt_in.shape
+            time_steps = Steps.padded(batch, length, batch_first=False)  # row t·B + b
+            logits, weights = self.looped_readout(
+                time_major(hiddens), source, state, fused, time_steps
+            )
+            weights = self.average_heads(batch_major(weights, batch))  # (B, T, S)
+            return batch_major(logits, batch), weights if need_weights else None
         parts, parameters = fused
         input_gates, feed_weight, keep = self.sequential_inputs(tgt_in)
         attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
@@ -1000,6 +1010,32 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             return inputs, weight, None
         return inputs, torch.cat([context_weight, hidden_weight], dim=1), bias
 
+    def looped_readout(
+        self,
+        hiddens: Tensor,
+        source: EncodedSource,
+        state: DecoderState,
+        fused: tuple[StepAttention, AttentionParameters],
+        steps: Steps,
+    ) -> tuple[Tensor, Tensor]:
+        """Coverage without input feeding: only the attention waits for the step before, so
+        the cell has run over every step (hiddens (N, H), a step's rows together), the
+        attention steps through ``AttentionLoop``, and the readout takes every row in one
+        GEMM: logits (N, V) and the weights (N, h·S)."""
+        parts, parameters = fused
+        attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
+            source, parameters
+        )
+        contexts, weights = AttentionLoop.apply(
+            hiddens, *attention_inputs, self.coverage_of(state), *self.centre_parameters(),
+            parts, steps,
+        )  # fmt: skip
+        # h~ = tanh(W_c [c; h] (+ the folded heads' bias)): (N, M + H) @ (M + H, H)
+        combined = torch.cat([contexts, hiddens], dim=1)
+        attentional = F.linear(combined, attentional_weight, attentional_bias)
+        activated = tanh_with_grad_(attentional)  # a fresh contiguous tensor: in place
+        return self.output_layer(self.dropout(activated)), weights
+
     def sequential_logits(
         self,
         tgt_in: Tensor,
@@ -1016,6 +1052,12 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         order = packed.sorted_indices  # (B,) longest target first
         source = source.index_select(order)
         state = tuple(part.index_select(0, order) for part in state)
+        if not self.input_feeding:  # coverage alone: the cell over every step first
+            embedded = self.dropout(self.embedding(packed.tokens))  # (N, E)
+            hiddens = gru_steps(embedded, state[0], self.cell_parameters(), packed.batch_sizes)
+            steps = Steps.packed(packed.batch_sizes)
+            logits, weights = self.looped_readout(hiddens, source, state, fused, steps)
+            return logits, targets, packed.pad(self.average_heads(weights))  # (N, V), (B, T, S)
         input_gates, feed_weight, keep = self.sequential_inputs(packed.tokens)  # (N, ·)
         attention_inputs, attentional_weight, attentional_bias = self.sequential_loop_inputs(
             source, parameters
