@@ -447,3 +447,14 @@ def test_compare_runs_explains_a_directory_without_runs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert completed.returncode == 2
     assert "holds no run" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_validations_are_counted_in_updates_as_the_attention_maps_are(wandb_run: Path) -> None:
+    """Lightning logs a validation at its last batch's index (metrics.csv's 9 after 10 updates);
+    the plots count updates, as the attention records, the checkpoints and the explorer do."""
+    run = compare.read_run(wandb_run)
+    records = sorted(
+        int(p.stem.split("-")[1]) for p in (wandb_run / "attention").glob("step-*.json")
+    )
+    assert [step for step, _ in run.validations()] == records
+    assert [step + 1 for step, _ in run.series("val/bleu")] == records

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from seq2seq.analysis.plotting import draw_attention  # also selects the file-only backend
 from seq2seq.errors import Seq2SeqError
@@ -51,6 +52,12 @@ class RunRecord:
     def series(self, column: str) -> list[tuple[int, float]]:
         """(step, value) of every row where ``column`` was logged."""
         return [(int(row["step"]), row[column]) for row in self.metrics if column in row]
+
+    def validations(self, column: str = "val/bleu") -> list[tuple[int, float]]:
+        """(updates, value) of every validation: the steps as the checkpoints, the attention
+        maps and the explorer count them. Lightning logs a validation at its last batch's index,
+        one less than the updates done by then (metrics.csv's 9 after 10 updates)."""
+        return [(step + 1, value) for step, value in self.series(column)]
 
     def best(self, column: str) -> float | None:
         values = [value for _, value in self.series(column)]
@@ -206,7 +213,7 @@ def plot_bleu_curves(
             colour = index if colours is None else colours[index]
             style = styles[seen.get(colour, 0) % len(styles)]
             seen[colour] = seen.get(colour, 0) + 1
-            points = run.series("val/bleu")
+            points = run.validations("val/bleu")
             if points:
                 steps, values = zip(*points, strict=True)
                 axes.plot(
@@ -227,7 +234,8 @@ def group_colour(group_index: int) -> int:
 def save_curves(figure: Any, axes: Any, ylabel: str, path: Path) -> None:
     """Label a plot of val BLEU against the training step, put the legend below it (where it
     covers no line and long labels are not cut) and save it to ``path``."""
-    axes.set_xlabel("training step")
+    axes.set_xlabel("training step (updates)")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # one validation: no 312.5
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     if axes.get_legend_handles_labels()[0]:  # runs without val/bleu yet draw nothing

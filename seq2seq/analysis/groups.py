@@ -649,7 +649,7 @@ def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:
     try:
         for index, group in enumerate(groups):
             colour = plt.get_cmap("tab20")(group_colour(index))  # as bleu_curves.png draws it
-            series = [dict(run.series("val/bleu")) for run in group.runs]
+            series = [dict(run.validations("val/bleu")) for run in group.runs]
             steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
             if not steps:
                 continue
