@@ -439,6 +439,12 @@ def compare_groups(
     comparisons = []
     problems: list[str] = []
     shuffles = samples if test == "ar" and samples else SHUFFLES
+    pairs_of_groups = len(groups) * (len(groups) - 1) // 2
+    # The tests take a while (each shuffle rescores the pooled corpus): say what is running.
+    log.info(
+        "paired tests: %d pair(s) of groups on BLEU, chrF and AER, over seeds (%s shuffles) "
+        "and per seed pair...", pairs_of_groups, f"{shuffles:,}",
+    )  # fmt: skip
     for baseline, system in itertools.combinations(groups, 2):
         pairs = []
         for run_a, run_b in seed_pairs(baseline, system):

@@ -283,6 +283,10 @@ def write_explorer(
         return None
     chosen = page_models(with_checkpoints, groups)
     sources, references, gold = snapshot_sentences(json.loads(first.read_text()))
+    log.info(
+        "explorer.html: %d model(s) translating %d validation sentences...",
+        len(chosen), len(sources),
+    )  # fmt: skip
     models = [
         ExplorerModel(
             label,

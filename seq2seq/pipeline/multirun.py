@@ -20,15 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.analysis.compare import RunsError, find_runs, read_run
 from seq2seq.analysis.groups import (
+    ONE_GROUP_NOTE,
     compare_groups,
     flat_config,
     group_runs,
     groups_numbers,
     groups_rows,
     groups_table,
-    markdown,
-    significance_note,
     significance_rows,
+    significance_table,
 )
 from seq2seq.training.loggers import log_summary_tables
 
@@ -60,13 +60,14 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
         "Groups (mean ± 95 % interval over seeds):\n",
         groups_table(groups),  # with its notes (cut intervals, too few seeds), as compare prints
     ]
-    if len(groups) > 1:
+    if len(groups) == 1:
+        text.append(f"\n{ONE_GROUP_NOTE}\n")
+    else:
         tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
         try:
             comparisons = compare_groups(groups, tokenize)
             tables["paired_tests"] = significance_rows(comparisons, "ar")
-            note = significance_note(comparisons)
-            text += ["\nPaired tests:\n", markdown(*tables["paired_tests"]) + note]
+            text += ["\nPaired tests:\n", significance_table(comparisons, "ar")]
         except RunsError as error:
             text.append(f"\nNo paired tests: {error}\n")
     (sweep / SUMMARY_FILE).write_text("\n".join(text), encoding="utf-8")
