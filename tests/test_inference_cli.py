@@ -351,3 +351,16 @@ def test_translate_soft_alignment_writes_each_target_words_weights(bundle: Path)
 
     refused = run_script("translate.py", "--model", bundle, "--alignment", "1.5", stdin=stdin)
     assert refused.returncode == 2 and b"'hard', 'soft' or a threshold" in refused.stderr
+
+
+def test_evaluate_says_how_many_translations_are_empty(caplog: pytest.LogCaptureFixture) -> None:
+    """An empty translation scores 0 without a word from sacreBLEU: evaluate counts them."""
+    from seq2seq.commands.evaluate import warn_empty
+
+    with caplog.at_level(logging.WARNING):
+        warn_empty(["a dog .", "", "  "])
+    assert "2 of 3 translations are empty" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        warn_empty(["a dog ."])
+    assert "empty" not in caplog.text

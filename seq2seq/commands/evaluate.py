@@ -43,7 +43,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--src", type=Path, required=True, help="source sentences, one per line")
     parser.add_argument("--ref", type=Path, required=True, help="references, line-parallel")
     parser.add_argument("--hyp-out", type=Path, help="write the translations here")
-    parser.add_argument("--beam-size", type=int_at_least(1), default=5, help="1 = greedy (5)")
+    parser.add_argument(
+        "--beam-size", type=int_at_least(1), default=5,
+        help="1 = greedy (5); a training run's test BLEU (summary.json) is greedy's, unless "
+        "its config sets decoding.beam_size: --beam-size 1 reproduces it",
+    )  # fmt: skip
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument(
@@ -82,8 +86,10 @@ def main() -> int:
         bleu = bleu_metric.corpus_score(hypotheses, [references])
     chrf = chrf_metric.corpus_score(hypotheses, [references])
     log.info(
-        "%d sentences in %.1f s (%.1f sentences/s)", len(sources), seconds, len(sources) / seconds
-    )
+        "%d sentences in %.1f s (%.1f sentences/s), %s", len(sources), seconds,
+        len(sources) / seconds, "greedy" if args.beam_size == 1 else f"beam {args.beam_size}",
+    )  # fmt: skip
+    warn_empty(hypotheses)
     if args.json:
         print(
             json.dumps(
@@ -103,6 +109,18 @@ def main() -> int:
         print(bleu.format(signature=str(bleu_metric.get_signature())))
         print(chrf.format(signature=str(chrf_metric.get_signature())))
     return 0
+
+
+def warn_empty(hypotheses: list[str]) -> None:
+    """Empty translations score 0 without a word from sacreBLEU: say how many (the model ended
+    them at once: undertrained, or a model of another task or vocabulary)."""
+    empty = sum(1 for line in hypotheses if not line.strip())
+    if empty:
+        log.warning(
+            "%d of %d translations are empty (the model ends them at once: undertrained, or "
+            "a model of another task or vocabulary); they count as empty in BLEU and chrF",
+            empty, len(hypotheses),
+        )  # fmt: skip
 
 
 def checked_bleu_metric(tokenize: str) -> BLEU:
