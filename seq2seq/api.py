@@ -33,7 +33,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, InstantiationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seq2seq.analysis.compare import RunsError, find_runs, markdown_table, read_run
+from seq2seq.analysis.compare import RunsError, markdown_table, read_runs
 from seq2seq.analysis.groups import (
     ONE_GROUP_NOTE,
     compare_groups,
@@ -357,8 +357,7 @@ def compare(
     if isinstance(runs, Run | str | Path):  # one run, or a multirun directory of them
         runs = [runs]
     try:
-        paths = find_runs(run.directory if isinstance(run, Run) else Path(run) for run in runs)
-        records = [read_run(path) for path in paths]
+        records = read_runs(run.directory if isinstance(run, Run) else Path(run) for run in runs)
     except RunsError as error:
         raise ConfigError(str(error)) from None
     if not records:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from seq2seq.analysis.compare import RunsError, find_runs, read_run
+from seq2seq.analysis.compare import RunsError, find_runs, read_run, read_runs
 from seq2seq.analysis.groups import (
     Comparison,
     compare_groups,
@@ -503,3 +503,19 @@ def test_the_paired_tests_end_in_a_verdict(
     expected = ["**yes**" if c.beyond_spread and c.p_value < 0.05 else
                 "–" if c.beyond_spread is None else "no" for c in comparisons]  # fmt: skip
     assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == expected
+
+
+def test_two_sweeps_of_one_setting_fall_apart_by_input(tmp_path: Path) -> None:
+    """Two sweeps whose configs differ only in where they ran are one group by default (its
+    seeds repeated, said); --by input makes a group of each directory given."""
+    for sweep in ("first", "second"):
+        for seed in (1, 2):
+            run = fake_run(tmp_path / sweep / str(seed), config(seed), 90.0 + seed)
+            (run / "metrics.csv").write_text("step\n")  # what makes it a multirun's job
+    runs = read_runs([tmp_path / "first", tmp_path / "second"])
+    assert [group.label for group in group_runs(runs)] == ["all runs"]
+    groups = group_runs(runs, by=["input"])
+    assert [group.label for group in groups] == [
+        f"input={tmp_path / 'first'}", f"input={tmp_path / 'second'}",
+    ]  # fmt: skip
+    assert [[run.path.name for run in group.runs] for group in groups] == [["1", "2"]] * 2

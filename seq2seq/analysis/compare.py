@@ -48,6 +48,7 @@ class RunRecord:
     name: str
     summary: dict[str, Any] = field(default_factory=dict)
     metrics: list[dict[str, float]] = field(default_factory=list)  # rows of metrics.csv
+    origin: Path | None = None  # the directory given that holds it (a sweep's), where known
 
     def series(self, column: str) -> list[tuple[int, float]]:
         """(step, value) of every row where ``column`` was logged."""
@@ -85,7 +86,22 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     """Run directories among ``paths`` and their subdirectories (a multirun's jobs), each once:
     a run reached twice (the same directory given twice, or a job and its multirun) is read
     once, with a warning, so that it neither counts twice in a group nor meets itself."""
-    runs: list[Path] = []
+    return [run for run, _ in find_runs_in(paths)]
+
+
+def read_runs(paths: Iterable[Path]) -> list[RunRecord]:
+    """The runs of ``find_runs``, read, each with the directory given that holds it."""
+    runs = []
+    for path, origin in find_runs_in(paths):
+        run = read_run(path)
+        run.origin = origin
+        runs.append(run)
+    return runs
+
+
+def find_runs_in(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """``find_runs``' run directories, each with the path given that holds it."""
+    runs: list[tuple[Path, Path]] = []
     seen: set[Path] = set()
     for path in paths:
         if not path.is_dir():
@@ -105,7 +121,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
                             "read once", run)  # fmt: skip
                 continue
             seen.add(run.resolve())
-            runs.append(run)
+            runs.append((run, path))
     return runs
 
 

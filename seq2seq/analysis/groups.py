@@ -116,6 +116,7 @@ def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+INPUT = "input"  # --by input: the directory given (a sweep's) rather than a config key
 ONE_GROUP = "all runs"  # the label of a single group that no override or config key names
 ONE_GROUP_NOTE = (
     "One group: every run has the same setting (they differ by their seed alone), so there is "
@@ -128,6 +129,11 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
     """Runs grouped by their config but the seed, or by the keys ``by`` (in first-seen order);
     each group labelled with the keys whose values tell the groups apart."""
     configs = [flat_config(run) for run in runs]
+    if by and INPUT in by:  # the directory given that holds the run: two sweeps of one setting
+        configs = [
+            {**config, INPUT: str(run.origin or run.path)}
+            for config, run in zip(configs, runs, strict=True)
+        ]
     if by:
         # A section (``attention``) stands for every key under it (``attention._target_``, ...).
         expanded = {
@@ -141,7 +147,7 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
                 f"--by {' '.join(unknown)}: no run's {CONFIG_FILE} has "
                 f"{'this key' if len(unknown) == 1 else 'these keys'}. Name keys or sections as "
                 "the config writes them, e.g. --by attention, --by attention._target_ "
-                "attention.scaled or --by seed."
+                "attention.scaled or --by seed; --by input groups by the directory given."
             )
         names = [name for key in by for name in expanded[key]]
         keys = [{name: config.get(name) for name in names} for config in configs]
@@ -190,7 +196,8 @@ def warn_repeated_seeds(group: Group) -> None:
         log.warning(
             "group %s holds several runs of seed %s (%s): its interval counts them as independent "
             "and its paired tests use one run per seed; give each run its own seed, or group "
-            "with --by so that they fall apart",
+            "with --by so that they fall apart (--by input: a group per directory given, "
+            "for two sweeps of one setting)",
             group.label, ", ".join(repeated),
             ", ".join(str(run.path) for run in group.runs if str(run_seed(run)) in repeated),
         )  # fmt: skip

@@ -30,12 +30,12 @@ from seq2seq import Translator
 from seq2seq.analysis.compare import (
     RunRecord,
     RunsError,
-    find_runs,
     group_colour,
     markdown_table,
     plot_attention_grid,
     plot_bleu_curves,
     read_run,
+    read_runs,
 )
 from seq2seq.analysis.groups import (
     ONE_GROUP_NOTE,
@@ -74,7 +74,8 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument(
         "--by", nargs="+", metavar="KEY",
-        help="group by these config keys (default: every key but the seed and where it ran)",
+        help="group by these config keys (default: every key but the seed and where it ran); "
+        "input: by the directory given, e.g. two sweeps of one setting",
     )  # fmt: skip
     parser.add_argument(
         "--pair", nargs=2, type=Path, metavar=("BASELINE", "SYSTEM"),
@@ -135,8 +136,8 @@ def main() -> int:
             f"--pair {args.pair[0]} {args.pair[1]}: the same run twice; a paired test compares "
             "two runs (a run against itself is no difference, p = 1)."
         )
-    run_dirs = find_runs(args.runs)
-    runs = [read_run(path) for path in run_dirs]
+    runs = read_runs(args.runs)
+    run_dirs = [run.path for run in runs]
     out_dir = output_directory(args.out, args.runs, run_dirs)
     groups = group_runs(runs, args.by)  # before any output: a bad --by stops here
     references = read_references(runs, groups, args)  # as are bad --reference files
