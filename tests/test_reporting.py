@@ -88,3 +88,14 @@ def test_logged_val_aer_is_what_alignment_py_gives_the_checkpoint_validated(
         logged = [float(row["val/aer"]) for row in csv.DictReader(file) if row.get("val/aer")]
     aer = alignment_script(run_dir / "checkpoints" / "last.ckpt", data, "val")
     assert logged[-1] == pytest.approx(aer, abs=1e-6)
+
+
+def test_the_test_pass_is_reported_in_one_rounded_line() -> None:
+    """Lightning's test table printed every figure to 16 digits; train prints one line."""
+    from seq2seq.pipeline.reporting import format_bleu, test_report
+
+    line = test_report({"test/bleu": 97.70449829, "test/chrf": 6.15864, "test/loss": 3.93718,
+                        "test/aer": 0.93900167})  # fmt: skip
+    assert line == "Test (best checkpoint): BLEU 97.70, chrF 6.16, loss 3.937, AER 0.939"
+    assert format_bleu(0.12442516535520554) == "0.12"
+    assert "no validation" in format_bleu(None)

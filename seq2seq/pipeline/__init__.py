@@ -48,7 +48,13 @@ from seq2seq.pipeline.checks import (
     check_trainer_counts,
     missing_keys,
 )
-from seq2seq.pipeline.reporting import describe_run, log_effective_batch, write_summary
+from seq2seq.pipeline.reporting import (
+    describe_run,
+    format_bleu,
+    log_effective_batch,
+    test_report,
+    write_summary,
+)
 from seq2seq.pipeline.resume import (
     changed_keys,
     check_same_model,
@@ -194,10 +200,11 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
 
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     best_score = checkpoint.best_model_score
+    best_bleu = float(best_score) if best_score is not None else None
     # Read before testing: loading best.ckpt for the test restores the checkpoint callback's state
     # as it was when best.ckpt was written, before last.ckpt existed.
     result = {
-        "best_val_bleu": float(best_score) if best_score is not None else None,
+        "best_val_bleu": best_bleu,
         "best_checkpoint": checkpoint.best_model_path or None,
         "last_checkpoint": last.best_model_path or None,
         "metrics": metrics,
@@ -212,16 +219,17 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
                 module,
                 datamodule=datamodule,
                 ckpt_path=checkpoint.best_model_path,
-                verbose=not quiet,
+                verbose=False,  # its table prints 16 digits: test_report's line instead
             )
         for name, value in tested[0].items():
             metrics[name] = float(value)
+        if not quiet and trainer.is_global_zero:
+            print(test_report({name: float(value) for name, value in tested[0].items()}))
     finish(loggers)
     if trainer.is_global_zero:
         write_summary(run_dir, run, module, result)
         print(
-            f"Best val BLEU: {result['best_val_bleu']}\n"
-            f"Best checkpoint: {result['best_checkpoint']}"
+            f"Best val BLEU: {format_bleu(best_bleu)}\nBest checkpoint: {result['best_checkpoint']}"
         )
     return result
 
