@@ -173,18 +173,35 @@ class NoValidLens(nn.Module):
         return torch.softmax(queries @ keys.transpose(1, 2), -1) @ values
 
 
-class QueryInContext(D2LScaledDot):
-    """The query added to the context (a residual inside the attention): a sentence with no
-    real key gets zero weights, but not the context of zero values."""
+class QueryInContext(nn.Module):
+    """The query added to the context (a residual inside the attention): every property of the
+    weights holds, but a sentence with no real key gets its queries as its context."""
 
-    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor) -> Tensor:
-        context = super().forward(queries, keys, values, valid_lens)
-        self.attention_weights = self.attention_weights * (valid_lens > 0)[:, None, None]
-        return context + queries.sum(-1, keepdim=True)
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        scores = queries @ keys.transpose(1, 2) / math.sqrt(queries.shape[-1])
+        mask = torch.arange(keys.shape[1])[None, None, :] < valid_lens[:, None, None]
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+        return weights @ values + queries, weights
+
+
+class MaskOnQueryAxis(nn.Module):
+    """The mask built from the queries' positions (B, Tq, 1), the usual way a student gets the
+    axis wrong: rows of queries past the length masked, the padded keys kept."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        scores = queries @ keys.transpose(1, 2)
+        mask = torch.arange(queries.shape[1])[None, :, None] < valid_lens[:, None, None]
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+        return weights @ values, weights
 
 
 MODULES = {
-    QueryInContext: ("a row with no real key gives zeros, not NaN", "reach it another way"),
+    QueryInContext: ("a row with no real key gives zeros, not NaN", "a residual"),
+    MaskOnQueryAxis: ("padded keys get weight exactly 0", "the mask on the wrong axis"),
     SummedContext: (INTERFACE, "a sum, mean or reshape too many"),
     NoValidLens: (INTERFACE, "forward(queries, keys, values, valid_lens)"),
     UnusedParameter: ("gradients reach every parameter, finite", "never uses"),
@@ -309,8 +326,65 @@ def test_a_checked_module_and_the_random_state_are_left_as_they_were() -> None:
 
 
 def test_a_module_class_is_asked_for_as_an_instance() -> None:
-    with pytest.raises(TargetError, match=r"give check\(\) a built module"):
+    with pytest.raises(TargetError, match=r"give check\(\) a module built with its arguments"):
         check(D2LScaledDot)
+    # With its arguments, as --init gives them on the command line: built once and checked.
+    assert check(partial(MultiHead, 16, 4)).passed
+    with pytest.raises(TargetError, match="could not be built with the arguments given"):
+        check(partial(MultiHead, "sixteen", 4))  # nn.Linear refuses a size that is not a number
+
+
+def test_a_module_of_fixed_sizes_takes_values_of_its_size() -> None:
+    """nn.Linear(16, 16) for W_v, as most tutorials build it: values come at the queries' size."""
+    block = MultiHead(16, 4)
+    block.W_v = nn.Linear(16, 16)
+    assert check(block).passed
+
+
+def lengths_softmax(x: Tensor, valid_lens: Tensor) -> Tensor:
+    """d2l's masked_softmax signature: lengths, not a mask."""
+    return torch.softmax(x, -1)
+
+
+def test_a_normalizer_of_another_signature_is_one_paragraph() -> None:
+    with pytest.raises(
+        TargetError, match=r"takes lengths, as d2l's masked_softmax.*mask.sum\(-1\)"
+    ):
+        check(lengths_softmax)
+    with pytest.raises(TargetError, match="cannot be called with two arguments"):
+        check(lambda logits: torch.softmax(logits, -1))
+
+
+def test_a_wrong_shape_is_said_once_and_the_rest_not_run() -> None:
+    result = check(lambda logits, mask: torch.softmax(logits, -1).sum(-1))
+    assert [f.name for f in result.failures] == ["returns weights of the logits' shape"]
+    assert "a sum, mean or reshape too many" in (result.failures[0].bug or "")
+    assert all("not run" in f.detail for f in result.findings[1:7]), result.table()
+
+
+def test_failures_that_follow_from_another_are_said_to() -> None:
+    """An inverted mask also breaks the rows' sums; dropout in eval mode every comparison: those
+    rows name the cause to fix first, and their own guess as the alternative."""
+    inverted = {f.name: f for f in check(mask_inverted).failures}
+    assert "mask inverted" in (inverted["padded keys get weight exactly 0"].bug or "")
+    for name, finding in inverted.items():
+        if name != "padded keys get weight exactly 0" and not name.startswith(
+            ("Bahdanau", "Luong")
+        ):
+            assert (finding.bug or "").startswith("probably follows from «padded keys"), name
+    random = {f.name: f for f in check(DropoutInEval()).failures}
+    assert "randomness in eval mode" in (random["two calls in eval mode agree"].bug or "")
+    for name in ("padding never reaches the context", "one sentence does not depend on the others"):
+        if name in random:
+            assert (random[name].bug or "").startswith("probably follows from «two calls"), name
+
+
+def test_a_forgotten_scale_is_a_warning_in_the_verdict() -> None:
+    """Information never fails a check, but a likely bug is said in the first line."""
+    result = check(MultiHead(16, 4, scaled=False))
+    assert result.passed and [f.name for f in result.warnings] == ["1/√d in its dot products"]
+    assert "1 warning(s): 1/√d in its dot products" in result.table().splitlines()[0]
+    assert not check(MultiHead(16, 4)).warnings
 
 
 def test_an_empty_row_that_keeps_weights_is_named_by_what_it_shows() -> None:

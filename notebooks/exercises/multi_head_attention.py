@@ -97,6 +97,7 @@ points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(MultiHead(16, 4))
 assert result.passed, result.table()
+assert not result.warnings, result.table()  # a forgotten 1/√d passes every property, not this
 
 # %%
 """ # BEGIN TEST CONFIG

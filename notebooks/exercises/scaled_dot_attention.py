@@ -88,6 +88,7 @@ points: 2
 """  # END TEST CONFIG
 result = seq2seq.check(ScaledDot)
 assert result.passed, result.table()
+assert not result.warnings, result.table()  # a forgotten 1/√d passes every property, not this
 
 # %%
 """ # BEGIN TEST CONFIG

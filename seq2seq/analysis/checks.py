@@ -59,13 +59,15 @@ TOLERANCES = {
 class Finding:
     """One property's outcome: ``passed``, what was seen (``detail``: expected against actual at
     the first bad position), and where it failed, the bug that fits (``bug``, or None). An
-    ``info`` finding is a diagnostic, never a failure."""
+    ``info`` finding is a diagnostic, never a failure; a ``warning`` one points to a likely bug
+    that no property can call one (an unscaled dot product may be meant: Luong's dot)."""
 
     name: str
     passed: bool
     detail: str = ""
     bug: str | None = None
     info: bool = False
+    warning: bool = False  # an info finding that points to a likely bug (√d missing?)
 
 
 @dataclass
@@ -84,17 +86,32 @@ class CheckResult:
     def failures(self) -> list[Finding]:
         return [f for f in self.findings if not f.passed and not f.info]
 
+    @property
+    def warnings(self) -> list[Finding]:
+        """The diagnostics that point to a likely bug (``Finding.warning``)."""
+        return [f for f in self.findings if f.info and f.warning]
+
     def table(self) -> str:
         """The findings as a markdown table."""
+        verdict = "every property holds" if self.passed else f"{len(self.failures)} failed"
+        if self.warnings:
+            verdict += f"; {len(self.warnings)} warning(s): " + "; ".join(
+                f.name for f in self.warnings
+            )
         lines = [
-            f"**{self.target}** ({self.kind}): "
-            + ("every property holds" if self.passed else f"{len(self.failures)} failed"),
+            f"**{self.target}** ({self.kind}): {verdict}",
             "",
             "| property | result | likely bug | detail |",
             "|---|---|---|---|",
         ]
         for f in self.findings:
-            result = "info" if f.info else ("pass" if f.passed else "**FAIL**")
+            result = (
+                "**warning**"
+                if f.warning
+                else "info"
+                if f.info
+                else ("pass" if f.passed else "**FAIL**")
+            )
             lines.append(f"| {f.name} | {result} | {f.bug or ''} | {f.detail} |")
         return "\n".join(lines)
 
@@ -139,6 +156,17 @@ def check(target: Any, name: str | None = None) -> CheckResult:
         return check_target(target, name)
 
 
+def built(target: functools.partial[Any], label: str) -> nn.Module:
+    """The module a partial of a module class builds, or a TargetError saying why it cannot."""
+    try:
+        module = target()
+    except Exception as error:  # the user's constructor may raise anything
+        raise TargetError(
+            f"{label} could not be built with the arguments given: {type(error).__name__}: {error}"
+        ) from None
+    return module
+
+
 def check_target(target: Any, name: str | None) -> CheckResult:
     label = name or str(getattr(target, "__qualname__", type(target).__name__))
     factory = target.func if isinstance(target, functools.partial) else target
@@ -152,12 +180,22 @@ def check_target(target: Any, name: str | None) -> CheckResult:
         # A copy: the checks cast it to float64 and switch it to eval mode.
         copied = copy.deepcopy(target)
         return check_module_factory(lambda size: copied, label, sized=False)
+    if (
+        isinstance(target, functools.partial)
+        and inspect.isclass(factory)
+        and issubclass(factory, nn.Module)
+    ):  # a module class with its arguments, as the command line's --init gives them: built once
+        return check_target(built(target, label), label)
     if inspect.isclass(factory) and issubclass(factory, nn.Module):
         raise TargetError(
-            f"{label} is a module class: give check() a built module (e.g. check({label}())), "
+            f"{label} is a module class: give check() a module built with its arguments (e.g. "
+            f"check({label}(num_hiddens=16, num_heads=4)), or functools.partial({label}, ...)), "
             "or a subclass of seq2seq.attention.Attention, which it builds per size."
         )
     if callable(target) and not inspect.isclass(target):
+        problem = normalizer_signature_problem(target, label)
+        if problem is not None:
+            raise TargetError(problem)
         return check_normalizer(target, label)
     raise TargetError(
         f"{label!r} is not something `check` can check: give a normalizer function "
@@ -175,10 +213,38 @@ def key_mask(batch: int, queries: int, keys: int, lengths: tuple[int, ...]) -> T
     return (torch.arange(keys)[None, None, :] < lens).expand(batch, queries, keys)
 
 
+def normalizer_signature_problem(normalize: Callable[..., Any], label: str) -> str | None:
+    """Why ``normalize`` cannot be called as f(logits, mask), where its signature says so: it
+    takes other arguments, or lengths (d2l's ``masked_softmax(X, valid_lens)``)."""
+    try:
+        signature = inspect.signature(normalize)
+    except (TypeError, ValueError):  # a builtin without one: its first call says
+        return None
+    names = list(signature.parameters)
+    wanted = (
+        "check calls a normalizer as f(logits, mask): logits (B, Tq, Tk) and mask a bool tensor "
+        "of the same shape, True at a real key"
+    )
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return f"{label}({', '.join(names)}) cannot be called with two arguments: {wanted}."
+    if len(names) > 1 and "len" in names[1].lower():
+        return (
+            f"{label}({', '.join(names)}) takes lengths, as d2l's masked_softmax(X, valid_lens) "
+            f"does; {wanted}. Check it through a function that turns the mask into lengths, "
+            f"e.g. def masked(logits, mask): return {label}(logits, mask.sum(-1)) in your file "
+            "(each row's number of real keys), then check that function."
+        )
+    return None
+
+
 def check_normalizer(normalize: Normalizer, label: str) -> CheckResult:
     """The normalizer's properties on its own, then inside each RNN decoder's scaled dot-product
     attention (``NormalizedBy``)."""
     findings = normalizer_findings(normalize)
+    if not findings[0].passed:  # the wrong shape: a model could not even be built on it
+        return CheckResult(label, "normalizer", findings)
     findings += consequences(
         model_findings(lambda size: NormalizedBy(normalize), "with scaled dot products"), findings
     )
@@ -211,8 +277,17 @@ class NormalizedBy(DotProductAttention):
 
 def normalizer_findings(weights_of: Callable[[Tensor, Tensor], Tensor]) -> list[Finding]:
     """The properties of weights = f(logits, mask) over ``SHAPES`` and ``SEEDS``."""
+    shape = attempt(NORMALIZER_SHAPE, lambda: shape_finding(weights_of))
+    if not shape.passed:  # every other property would fail the same way: say it once
+        if shape.bug is None:
+            shape.bug = (
+                "the weights have the logits' shape (B, Tq, Tk), normalized over the keys (the "
+                "last axis): a sum, mean or reshape too many"
+            )
+        return [shape, *(Finding(name, False, "not run: the shape above is wrong", info=True)
+                         for name in NORMALIZER_PROPERTIES)]  # fmt: skip
     findings = [
-        attempt("returns weights of the logits' shape", lambda: shape_finding(weights_of)),
+        shape,
         attempt("padded keys get weight exactly 0", lambda: padding_finding(weights_of)),
         attempt("rows are non-negative and sum to 1", lambda: normalized_finding(weights_of)),
         attempt("a row with no real key gives zeros, not NaN", lambda: empty_finding(weights_of)),
@@ -220,6 +295,51 @@ def normalizer_findings(weights_of: Callable[[Tensor, Tensor], Tensor]) -> list[
         attempt("permuting the keys permutes the weights", lambda: permutation_finding(weights_of)),
         attempt("low precision matches float64", lambda: dtype_finding(weights_of)),
     ]
+    return ranked(findings)
+
+
+NORMALIZER_SHAPE = "returns weights of the logits' shape"
+NORMALIZER_PROPERTIES = (
+    "padded keys get weight exactly 0", "rows are non-negative and sum to 1",
+    "a row with no real key gives zeros, not NaN", "more padding changes nothing",
+    "permuting the keys permutes the weights", "low precision matches float64",
+)  # fmt: skip
+# A failed property (first) and the properties its bug makes fail too, most fundamental first:
+# where the first fails, the others' failures are said to follow from it, so that a student
+# fixes the cause before chasing its echoes (dropout in eval mode breaks every comparison; an
+# inverted mask, the sums and the empty rows; sentences mixed, the padding they bring along).
+ECHOES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("two calls in eval mode agree", (
+        "rows are non-negative and sum to 1", "padding never reaches the context",
+        "one sentence does not depend on the others", "low precision and autocast match float64",
+    )),
+    ("padded keys get weight exactly 0", (
+        "rows are non-negative and sum to 1", "a row with no real key gives zeros, not NaN",
+        "more padding changes nothing", "permuting the keys permutes the weights",
+        "padding never reaches the context",
+    )),
+    ("one sentence does not depend on the others", (
+        "padding never reaches the context", "a row with no real key gives zeros, not NaN",
+    )),
+    ("padding never reaches the context", ("a row with no real key gives zeros, not NaN",)),
+)  # fmt: skip
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with each failure that a more fundamental failure explains (``ECHOES``) said
+    to follow from it, its own likely bug kept as the alternative."""
+    by_name = {finding.name: finding for finding in findings}
+    echoes: set[str] = set()
+    for cause, effects in ECHOES:
+        if cause in echoes or cause not in by_name or by_name[cause].passed:
+            continue
+        for effect in effects:
+            finding = by_name.get(effect)
+            if finding is None or finding.passed or finding.info or effect in echoes:
+                continue
+            echoes.add(effect)
+            own = f" (if not: {finding.bug})" if finding.bug else ""
+            finding.bug = f"probably follows from «{cause}» above: fix that first{own}"
     return findings
 
 
@@ -261,8 +381,8 @@ def shape_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
 
 
 def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
-    for logits, mask in cases():
-        weights = weights_of(logits, mask)
+    outputs = [(weights_of(logits, mask), mask) for logits, mask in cases()]
+    for weights, mask in outputs:
         padded = ~mask & (weights != 0)
         if padded.any():
             where = first_bad(padded)
@@ -271,10 +391,22 @@ def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
             bug = "padding leaks: padded keys are not masked"
             if real < 1e-6:
                 bug = "mask inverted: real keys get 0 and padded keys the weight"
+            elif any(silent_rows(w, m).any() for w, m in outputs):
+                bug = (
+                    "the mask on the wrong axis: it masks the queries past a sentence's length "
+                    "(their rows are all 0) instead of its padded keys; build it (B, 1, Tk) "
+                    "from the keys' positions"
+                )
             return Finding(
                 "", False, f"expected 0 at {where}, got {float(weights[where]):.4g}", bug
             )
     return Finding("", True)
+
+
+def silent_rows(weights: Tensor, mask: Tensor) -> Tensor:
+    """(B, Tq): rows with a real key whose weights are all 0, as a mask along the queries'
+    axis leaves the queries past a sentence's length."""
+    return mask.any(-1) & (weights.abs().sum(-1) == 0)
 
 
 def normalized_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
@@ -411,12 +543,13 @@ def check_module_factory(
         raise TargetError(
             f"{label} could not be built for queries and keys of size 8: "
             f"{type(error).__name__}: {error}. An Attention subclass is built as "
-            "Cls(query_size=D, key_size=D): give its other arguments with functools.partial "
-            "(e.g. partial(AdditiveAttention, num_hiddens=16)), or a built module."
+            "Cls(query_size=D, key_size=D): give its other arguments (--init num_hiddens=16 "
+            "on the command line, functools.partial(AdditiveAttention, num_hiddens=16) in "
+            "Python), or a built module."
         ) from error
     size = 8 if sized else module_size(module)
     module = module.double().eval()
-    result.findings += attention_findings(module, size)
+    result.findings += attention_findings(module, size, scoring=sized)
     if not sized and result.findings[0].passed:
         result.findings.append(attempt(SCALE, lambda: scale_info(module, size)))
     if sized and result.findings[0].passed:
@@ -608,11 +741,14 @@ def module_cases(
             generator = torch.Generator().manual_seed(seed)
             q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
             k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
-            v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+            v = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
             yield q, k, v, torch.tensor(lengths)
 
 
-def attention_findings(module: nn.Module, size: int) -> list[Finding]:
+def attention_findings(module: nn.Module, size: int, scoring: bool = False) -> list[Finding]:
+    """Every module property; ``scoring``: the module is a scoring function (an ``Attention``
+    subclass), whose interface is its ``score``."""
+
     def run(q: Tensor, k: Tensor, v: Tensor, lens: Tensor) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
             return run_module(module, q, k, v, lens)
@@ -621,7 +757,13 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
         return finding(lambda logits, mask: mask_weights(run, size, mask))
 
     interface = attempt(INTERFACE, lambda: interface_finding(run, size))
-    if not interface.passed and interface.bug is None:  # it raised
+    if not interface.passed and interface.bug is None and scoring:  # it raised
+        interface.bug = (
+            "score(queries (B, Tq, D), projected_keys (B, Tk, K)) returns the scores (B, Tq, "
+            "Tk), which the Attention base class masks, normalizes and averages: a transpose "
+            "or reshape too many in score, or projected keys of another size"
+        )
+    elif not interface.passed and interface.bug is None:  # it raised
         interface.bug = (
             "the check calls forward(queries, keys, values, valid_lens) and reads (context, "
             "weights), or the context and an attention_weights attribute (d2l's interface)"
@@ -629,7 +771,7 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
     if not interface.passed:  # every other property would fail the same way: say it once
         return [interface, *(Finding(name, False, "not run: the interface above failed", info=True)
                              for name in MODULE_PROPERTIES)]  # fmt: skip
-    return [
+    return ranked([
         interface,
         attempt("padded keys get weight exactly 0", lambda: as_normalizer(padding_finding)),
         attempt("rows are non-negative and sum to 1", lambda: as_normalizer(normalized_finding)),
@@ -639,7 +781,7 @@ def attention_findings(module: nn.Module, size: int) -> list[Finding]:
         attempt("low precision and autocast match float64", lambda: module_dtypes(module, size)),
         attempt("gradients reach every parameter, finite", lambda: module_gradients(module, size)),
         attempt("two calls in eval mode agree", lambda: module_repeats(run, size)),
-    ]
+    ])  # fmt: skip
 
 
 INTERFACE = "forward(q, k, v, valid_lens) gives a context (B, Tq, ·), weights (B, Tq, Tk)"
@@ -765,7 +907,7 @@ def mask_weights(
     generator = torch.Generator().manual_seed(batch * 100 + queries * 10 + keys)
     q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
     k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
-    v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+    v = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
     _, weights = run(q, k, v, mask[:, 0].sum(-1))
     return weights
 
@@ -774,7 +916,7 @@ def module_empty(module: nn.Module, size: int) -> Finding:
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, size, generator=generator, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 4, size, generator=generator, dtype=torch.float64)
-    v = torch.randn(2, 4, 5, generator=generator, dtype=torch.float64)
+    v = torch.randn(2, 4, size, generator=generator, dtype=torch.float64)
     context, weights = run_module(module, q, k, v, torch.tensor([4, 0]))
     if not (torch.isfinite(weights).all() and torch.isfinite(context).all()):
         return Finding(
@@ -783,24 +925,46 @@ def module_empty(module: nn.Module, size: int) -> Finding:
         )  # fmt: skip
     if (weights[1] != 0).any():
         return kept_weight_finding(weights[1, 0])
-    no_values = v.clone()
-    no_values[1] = 0.0  # the empty sentence's values: what any output projection makes of nothing
-    with torch.no_grad():
-        nothing, _ = run_module(module, q, k, no_values, torch.tensor([4, 0]))
-    if not torch.allclose(context[1], nothing[1], rtol=1e-6, atol=1e-9):
-        where = first_bad(~torch.isclose(context[1], nothing[1], rtol=1e-6, atol=1e-9))
-        got, want = float(context[1][where].detach()), float(nothing[1][where])
-        return Finding(
-            "", False, f"its weights are zeros, but its context at {(1, *where)} is "
-            f"{got:.6g}, not {want:.6g} (the context "
-            "of zero values: zeros, or an output projection's bias)",
-            "the context is not (weights @ values) then any projection: keys, queries or values "
-            "reach it another way (a residual, or an average of the values)",
-        )  # fmt: skip
+    other = empty_context_finding(module, q, k, v, context)
+    if other is not None:
+        return other
     (grad,) = torch.autograd.grad(context.sin().sum(), q)
     if not torch.isfinite(grad).all():
         return Finding("", False, "the queries' gradient is not finite", "NaN gradient")
     return Finding("", True)
+
+
+def empty_context_finding(
+    module: nn.Module, q: Tensor, k: Tensor, v: Tensor, context: Tensor
+) -> Finding | None:
+    """Sentence 1 of (q, k, v) has no real key: its context must be what the module makes of
+    nothing (zeros, or an output projection's bias), whatever its queries, keys and values; a
+    failure where the queries or the keys and values reach it anyway (None: it holds)."""
+    lens = torch.tensor([k.shape[1], 0])
+    generator = torch.Generator().manual_seed(1)
+    other_q, nothing_v = q.detach().clone(), v.clone()
+    other_q[1] = torch.randn(q.shape[1:], generator=generator, dtype=q.dtype)
+    nothing_v[1] = 0.0
+    with torch.no_grad():
+        nothing, _ = run_module(module, q, k, nothing_v, lens)  # the same queries, no values
+        moved, _ = run_module(module, other_q, k, nothing_v, lens)  # other queries too
+    for reference, bug in (
+        (nothing, "keys or values reach a sentence's context outside the weights (an average "
+         "of the values, or lengths applied to the wrong sentences)"),
+        (moved, "the queries reach the context outside the weights: a residual (context + "
+         "queries) inside the attention; add it in the layer around the attention instead"),
+    ):  # fmt: skip
+        seen = context if reference is nothing else nothing
+        bad = ~torch.isclose(seen[1], reference[1], rtol=1e-6, atol=1e-9)
+        if bad.any():
+            where = first_bad(bad)
+            got, want = float(seen[1][where].detach()), float(reference[1][where])
+            return Finding(
+                "", False, f"its weights are zeros, but its context at {(1, *where)} is {got:.6g}"
+                f", then {want:.6g} with {'other queries' if reference is moved else 'no values'}"
+                " (it should not move: a sentence with no key has nothing to attend to)", bug,
+            )  # fmt: skip
+    return None
 
 
 def leak_finding(
@@ -866,7 +1030,10 @@ def growth_info(build: Callable[[int], nn.Module]) -> Finding:
     ratio = spreads[-1] / spreads[0]
     grows = ratio > math.sqrt(256 / 16) / 2
     detail = f"logit std at D = 16, 64, 256: {', '.join(f'{s:.3g}' for s in spreads)}"
-    return Finding("", True, detail + (" (grows as √D: scale by 1/√D)" if grows else ""), info=True)
+    return Finding(
+        "", True, detail + (" (grows as √D: √d missing? scale by 1/√D)" if grows else ""),
+        info=True, warning=grows,
+    )  # fmt: skip
 
 
 SCALE = "1/√d in its dot products"
@@ -883,7 +1050,7 @@ def scale_info(module: nn.Module, size: int) -> Finding:
     batch, queries, keys, lengths = SHAPES[3]
     q = torch.randn(batch, queries, size, generator=generator, dtype=torch.float64)
     k = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
-    v = torch.randn(batch, keys, 5, generator=generator, dtype=torch.float64)
+    v = torch.randn(batch, keys, size, generator=generator, dtype=torch.float64)
     lens = torch.tensor(lengths)
     seen: list[tuple[Tensor, Tensor]] = []  # (input, output) of every linear layer called
     hooks = [
@@ -922,7 +1089,7 @@ def scale_info(module: nn.Module, size: int) -> Finding:
         "", True, f"dot products over {shape} without 1/√d (its weights are softmax(q·k) "
         f"{match}; softmax(q·k/√d) differs by {fits[(heads, True)]:.2g}): √d missing? Unscaled dot "
         "products spread as √d and the softmax saturates on one key; scaled dot-product "
-        "attention divides by √d (Luong's dot deliberately does not)", info=True,
+        "attention divides by √d (Luong's dot deliberately does not)", info=True, warning=True,
     )  # fmt: skip
 
 
@@ -998,7 +1165,11 @@ def scalar_bias_info(build: Callable[[int], nn.Module]) -> Finding:
             parameter.sub_(1.0)
             moves = not torch.allclose(after, before, rtol=1e-9, atol=1e-12)
             found.append(f"{name}: {'changes the weights' if moves else 'changes nothing'}")
-    return Finding("", True, "; ".join(found), info=True)
+    useless = any(text.endswith("changes nothing") for text in found)
+    hint = " (a scalar added to every logit cancels in the softmax: it cannot learn)"
+    return Finding(
+        "", True, "; ".join(found) + (hint if useless else ""), info=True, warning=useless
+    )
 
 
 def parameters_info(build: Callable[[int], nn.Module]) -> Finding:

@@ -6,7 +6,8 @@
     seq2seq check mypkg.attention:D2LAttention --json  # a module: forward(q, k, v, valid_lens)
 
 TARGET is FILE.py:NAME or package.module:NAME. Naming your own file here runs its code, as
-training with it does. The exit status is 1 when a property fails, 0 when all hold.
+training with it does. The exit status is 1 when a property fails, 0 when all hold, 2 when
+the target cannot be checked (the message says why).
 """
 
 from __future__ import annotations
