@@ -394,8 +394,8 @@ def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
             elif any(silent_rows(w, m).any() for w, m in outputs):
                 bug = (
                     "the mask on the wrong axis: it masks the queries past a sentence's length "
-                    "(their rows are all 0) instead of its padded keys; build it (B, 1, Tk) "
-                    "from the keys' positions"
+                    "(their rows are all 0, or all alike) instead of its padded keys; build it "
+                    "(B, 1, Tk) from the keys' positions"
                 )
             return Finding(
                 "", False, f"expected 0 at {where}, got {float(weights[where]):.4g}", bug
@@ -404,9 +404,11 @@ def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
 
 
 def silent_rows(weights: Tensor, mask: Tensor) -> Tensor:
-    """(B, Tq): rows with a real key whose weights are all 0, as a mask along the queries'
-    axis leaves the queries past a sentence's length."""
-    return mask.any(-1) & (weights.abs().sum(-1) == 0)
+    """(B, Tq): rows with a real key whose weights are all 0, or the same over every key, real
+    and padded (a finite fill on the whole row): what a mask along the queries' axis leaves the
+    queries past a sentence's length."""
+    flat = (weights.amax(-1) - weights.amin(-1) == 0) & (weights.shape[-1] > 1)
+    return mask.any(-1) & ((weights.abs().sum(-1) == 0) | flat)
 
 
 def normalized_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
