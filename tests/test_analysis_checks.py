@@ -186,6 +186,16 @@ class QueryInContext(nn.Module):
         return weights @ values + queries, weights
 
 
+class LeakyDot(nn.Module):
+    """No mask at all: every key, padded or not, in the softmax."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        weights = torch.softmax(queries @ keys.transpose(1, 2), -1)
+        return weights @ values, weights
+
+
 class MaskOnQueryAxis(nn.Module):
     """The mask built from the queries' positions (B, Tq, 1), the usual way a student gets the
     axis wrong: rows of queries past the length masked, the padded keys kept."""
@@ -207,7 +217,8 @@ MODULES = {
     UnusedParameter: ("gradients reach every parameter, finite", "never uses"),
     DropoutInEval: ("two calls in eval mode agree", "randomness in eval mode"),
     D2LScaledDot: ("a row with no real key gives zeros, not NaN", "uniform weights"),
-    MaskOnQueries: ("padded keys get weight exactly 0", "padding leaks"),
+    MaskOnQueries: ("padded keys get weight exactly 0", "the mask on the wrong axis"),
+    LeakyDot: ("padded keys get weight exactly 0", "padding leaks"),
     BatchMixing: ("one sentence does not depend on the others", "batch mixing"),
 }
 
