@@ -131,7 +131,7 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
     )  # fmt: skip
     expected = re.findall(r"\(p = ([0-9.]+)\)", cli.stdout)
     pair_table = out.split("--pair:")[1]
-    per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([0-9.]+)\*? \| ([0-9.]+)\*? \|"
+    per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([≤0-9.]+)\*? \| [0-9/]+: ([≤0-9.]+)\*? \|"
     rows = re.findall(per_pair, pair_table)
     first, second = ((multirun / job / TEST_HYPOTHESES).read_text() for job in ("0", "1"))
     if first == second:  # sacreBLEU's floor for two runs that translate alike; ours: p = 1
@@ -175,8 +175,8 @@ def test_the_multirun_leaves_its_comparison_in_a_file_and_in_wandb(multirun: Pat
             for number in numbers["data"]
             if number[0] == row[0] and number[2] == "test BLEU"
         ]
-        cut = f"{mean:.1f} [{low:.1f}, {high:.1f}]†"  # an interval cut at BLEU's range
-        assert row[2] in (f"{mean:.1f} ± {half:.1f}", cut)
+        cut = f"{mean:.2f} [{low:.2f}, {high:.2f}]†"  # an interval cut at BLEU's range
+        assert row[2] in (f"{mean:.2f} ± {half:.2f}", cut)
 
 
 def run_compare(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
@@ -286,8 +286,13 @@ def test_a_run_given_twice_is_read_once_and_said(
     once = find_runs([multirun])
     with caplog.at_level("WARNING"):
         assert find_runs([multirun, multirun]) == once
+    # One line for the directory given twice, not one for each of its runs.
+    assert caplog.text.count("given before") == 1
+    assert f"{len(once)} of its {len(once)} runs were given before" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
         assert find_runs([multirun / "0", multirun]) == [multirun / "0", *once[1:]]
-    assert "given more than once" in caplog.text
+    assert f"1 of its {len(once)} runs was given before" in caplog.text
 
 
 def test_an_untestable_pair_leaves_out_only_itself(tmp_path: Path) -> None:
@@ -354,7 +359,7 @@ def test_the_groups_table_says_when_seeds_are_too_few_and_intervals_cut(tmp_path
         fake_run(tmp_path / "b3", config(3, attention__normalizer="sparsemax"), 92.0),
     ]
     table = groups_table(group_runs([read_run(path) for path in runs]))
-    assert "100.0]†" in table and "shown cut there" in table
+    assert "100.00]†" in table and "shown cut there" in table
     assert "attention.normalizer=softmax: fewer than 3 seeds" in table
     assert "sparsemax: fewer" not in table
 
@@ -411,7 +416,9 @@ def test_a_comparisons_explorer_holds_what_a_page_holds(
     assert names == [f"{size}-{seed}" for seed in (1, 2, 3) for size in sizes][:16]
     assert "holds 16 models at most" in caplog.text
     assert "model.hidden_size=2048, seed 3" in caplog.text.split("; not ")[1]
-    assert page_models(candidates[:MAX_MODELS], groups) == candidates[:MAX_MODELS]
+    # Fewer: all of them, in the same turns, so that the first models shown are one a setting.
+    few = page_models(candidates[:6], groups)  # 64's seeds 3, 1, 2 and 128's
+    assert [run.path.name for _, run in few] == ["64-1", "128-1", "64-2", "128-2", "64-3", "128-3"]
 
 
 def test_a_group_of_one_run_and_a_repeated_seed_are_said(tmp_path: Path) -> None:
@@ -485,7 +492,7 @@ def comparison(metric: str, difference: float, p: float, beyond: bool | None) ->
         ),
         (
             [comparison("BLEU", 0.3, 0.01, False), comparison("chrF", 0.1, 0.4, False)],
-            "Findings: none of the 2 differences; 1 with p over seeds below 0.05, none beyond "
+            "Findings: none of the 2 differences; 1 with p (seeds pooled) below 0.05, none beyond "
             "the seed spread.",
         ),
         ([comparison("BLEU", 0.3, 0.01, None)], "Findings: none can be read, every group has one"),
@@ -519,3 +526,22 @@ def test_two_sweeps_of_one_setting_fall_apart_by_input(tmp_path: Path) -> None:
         f"input={tmp_path / 'first'}", f"input={tmp_path / 'second'}",
     ]  # fmt: skip
     assert [[run.path.name for run in group.runs] for group in groups] == [["1", "2"]] * 2
+
+
+def test_each_seed_pairs_p_names_its_seed_and_a_floor_is_shown_as_one() -> None:
+    """p per seed pair reads "seed: p"; a randomization's smallest p, 1 / (shuffles + 1), is
+    shown as ≤ it (the test cannot tell smaller ones apart)."""
+    floor = 1 / 10_001
+    row = Comparison(
+        "softmax",
+        "sparsemax",
+        "AER",
+        -0.1,
+        True,
+        floor,
+        10_000,
+        (0.3, floor, 0.02),
+        ("1", "2", "3/4"),
+    )
+    [line] = [line for line in significance_table([row], "ar").splitlines() if "| AER |" in line]
+    assert "| ≤0.0001* | 1: 0.3000, 2: ≤0.0001*, 3/4: 0.0200* |" in line

@@ -381,7 +381,8 @@ def test_compare_runs_tables_and_plots_two_runs(
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     assert lines[0].startswith(
-        "| run | directory | attention | parameters | best val BLEU | test BLEU | AER"
+        "| run | directory | attention | parameters | best val BLEU | test BLEU | test chrF | "
+        "test AER"
     )
     # The per-run table ends at the first blank line (the groups' tables follow).
     table = lines[2 : lines.index("")] if "" in lines else lines[2:]
@@ -389,7 +390,7 @@ def test_compare_runs_tables_and_plots_two_runs(
     summary = json.loads((wandb_run / "summary.json").read_text())
     other = json.loads((tensorboard_run / "summary.json").read_text())
     assert [row[2] for row in rows] == [summary["attention"], other["attention"]]
-    assert rows[0][4] == f"{max(metrics_column(wandb_run, 'val/bleu')):.1f}"
+    assert rows[0][4] == f"{max(metrics_column(wandb_run, 'val/bleu')):.2f}"
     assert rows[0][3] == f"{summary['parameters']:,}"
     for name in ["bleu_curves.png", "attention_grid.png"]:
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC

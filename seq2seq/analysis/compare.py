@@ -115,13 +115,17 @@ def find_runs_in(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
                 "training has ended), a multirun directory has one such directory per job. "
                 "Pass e.g. outputs/DATE/TIME or multirun/DATE/TIME."
             )
+        again = [run for run in found if run.resolve() in seen]
+        if again:  # one line for the directory given, not one per run
+            verb = "was" if len(again) == 1 else "were"
+            what = "it was" if again == [path] else f"{len(again)} of its {len(found)} runs {verb}"
+            log.warning(
+                "%s: %s given before (directly or inside a multirun given): read once", path, what
+            )
         for run in found:
-            if run.resolve() in seen:
-                log.warning("%s: given more than once (directly or inside a multirun given): "
-                            "read once", run)  # fmt: skip
-                continue
-            seen.add(run.resolve())
-            runs.append((run, path))
+            if run.resolve() not in seen:
+                seen.add(run.resolve())
+                runs.append((run, path))
     return runs
 
 
@@ -139,7 +143,7 @@ def read_run(path: Path) -> RunRecord:
     else:
         log.warning(
             "%s has no %s (still training, or stopped before its test): its test figures are "
-            "missing and its AER column shows its last val/aer",
+            "missing and its test AER column shows its last val/aer, marked (val)",
             path, SUMMARY_FILE,
         )  # fmt: skip
     metrics: list[dict[str, float]] = []
@@ -157,7 +161,8 @@ TABLE_COLUMNS = (
     "parameters",
     "best val BLEU",
     "test BLEU",
-    "AER",
+    "test chrF",
+    "test AER",
     "training time",
     "tokens/s",
 )
@@ -169,16 +174,19 @@ def table_row(run: RunRecord, label: str) -> list[str]:
     summary = run.summary
     best_val = summary.get("best_val_bleu", run.best("val/bleu"))
     # AER of the best checkpoint on the test split; while training, the latest validation's.
-    aer = summary.get("test_aer") if summary.get("test_aer") is not None else run.last("val/aer")
+    aer = _number(summary.get("test_aer"), 3)
+    if summary.get("test_aer") is None and run.last("val/aer") is not None:
+        aer = f"{_number(run.last('val/aer'), 3)} (val)"
     seconds = summary.get("train_seconds")
     return [
         label,
         str(run.path),
         str(summary.get("attention") or "?"),
         f"{summary['parameters']:,}" if summary.get("parameters") else "–",
-        _number(best_val, 1),
-        _number(summary.get("test_bleu"), 1),
-        _number(aer, 3),
+        _number(best_val, 2),
+        _number(summary.get("test_bleu"), 2),
+        _number(run.last("test/chrf"), 2),  # not in summary.json: metrics.csv has it
+        aer,
         duration(seconds),
         _number(summary.get("train_tokens_per_s"), 0, thousands=True),
     ]
@@ -298,7 +306,7 @@ def plot_attention_grid(
                 sentence["src_tokens"],
                 sentence["tgt_tokens"],
                 sentence["attention"],
-                title=wrap_title(f"{label} (step {record['step']})", PANEL_INCHES),
+                title=wrap_title(unbroken(f"{label} (step {record['step']})"), PANEL_INCHES),
                 zeros=sentence.get("zeros"),  # None in records written before they were kept
             )
         source = panels[0][3]["source"]
@@ -316,6 +324,14 @@ def plot_attention_grid(
     finally:
         plt.close(figure)
     return path
+
+
+NO_BREAK = "\u00a0"  # a no-break space, which textwrap does not break at
+
+
+def unbroken(title: str) -> str:
+    """``title`` with no line break inside "seed 1" or "step 626"."""
+    return title.replace("seed ", f"seed{NO_BREAK}").replace("step ", f"step{NO_BREAK}")
 
 
 def wrap_title(text: str, inches: float) -> str:

@@ -53,12 +53,13 @@ NOT_THE_EXPERIMENT = (
     "checkpoint",
 )  # fmt: skip
 
-# (summary or metric key, column name, digits): the figures of a group.
+# (summary or metric key, column name, digits): the figures of a group; BLEU and chrF to 2, as
+# sacreBLEU prints them (at 1, a toy task's 99.96 read as a perfect 100.0).
 FIGURES = (
-    ("test_bleu", "test BLEU", 1),
-    ("test_chrf", "test chrF", 1),
+    ("test_bleu", "test BLEU", 2),
+    ("test_chrf", "test chrF", 2),
     ("test_aer", "test AER", 3),
-    ("best_val_bleu", "best val BLEU", 1),
+    ("best_val_bleu", "best val BLEU", 2),
     ("train_tokens_per_s", "tokens/s", 0),
 )
 # What each figure can be: its interval is cut there (and marked).
@@ -109,11 +110,7 @@ def run_seed(run: RunRecord) -> Any:
 
 def experiment_keys(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a flat config that define what the run trained."""
-    return {
-        key: value
-        for key, value in config.items()
-        if not any(key == name or key.startswith(f"{name}.") for name in NOT_THE_EXPERIMENT)
-    }
+    return {key: value for key, value in config.items() if not experiment_free(key)}
 
 
 INPUT = "input"  # --by input: the directory given (a sweep's) rather than a config key
@@ -205,17 +202,21 @@ def warn_repeated_seeds(group: Group) -> None:
 
 def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
     """Each group named by the command-line overrides that set it apart (``attention=additive``),
-    from each run's ``.hydra/overrides.yaml`` without its seed; None where a run has none, the
-    runs of a group were started with different ones, or the groups override different keys (a
-    setting left at its default has no override to name it: the config's keys do)."""
+    from each run's ``.hydra/overrides.yaml`` without those of where and how it ran (its seed,
+    threads, logger: ``NOT_THE_EXPERIMENT``) and those every group shares, sorted by key as
+    ``config_labels`` sorts them, so that a setting reads the same in every comparison it is
+    part of; a single group by all its overrides but the trainer's (how long it trained, which
+    two sweeps compared share). None where a run has none recorded, the runs of a group were
+    started with different ones, or the groups override different keys (a setting left at its
+    default has no override to name it: the config's keys do)."""
     per_group = []
     for runs in groups:
         found = {run_overrides(run) for run in runs}
         if len(found) != 1 or None in found:
             return None
-        per_group.append(found.pop() or ())
-    if len(per_group) == 1:  # one group: all it overrides is what sets it apart from the defaults
-        return [", ".join(per_group[0])]
+        per_group.append(tuple(sorted(found.pop() or (), key=lambda o: o.split("=", 1)[0])))
+    if len(per_group) == 1:  # one group: what it overrides sets it apart from the defaults
+        return [", ".join(o for o in per_group[0] if not o.startswith("trainer."))]
     override_keys = {frozenset(o.split("=", 1)[0] for o in overrides) for overrides in per_group}
     if len(override_keys) != 1:
         return None
@@ -225,13 +226,20 @@ def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
 
 
 def run_overrides(run: RunRecord) -> tuple[str, ...] | None:
-    """The command-line overrides the run was started with but its seed (``.hydra/
-    overrides.yaml``), None where it has none recorded."""
+    """The command-line overrides the run was started with but those of where and how it ran
+    (``.hydra/overrides.yaml``), None where it has none recorded."""
     path = run.path / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return None
     overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    return tuple(o for o in map(str, overrides) if not o.startswith("seed="))
+    return tuple(o for o in map(str, overrides) if not experiment_free(o.split("=", 1)[0]))
+
+
+def experiment_free(key: str) -> bool:
+    """Whether a config key (an override's, ``+key`` or ``~key`` too) says where and how a run
+    ran rather than what it trained (``NOT_THE_EXPERIMENT``)."""
+    key = key.lstrip("+~")
+    return any(key == name or key.startswith(f"{name}.") for name in NOT_THE_EXPERIMENT)
 
 
 def config_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
@@ -251,9 +259,16 @@ def config_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
             value = key.get(name)
             if name.endswith("._target_") and isinstance(value, str):
                 name, value = name.removesuffix("._target_"), value.rsplit(".", 1)[-1]
-            parts.append(f"{name}={value}")
-        labels.append(", ".join(parts))
-    return labels
+            parts.append((f"{name}={value}", value is None))
+        # A key that does not apply to a group (α of a normalizer without one: null) is left
+        # out of its label, unless that leaves two groups alike.
+        labels.append(
+            (", ".join(p for p, _ in parts), ", ".join(p for p, unset in parts if not unset))
+        )
+    short = [brief for _, brief in labels]
+    if all(short) and len(set(short)) == len(short):
+        return short
+    return [full for full, _ in labels]
 
 
 def figure_of(run: RunRecord, key: str) -> float | None:
@@ -365,6 +380,7 @@ class Comparison:
     p_value: float
     shuffles: int
     p_values: tuple[float, ...]
+    seeds: tuple[str, ...] = ()  # each seed pair's seed ("1", or "1/2" where they differ)
 
     @property
     def pairs(self) -> int:
@@ -485,7 +501,7 @@ def compare_groups(
             comparisons.append(
                 Comparison(
                     baseline.label, system.label, metric, means[1] - means[0], beyond,
-                    pooled.p_value, shuffles, per_pair,
+                    pooled.p_value, shuffles, per_pair, pair_seeds(pairs),
                 )
             )  # fmt: skip
     if problems and not comparisons:
@@ -557,7 +573,7 @@ def randomization_p_values(
     )
 
 
-FINDING_P = 0.05  # p over seeds below this, and beyond the seed spread: a finding
+FINDING_P = 0.05  # p (seeds pooled) below this, and beyond the seed spread: a finding
 
 
 def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
@@ -572,7 +588,7 @@ def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
 
 
 def is_finding(comparison: Comparison) -> bool | None:
-    """p over seeds below ``FINDING_P`` and beyond the seed spread; None with one run a group
+    """p (seeds pooled) below ``FINDING_P`` and beyond the seed spread; None with one run a group
     (nothing can be said about seeds)."""
     if comparison.beyond_spread is None:
         return None
@@ -590,7 +606,7 @@ def verdict(comparisons: Sequence[Comparison]) -> str:
     if not found:
         small = sum(1 for c in comparisons if c.p_value < FINDING_P)
         why = (
-            f"; {small} with p over seeds below {FINDING_P}, none beyond the seed spread"
+            f"; {small} with p (seeds pooled) below {FINDING_P}, none beyond the seed spread"
             if small
             else ""
         )
@@ -608,17 +624,20 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
     return (
         "\nΔ mean: system minus baseline, the means over each group's runs. Seed pairs: the runs "
         "the tests compare, one of each group per seed (the same seed where both groups have "
-        "it; a run without a partner is in Δ mean but not in the tests). p over seeds: "
+        "it; a run without a partner is in Δ mean but not in the tests). p (seeds pooled): "
         "stratified approximate randomization (Clark et al., 2011, as MultEval): the pairs' "
         "translations pooled as one corpus, each test sentence's translations dealt anew "
-        f"between the two groups in each shuffle; the smallest p it can give is {floor or '–'}, "
-        "two identical groups get 1. It asks whether these runs differ on these test "
-        "sentences; how much a difference varies from seed to seed is the last column's "
-        "question, not its. p per seed pair: each pair's own test, as detail (identical "
-        "translations get 1 under either test). * below 0.05. Beyond seed spread: the two "
-        "groups' 95 % intervals over seeds do not overlap. Finding: p over seeds below 0.05 and "
-        "beyond the seed spread; with one seed per group neither says anything about seeds: "
-        "train 3 or more.\n"
+        f"between the two groups in each shuffle; the smallest p it can give is {floor or '–'} "
+        "(shown as ≤), two identical groups get 1. It asks whether these runs differ on these "
+        "test sentences, all seeds at once, not whether another seed would: seed pairs that "
+        "differ in opposite directions cancel (a large pooled p where each pair's own is "
+        "small), and a difference that changes sign from seed to seed can still get a small "
+        "one; how much a difference varies from seed to seed is the beyond-seed-spread "
+        "column's question. p per seed pair (seed: p): each pair's own test, as detail "
+        "(identical translations get 1 under either test). * below 0.05. Beyond seed spread: "
+        "the two groups' 95 % intervals over seeds do not overlap. Finding: p (seeds pooled) "
+        "below 0.05 and beyond the seed spread; with one seed per group neither says anything "
+        "about seeds: train 3 or more.\n"
     )
 
 
@@ -628,22 +647,37 @@ def significance_rows(
     """``significance_table``'s header and cells."""
     name = {"bs": "paired bootstrap; AER: randomization", "ar": "approximate randomization"}[test]
     header = [
-        "baseline", "system", "metric", "Δ mean", "seed pairs", "p over seeds",
-        f"p per seed pair ({name})", "beyond seed spread", "finding",
+        "baseline", "system", "metric", "Δ mean", "seed pairs", "p (seeds pooled)",
+        f"p per seed pair ({name}; seed: p)", "beyond seed spread", "finding",
     ]  # fmt: skip
     rows = []
     for comparison in comparisons:
-        p_values = ", ".join(p_text(p) for p in comparison.p_values)
+        seeds = comparison.seeds or tuple(str(i + 1) for i in range(comparison.pairs))
+        # Each pair's randomization (AER's under either test) has the pooled test's floor.
+        floor = comparison.shuffles if test == "ar" or comparison.metric == "AER" else None
+        p_values = ", ".join(
+            f"{seed}: {p_text(p, floor)}"
+            for seed, p in zip(seeds, comparison.p_values, strict=True)
+        )
         beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
         finding = {True: "**yes**", False: "no", None: "–"}[is_finding(comparison)]
         rows.append(
             [
                 comparison.baseline, comparison.system, comparison.metric,
                 difference_text(comparison), str(comparison.pairs),
-                p_text(comparison.p_value), p_values, beyond, finding,
+                p_text(comparison.p_value, comparison.shuffles), p_values, beyond, finding,
             ]
         )  # fmt: skip
     return header, rows
+
+
+def pair_seeds(pairs: Sequence[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
+    """Each seed pair named by its seed, or both where they differ ("1/2")."""
+    named = []
+    for run_a, run_b in pairs:
+        seed_a, seed_b = run_seed(run_a), run_seed(run_b)
+        named.append(str(seed_a) if seed_a == seed_b else f"{seed_a}/{seed_b}")
+    return tuple(named)
 
 
 def difference_text(comparison: Comparison) -> str:
@@ -651,8 +685,13 @@ def difference_text(comparison: Comparison) -> str:
     return f"{comparison.difference:+.{3 if comparison.metric == 'AER' else 2}f}"
 
 
-def p_text(p: float) -> str:
-    return f"{p:.4f}{'*' if p < 0.05 else ''}"
+def p_text(p: float, shuffles: int | None = None) -> str:
+    """A p-value to 4 digits, starred below 0.05; at a randomization's floor 1 / (shuffles + 1),
+    the smallest it can give, as ≤ that."""
+    star = "*" if p < 0.05 else ""
+    if shuffles is not None and p <= 1 / (shuffles + 1) * (1 + 1e-9):
+        return f"≤{1 / (shuffles + 1):.4f}{star}"
+    return f"{p:.4f}{star}"
 
 
 def plot_bleu_bands(groups: Sequence[Group], path: Path) -> Path:

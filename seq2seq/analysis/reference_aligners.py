@@ -25,7 +25,7 @@ from seq2seq.analysis.alignment import (
     read_pharaoh,
 )
 from seq2seq.analysis.compare import RunsError
-from seq2seq.analysis.groups import Group, group_figures, markdown, read_alignments
+from seq2seq.analysis.groups import Group, group_figures, markdown, p_text, read_alignments
 from seq2seq.analysis.intervals import Interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS
 from seq2seq.analysis.significance import (
@@ -119,7 +119,9 @@ def reference_table(
             baseline = np.repeat(aer_statistics(reference.counts)[None], len(checked), axis=0)
             result = stratified_randomization("AER", baseline, system, corpus_aer, shuffles)
             mean = figure.mean if isinstance(figure, Interval) else figure
-            cells.append(f"{mean - reference.aer:+.3f} (p = {result.p_value:.4f})")
+            shown_p = p_text(result.p_value, shuffles)  # "≤0.0010*" at the floor
+            relation = "" if shown_p.startswith("≤") else "= "
+            cells.append(f"{mean - reference.aer:+.3f} (p {relation}{shown_p})")
         rows.append(cells)
     return markdown(header, rows)
 

@@ -11,7 +11,8 @@ paired significance tests between every two groups on BLEU, chrF and AER: one ov
 (approximate randomization, or sacreBLEU's paired bootstrap for BLEU and chrF with --test bs;
 AER always by randomization), with whether the difference is beyond the seed-to-seed spread.
 --pair tests two runs.
-Writes bleu_curves.png (val BLEU against step, all runs), bleu_bands.png (each group's mean and
+Writes comparison.md (the tables as printed), bleu_curves.png (val BLEU against step, all runs),
+bleu_bands.png (each group's mean and
 interval), attention_grid.png (one validation sentence's attention under each run) and
 explorer.html (the attention explorer: every run's best checkpoint on the same validation
 sentences, side by side) to --out, by default comparison-NAME in the current directory, NAME the
@@ -57,6 +58,7 @@ from seq2seq.analysis.reference_aligners import (
     reference_table,
 )
 from seq2seq.analysis.significance import SHUFFLES, TESTS
+from seq2seq.atomic import write_atomic
 from seq2seq.cli import UsageError, add_trust_argument, int_at_least, run
 from seq2seq.explorer import MAX_MODELS, ExplorerModel, explorer_data, write_page
 from seq2seq.explorer.data import snapshot_sentences
@@ -146,8 +148,12 @@ def main() -> int:
     except OSError as error:
         raise UsageError(f"cannot create --out {out_dir} ({error.strerror}).") from None
     labels = run_labels(runs, groups)
-    print(markdown_table(runs, labels), end="")
-    print_groups(runs, groups, args, out_dir, references)
+    report = Report()
+    report.say(markdown_table(runs, labels))
+    print_groups(runs, groups, args, report, references)
+    # The tables first, then the files and their log lines (which go to stderr).
+    log.info("wrote %s", report.write(out_dir / REPORT_FILE))
+    log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
     group_index = {id(run): index for index, group in enumerate(groups) for run in group.runs}
     colours = [group_colour(group_index[id(run)]) for run in runs]
     curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png", colours)
@@ -163,12 +169,31 @@ def main() -> int:
     return 0
 
 
+REPORT_FILE = "comparison.md"  # the tables, as printed
+
+
+class Report:
+    """What compare prints, kept to be written to ``REPORT_FILE`` under --out as well."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def say(self, text: str) -> None:
+        print(text, end="", flush=True)
+        self.parts.append(text)
+
+    def write(self, path: Path) -> Path:
+        text = "".join(self.parts)
+        write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+        return path
+
+
 def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path]) -> Path:
     """--out, or comparison-NAME in the current directory (NAME the first input's, "+N" for N
     more inputs), said in the log; refused inside a run directory: a comparison never writes
     into the runs it reads."""
     name = inputs[0].resolve().name or "runs"
-    more = len(inputs) - 1
+    more = len({given.resolve() for given in inputs}) - 1  # a directory given twice is one
     default = Path(f"comparison-{name}" + (f"-and-{more}-more" if more else ""))
     if out is None:
         out = default
@@ -195,10 +220,10 @@ def print_groups(
     runs: list[RunRecord],
     groups: list[Group],
     args: argparse.Namespace,
-    out_dir: Path,
+    report: Report,
     references: list[ReferenceAligner],
 ) -> None:
-    """The groups' table, their paired tests and bleu_bands.png; the tests of --pair."""
+    """The groups' table and their paired tests, and the tests of --pair, said in ``report``."""
     if args.by and all(len(group.runs) == 1 for group in groups):
         raise UsageError(
             f"--by {' '.join(args.by)} puts every run in a group of its own, so there is no "
@@ -206,19 +231,18 @@ def print_groups(
             "train.py -m ... seed=1,2,3) or group by fewer keys."
         )
     tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
-    print(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}", end="")
-    log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
+    report.say(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}")
     if len(groups) == 1:
-        print(f"\n{ONE_GROUP_NOTE}")
+        report.say(f"\n{ONE_GROUP_NOTE}\n")
     else:
         try:
             comparisons = compare_groups(groups, tokenize, args.test, args.samples)
         except RunsError as error:
             log.warning("no paired tests: %s", error)
         else:
-            print(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}", end="")
+            report.say(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}")
     if references:
-        print_references(groups, references, args)
+        print_references(groups, references, args, report)
     if args.pair:
         # Each named as the tables name it where it is one of the runs, else by its path.
         names = {
@@ -227,7 +251,7 @@ def print_groups(
         }
         pair = [Group(names.get(path.resolve(), str(path)), [read_run(path)]) for path in args.pair]
         comparisons = compare_groups(pair, tokenize, args.test, args.samples)
-        print(f"\n--pair:\n\n{significance_table(comparisons, args.test)}", end="")
+        report.say(f"\n--pair:\n\n{significance_table(comparisons, args.test)}")
 
 
 def read_references(
@@ -251,15 +275,17 @@ def read_references(
 
 
 def print_references(
-    groups: list[Group], references: list[ReferenceAligner], args: argparse.Namespace
+    groups: list[Group],
+    references: list[ReferenceAligner],
+    args: argparse.Namespace,
+    report: Report,
 ) -> None:
     """--reference: each aligner's test AER beside the groups', tested against each group."""
     shuffles = args.samples if args.test == "ar" and args.samples else SHUFFLES
-    print(
+    report.say(
         f"\nReference aligners (test AER against {args.gold}; Δ: a group's mean minus the "
         "aligner's; p: stratified approximate randomization over the group's seeds, "
-        f"{shuffles:,} shuffles):\n\n{reference_table(groups, references, shuffles)}",
-        end="",
+        f"{shuffles:,} shuffles):\n\n{reference_table(groups, references, shuffles)}"
     )
 
 
@@ -295,7 +321,10 @@ def write_explorer(
         )
         for label, run in chosen
     ]
-    title = "best checkpoints: " + ", ".join(label for label, _ in chosen)
+    # Labels hold commas ("attention=dot, seed 2"): a semicolon tells one run from the next.
+    title = f"best checkpoints on {len(sources)} validation sentences: " + "; ".join(
+        label for label, _ in chosen
+    )
     if len(chosen) < len(with_checkpoints):
         title += f" ({len(chosen)} of {len(with_checkpoints)} runs: the log names the others)"
     return write_page(explorer_data(models, sources, references, gold, title=title), path)
@@ -304,11 +333,10 @@ def write_explorer(
 def page_models(
     candidates: list[tuple[str, RunRecord]], groups: list[Group]
 ) -> list[tuple[str, RunRecord]]:
-    """The runs one explorer page shows: all, or where more than it holds (``MAX_MODELS``), each
-    group's runs in turn, seed by seed (every group's first seed, then every group's second, ...)
-    up to the limit, the others said in the log."""
-    if len(candidates) <= MAX_MODELS:
-        return candidates
+    """The runs one explorer page shows, each group's runs in turn, seed by seed (every group's
+    first seed, then every group's second, ...), so that the page's first models, which it
+    shows side by side, are one of each setting; where there are more than a page holds
+    (``MAX_MODELS``), up to the limit, the others said in the log."""
     per_group = [
         sorted(
             ((label, run) for label, run in candidates if run in group.runs),
@@ -317,6 +345,8 @@ def page_models(
         for group in groups
     ]
     in_turn = [member for rank in itertools.zip_longest(*per_group) for member in rank if member]
+    if len(in_turn) <= MAX_MODELS:
+        return in_turn
     chosen = in_turn[:MAX_MODELS]
     left_out = [label for label, run in candidates if (label, run) not in chosen]
     log.warning(

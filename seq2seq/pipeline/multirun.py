@@ -18,7 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.analysis.compare import RunsError, find_runs, read_run
+from seq2seq.analysis.compare import RunsError, find_runs, markdown_table, read_run
 from seq2seq.analysis.groups import (
     ONE_GROUP_NOTE,
     compare_groups,
@@ -27,6 +27,7 @@ from seq2seq.analysis.groups import (
     groups_numbers,
     groups_rows,
     groups_table,
+    run_labels,
     significance_rows,
     significance_table,
 )
@@ -57,7 +58,8 @@ def summarise(sweep: Path, config: DictConfig) -> dict[str, tuple[list[str], lis
     }  # fmt: skip
     text = [
         f"# {sweep}\n",
-        "Groups (mean ± 95 % interval over seeds):\n",
+        markdown_table(runs, run_labels(runs, groups)),  # each run, as compare prints it
+        "\nGroups (mean ± 95 % interval over seeds):\n",
         groups_table(groups),  # with its notes (cut intervals, too few seeds), as compare prints
     ]
     if len(groups) == 1:

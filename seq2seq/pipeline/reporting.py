@@ -76,13 +76,16 @@ def describe_run(
 
 def parts_label(cfg: DictConfig) -> str:
     """The attention's parts that differ from global softmax, for names and tables:
-    ``sparsemax``, ``entmax1.3``, ``local_p3``, ``key_bias``, ``coverage``, joined by ``+``; ""
+    ``sparsemax``, ``entmax1.3``, ``entmax_alpha=learnable``, ``local_p3``, ``key_bias``,
+    ``coverage``, joined by ``+``; ""
     by default."""
     parts = attention_parts_config(cfg)
     shown = []
     normalizer = parts["normalizer"]
     if isinstance(normalizer, dict):
         shown.append(str(normalizer.get("_target_", "own")).rsplit(".", 1)[-1])
+    elif normalizer == "entmax" and parts["alpha"] == "learnable":
+        shown.append("entmax_alpha=learnable")  # not "entmaxlearnable"
     elif normalizer == "entmax":
         shown.append(f"entmax{parts['alpha'] if parts['alpha'] is not None else 1.5}")
     elif normalizer != "softmax":
