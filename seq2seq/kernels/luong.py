@@ -23,8 +23,6 @@ A attention hidden size, K key size (A, or H for product scoring), G gates (3H).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
@@ -110,13 +108,10 @@ class SequentialRecurrence(torch.autograd.Function):
         width = parts.heads * attention.value_size  # a context's columns: M, or h·d
         new = input_gates.new_empty
         attentionals, weights = new(rows, size), new(rows, parts.heads * attention.keys)
-        # Per visited row, in the steps' order: the cell's r z n gh_n h_{t-1}, c_t and h_t,
-        # h~_t; per row as the outputs, f_{t-1}. One head's c_t and h_t lie side by side, so
-        # that W_c [c; h] is one GEMM (several heads' contexts keep rows of their own: the C
-        # parts read a row's heads at a stride of d).
+        # Per visited row, in the steps' order: the cell's r z n gh_n h_{t-1}, h_t, c_t, h~_t;
+        # per row as the outputs, f_{t-1}.
         saved_cells = new(visited, 5 * size) if needs_grad else None
-        contexts, hiddens = side_by_side(new, visited, width, size, parts.heads == 1)
-        tildes = new(visited, size)
+        hiddens, contexts, tildes = new(visited, size), new(visited, width), new(visited, size)
         fed = new(rows, size) if needs_grad and initial_feed is not None else None
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         feed = None if initial_feed is None else initial_feed.clone()  # f_{t-1}, (B, H)
@@ -135,22 +130,20 @@ class SequentialRecurrence(torch.autograd.Function):
             cell_input = cell_input.contiguous()  # kept: the C pass reads it by address
             kernels.seq2seq_gru_forward(
                 active, size, cell_input.data_ptr(), gates, recurrent.data_ptr(),
-                state.data_ptr(), hiddens[done].data_ptr(), hiddens.stride(0),
+                state.data_ptr(), hiddens[done].data_ptr(), size,
                 None if saved_cells is None else saved_cells[done].data_ptr(),
             )  # fmt: skip
             attention.forward(
                 t, done, state[:active], strided_rows(weights, start, stride, active),
                 contexts[here],
             )  # fmt: skip
-            # h~_t = tanh(W_c [c_t; h_t] [+ bias]): (b, M + H) @ (M + H, H), or in two GEMMs
-            # W_c1 c_t + W_c2 h_t where several heads' contexts lie apart from h_t
+            # h~_t = tanh(W_c1 c_t + W_c2 h_t [+ bias]): (b, M) @ (M, H) + (b, H) @ (H, H)
             tilde = tildes[here]
-            if adjacent(contexts, hiddens):
-                linear_into(tilde, joined(contexts, here), attentional_weight, attentional_bias)
+            if attentional_bias is None:
+                torch.mm(contexts[here], context_weight.t(), out=tilde)
             else:
-                linear_into(tilde, contexts[here], context_weight, attentional_bias)
-                tilde.addmm_(state[:active], hidden_weight.t())
-            tilde.tanh_()
+                torch.addmm(attentional_bias, contexts[here], context_weight.t(), out=tilde)
+            tilde.addmm_(state[:active], hidden_weight.t()).tanh_()
             out = strided_rows(attentionals, start, stride, active)
             if keep is None:
                 out.copy_(tilde)
@@ -199,7 +192,7 @@ class SequentialRecurrence(torch.autograd.Function):
         d_feed = contexts.new_zeros(batch, size)  # dL/df_t from step t + 1's cell
         d_input_gates = new(rows, gates)
         d_recurrent, d_pres = new(visited, gates), new(visited, size)
-        d_context, d_hidden = side_by_side(new, batch, width, size, adjacent(contexts, hiddens))
+        d_hidden, d_context = new(batch, size), new(batch, width)
         attention.start_backward()
         done, stride = visited, steps.stride
         for t in reversed(range(len(steps.batch_sizes))):
@@ -212,18 +205,15 @@ class SequentialRecurrence(torch.autograd.Function):
                 d_out *= strided_rows(keep, start, stride, active)
             d_pre = d_pres[here]  # dL/d(W_c [c; h]) = d_out (1 - h~²): (b, H)
             torch.mul(d_out, 1 - tildes[here].square(), out=d_pre)
-            if adjacent(d_context, d_hidden):  # (b, H) @ (H, M + H)
-                torch.mm(d_pre, attentional_weight, out=joined(d_context, slice(0, active)))
-            else:  # (b, H) @ (H, M) and (b, H) @ (H, H)
-                torch.mm(d_pre, context_weight, out=d_context[:active])
-                torch.mm(d_pre, hidden_weight, out=d_hidden[:active])
+            torch.mm(d_pre, context_weight, out=d_context[:active])  # (b, H) @ (H, M)
+            torch.mm(d_pre, hidden_weight, out=d_hidden[:active])  # (b, H) @ (H, H)
             attention.backward(
                 t, done, strided_rows(weights, start, stride, active), d_context[:active],
                 None if d_weights is None else strided_rows(d_weights, start, stride, active),
                 d_hidden[:active],
             )  # fmt: skip
             kernels.seq2seq_gru_backward(
-                active, size, d_state.data_ptr(), d_hidden.data_ptr(), d_hidden.stride(0),
+                active, size, d_state.data_ptr(), d_hidden.data_ptr(), size,
                 saved_cells[done].data_ptr(), row_at(d_input_gates, start), stride * gates,
                 d_recurrent[done].data_ptr(),
             )  # fmt: skip
@@ -234,12 +224,7 @@ class SequentialRecurrence(torch.autograd.Function):
                 torch.mm(d_gi, feed_weight, out=d_feed[:active])
         # The weight gradients, one GEMM each over all the steps' rows: (H, N') @ (N', M + H),
         # (G, N') @ (N', H) with each row's h_{t-1}, (G, N) @ (N, H).
-        both = (
-            joined(contexts, slice(0, visited))
-            if adjacent(contexts, hiddens)
-            else torch.cat([contexts, hiddens], dim=1)
-        )
-        d_attentional_weight = d_pres.t() @ both  # (H, N') @ (N', M + H)
+        d_attentional_weight = d_pres.t() @ torch.cat([contexts, hiddens], dim=1)
         d_weight_hh = d_recurrent.t() @ saved_cells[:, 4 * size :]
         d_feed_weight = None if fed is None else d_input_gates.t() @ fed
         if padded_shape is not None:
@@ -258,35 +243,6 @@ class SequentialRecurrence(torch.autograd.Function):
             None,
             None,
         )
-
-
-def side_by_side(
-    new: Callable[..., Tensor], rows: int, width: int, size: int, together: bool
-) -> tuple[Tensor, Tensor]:
-    """A (rows, width) and a (rows, size) buffer: views of one (rows, width + size) where
-    ``together`` (a row's two parts side by side, ``joined``), else two of their own."""
-    if not together:
-        return new(rows, width), new(rows, size)
-    both = new(rows, width + size)
-    return both[:, :width], both[:, width:]
-
-
-def adjacent(first: Tensor, second: Tensor) -> bool:
-    """Whether ``second``'s rows continue ``first``'s in one buffer (``side_by_side``)."""
-    return (
-        first.stride(0) == second.stride(0) == first.shape[1] + second.shape[1]
-        and second.data_ptr() == first.data_ptr() + first.shape[1] * first.element_size()
-    )
-
-
-def joined(first: Tensor, rows: slice) -> Tensor:
-    """Rows ``rows`` of the buffer ``first`` (and the part beside it) are views of: (r, width +
-    size), contiguous."""
-    start = rows.start or 0
-    width = first.stride(0)
-    return first.as_strided(
-        (rows.stop - start, width), (width, 1), first.storage_offset() + start * width
-    )
 
 
 class AttentionLoop(torch.autograd.Function):
