@@ -457,7 +457,7 @@ class MultiHead(nn.Module):
     [
         (MultiHead(16, 4), "dot products over 4 heads of d = 4, scaled by 1/√d"),
         (MultiHead(16, 4, scaled=False), "dot products over 4 heads of d = 4 without 1/√d"),
-        (D2LScaledDot(), "dot products over 1 head of d = 8, scaled by 1/√d"),
+        (D2LScaledDot(), "not read while a property fails"),  # its uniform empty rows
         (DotProductAttention(scaled=False), "over 1 head of d = 8 without 1/√d"),
         (AdditiveAttention(8, 8, num_hiddens=8), "not a dot product"),
     ],
@@ -476,3 +476,80 @@ def test_a_built_module_says_whether_its_dot_products_are_scaled(
     assert "1/√d in its dot products" not in {f.name for f in result.failures}
     if not isinstance(module, D2LScaledDot):  # whose empty rows are uniform (the catalogue's)
         assert result.passed, result.table()
+
+
+class D2LHeads(MultiHead):
+    """d2l's multi-head block: the per-head weights (B·h, Tq, Tk) on an inner attention module,
+    the context from the heads as d2l's transpose_output joins them."""
+
+    def __init__(self, size: int, heads: int, lengths: str = "repeat_interleave") -> None:
+        super().__init__(size, heads)
+        self.attention = nn.Module()
+        self.lengths = lengths
+
+    def forward(  # type: ignore[override]
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> Tensor:
+        h = self.heads
+
+        def split(x: Tensor) -> Tensor:  # (B, T, D) -> (B·h, T, d), row b·h + i
+            return x.reshape(x.shape[0], x.shape[1], h, -1).transpose(1, 2).flatten(0, 1)
+
+        q, k, v = split(self.W_q(queries)), split(self.W_k(keys)), split(self.W_v(values))
+        # The bug a student makes: repeat (row i·B + b) where the rows are b·h + i.
+        lens = valid_lens.repeat(h) if self.lengths == "repeat" else valid_lens.repeat_interleave(h)
+        real = torch.arange(keys.shape[1]) < lens[:, None, None]
+        scores = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~real, float("-inf"))
+        self.attention.attention_weights = torch.softmax(scores, -1).nan_to_num(0.0)
+        context = self.attention.attention_weights @ v  # (B·h, Tq, d)
+        joined = context.unflatten(0, (-1, h)).transpose(1, 2).flatten(2)  # (B, Tq, D)
+        return self.W_o(joined)
+
+
+def test_d2l_multi_head_weights_per_head_are_read_as_their_average() -> None:
+    """d2l keeps (B·h, Tq, Tk) weights on self.attention: averaged over the heads, as read."""
+    result = check(D2LHeads(16, 4))
+    assert result.passed, result.table()
+    failed = {f.name: f for f in check(D2LHeads(16, 4, lengths="repeat")).failures}
+    assert "repeat_interleave" in (failed["padded keys get weight exactly 0"].bug or "")
+
+
+class OtherLengths(nn.Module):
+    """Each sentence masked with the next one's length (lengths rolled): a mask, not its own."""
+
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        lens = valid_lens.roll(1)
+        real = torch.arange(keys.shape[1])[None, None, :] < lens[:, None, None]
+        scores = (queries @ keys.transpose(1, 2)).masked_fill(~real, float("-inf"))
+        weights = torch.softmax(scores, -1).nan_to_num(0.0)
+        return weights @ values, weights
+
+
+def test_a_mask_of_other_sentences_lengths_is_named() -> None:
+    failed = {f.name: f for f in check(OtherLengths()).failures}
+    assert "other sentences' lengths" in (failed["padded keys get weight exactly 0"].bug or "")
+
+
+def d2l_masked_softmax(x: Tensor, valid_lens: Tensor) -> Tensor:
+    """d2l's own, with its in-place fill of the logits."""
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    lens = valid_lens.reshape(-1)
+    x[~(torch.arange(shape[-1])[None, :] < lens[:, None])] = -1e6
+    return torch.softmax(x.reshape(shape), dim=-1)
+
+
+def wrapped(logits: Tensor, mask: Tensor) -> Tensor:
+    return d2l_masked_softmax(logits, mask.sum(-1))
+
+
+def test_d2l_masked_softmax_through_the_wrapper_the_message_gives() -> None:
+    """The refusal names the function as Python can call it; wrapped, its in-place fill does not
+    trip the check, which names its uniform empty rows."""
+    with pytest.raises(TargetError, match=r"return d2l_masked_softmax\(logits, mask.sum\(-1\)\)"):
+        check(d2l_masked_softmax)
+    failed = {f.name: f for f in check(wrapped).failures}
+    empty = failed["a row with no real key gives zeros, not NaN"]
+    assert "uniform weights" in (empty.bug or ""), empty

@@ -44,8 +44,10 @@ def test_bad_targets_are_one_paragraph(tmp_path: Path) -> None:
     (tmp_path / "mine.py").write_text(BROKEN)
     for arguments, message in [
         (["mine.py"], "names no object"),
-        (["mine.py:nothing"], "defines no 'nothing'"),
+        (["mine.py:nothing"], "defines no 'nothing'; it defines masked_softmax."),
+        (["mine.py:maskd_softmax"], "Did you mean 'masked_softmax'?"),
         (["nowhere.py:x"], "there is no file nowhere.py"),
+        (["mines.py:x"], "Did you mean mine.py?"),
         (["not_a_module_anywhere:x"], "cannot be imported"),
         (["mine.py:torch"], "is not something `check` can check"),
         (["seq2seq.attention:AdditiveAttention"], "functools.partial"),

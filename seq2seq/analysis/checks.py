@@ -25,8 +25,10 @@ import functools
 import inspect
 import json
 import math
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -199,8 +201,9 @@ def check_target(target: Any, name: str | None) -> CheckResult:
         return check_normalizer(target, label)
     raise TargetError(
         f"{label!r} is not something `check` can check: give a normalizer function "
-        "(logits, mask) -> weights, an attention module with forward(queries, keys, values, "
-        "valid_lens), or a subclass of seq2seq.attention.Attention (built at each size)."
+        "(logits, mask) -> weights, an attention module (a subclass of torch.nn.Module, built) "
+        "with forward(queries, keys, values, valid_lens), or a subclass of "
+        "seq2seq.attention.Attention (built at each size)."
     )
 
 
@@ -221,6 +224,7 @@ def normalizer_signature_problem(normalize: Callable[..., Any], label: str) -> s
     except (TypeError, ValueError):  # a builtin without one: its first call says
         return None
     names = list(signature.parameters)
+    function = getattr(normalize, "__name__", "your_function")
     wanted = (
         "check calls a normalizer as f(logits, mask): logits (B, Tq, Tk) and mask a bool tensor "
         "of the same shape, True at a real key"
@@ -233,7 +237,8 @@ def normalizer_signature_problem(normalize: Callable[..., Any], label: str) -> s
         return (
             f"{label}({', '.join(names)}) takes lengths, as d2l's masked_softmax(X, valid_lens) "
             f"does; {wanted}. Check it through a function that turns the mask into lengths, "
-            f"e.g. def masked(logits, mask): return {label}(logits, mask.sum(-1)) in your file "
+            f"e.g. def masked(logits, mask): return {function}(logits, mask.sum(-1)) in your "
+            "file "
             "(each row's number of real keys), then check that function."
         )
     return None
@@ -339,7 +344,7 @@ def ranked(findings: list[Finding]) -> list[Finding]:
                 continue
             echoes.add(effect)
             own = f" (if not: {finding.bug})" if finding.bug else ""
-            finding.bug = f"probably follows from «{cause}» above: fix that first{own}"
+            finding.bug = f"probably follows from «{cause}»: fix that first{own}"
     return findings
 
 
@@ -349,13 +354,26 @@ def attempt(name: str, run: Callable[[], Finding]) -> Finding:
     try:
         finding = run()
     except Exception as error:  # the user's code may raise anything
-        message = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        message = f"{type(error).__name__}: {error}".splitlines()[0][:300] + users_line(error)
         bug = None
         if "overflow" in message and "Half" in message:
             bug = "a fixed fill too large for float16 (e.g. -1e9): use torch.finfo(dtype).min"
         return Finding(name, False, f"raised {message}", bug)
     finding.name = name
     return finding
+
+
+# Where a traceback's frames are not the user's: torch's and this package's own files.
+NOT_THE_USERS = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+
+
+def users_line(error: BaseException) -> str:
+    """ " (FILE, line N)" of the last frame of the traceback in the user's own code, or ""."""
+    frames = [
+        frame for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith(NOT_THE_USERS)
+    ]  # fmt: skip
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
 def cases(dtype: torch.dtype = torch.float64) -> Iterator[tuple[Tensor, Tensor]]:
@@ -388,9 +406,18 @@ def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
             where = first_bad(padded)
             row = where[:-1]
             real = float(weights[row][mask[row]].abs().sum())  # the row's real keys' mass
-            bug = "padding leaks: padded keys are not masked"
+            bug = (
+                "padding leaks: padded keys are not masked (with heads, or the lengths repeated "
+                "where rows b·h + i need repeat_interleave)"
+            )
             if real < 1e-6:
                 bug = "mask inverted: real keys get 0 and padded keys the weight"
+            elif any(foreign_lengths(w, m) for w, m in outputs):
+                bug = (
+                    "a mask, but of other sentences' lengths: some rows' weights stop at a length "
+                    "not their own (with heads, lengths repeated with repeat where rows b·h + i "
+                    "need repeat_interleave)"
+                )
             elif any(silent_rows(w, m).any() for w, m in outputs):
                 bug = (
                     "the mask on the wrong axis: it masks the queries past a sentence's length "
@@ -401,6 +428,23 @@ def padding_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
                 "", False, f"expected 0 at {where}, got {float(weights[where]):.4g}", bug
             )
     return Finding("", True)
+
+
+def foreign_lengths(weights: Tensor, mask: Tensor) -> bool:
+    """Whether some sentence's weights stop, in every row alike, at another sentence's length
+    (exact zeros from there on) instead of its own: a mask built from the wrong lengths.
+    weights, mask (B, Tq, Tk)."""
+    keys = weights.shape[-1]
+    # Each row's first position of its trailing run of exact zeros (Tk where it has none).
+    trailing = (weights == 0).flip(-1).int().cumprod(-1).sum(-1)  # (B, Tq)
+    stops = keys - trailing
+    own = mask[:, 0].sum(-1)  # (B,)
+    for b in range(weights.shape[0]):
+        stop = int(stops[b, 0])
+        others = {int(own[c]) for c in range(weights.shape[0]) if c != b}
+        if (stops[b] == stop).all() and 0 < stop < keys and stop != own[b] and stop in others:
+            return True
+    return False
 
 
 def silent_rows(weights: Tensor, mask: Tensor) -> Tensor:
@@ -443,7 +487,8 @@ def empty_finding(weights_of: Callable[[Tensor, Tensor], Tensor]) -> Finding:
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True)
     mask = key_mask(2, 3, 5, (5, 0))
-    weights = weights_of(logits, mask)
+    # A copy the user's code may write into (d2l's X[~mask] = value), the gradient still ours.
+    weights = weights_of(logits.clone(), mask)
     if not torch.isfinite(weights).all():
         return Finding(
             "", False, f"row (1, 0) of a sentence with no real key is {weights[1, 0].tolist()}",
@@ -552,8 +597,12 @@ def check_module_factory(
     size = 8 if sized else module_size(module)
     module = module.double().eval()
     result.findings += attention_findings(module, size, scoring=sized)
-    if not sized and result.findings[0].passed:
+    if not sized and result.passed:
         result.findings.append(attempt(SCALE, lambda: scale_info(module, size)))
+    elif not sized and result.findings[0].passed:  # its weights cannot be read as intended
+        result.findings.append(
+            Finding(SCALE, True, "not read while a property fails: fix those first", info=True)
+        )
     if sized and result.findings[0].passed:
         result.findings += [
             attempt("√d growth of the logits", lambda: growth_info(build)),
@@ -721,14 +770,28 @@ def run_module(
     """(context, weights) of a d2l-interface module (module docstring's three forms)."""
     out = module(queries, keys, values, lens)
     if isinstance(out, tuple) and len(out) == 2:
-        return out[0], out[1]
-    weights = getattr(module, "attention_weights", None)
-    if not isinstance(out, Tensor) or not isinstance(weights, Tensor):
+        return out[0], heads_averaged(out[1], queries.shape[0])
+    # d2l's multi-head block keeps them on its inner attention (self.attention.attention_weights).
+    weights = next(
+        (found for part in module.modules()
+         if isinstance(found := getattr(part, "attention_weights", None), Tensor)),
+        None,
+    )  # fmt: skip
+    if not isinstance(out, Tensor) or weights is None:
         raise TargetError(
             "forward returned neither (context, weights) nor a context with the weights in "
             "an attention_weights attribute"
         )
-    return out, weights
+    return out, heads_averaged(weights, queries.shape[0])
+
+
+def heads_averaged(weights: Tensor, batch: int) -> Tensor:
+    """Several heads' weights (B·h, Tq, Tk), d2l's layout (row b·h + i: head i of sentence b),
+    as their average (B, Tq, Tk), what the decoders read; other weights as they are."""
+    rows = weights.shape[0] if weights.dim() == 3 else 0
+    if weights.dim() != 3 or rows == batch or batch == 0 or rows % batch:
+        return weights
+    return weights.view(batch, rows // batch, *weights.shape[1:]).mean(dim=1)
 
 
 def module_cases(
@@ -767,8 +830,9 @@ def attention_findings(module: nn.Module, size: int, scoring: bool = False) -> l
         )
     elif not interface.passed and interface.bug is None:  # it raised
         interface.bug = (
-            "the check calls forward(queries, keys, values, valid_lens) and reads (context, "
-            "weights), or the context and an attention_weights attribute (d2l's interface)"
+            "forward raised at the line shown: the check calls forward(queries, keys, values, "
+            "valid_lens) and reads (context, weights), or the context and an "
+            "attention_weights attribute (d2l's interface)"
         )
     if not interface.passed:  # every other property would fail the same way: say it once
         return [interface, *(Finding(name, False, "not run: the interface above failed", info=True)
@@ -919,7 +983,7 @@ def module_empty(module: nn.Module, size: int) -> Finding:
     q = torch.randn(2, 3, size, generator=generator, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 4, size, generator=generator, dtype=torch.float64)
     v = torch.randn(2, 4, size, generator=generator, dtype=torch.float64)
-    context, weights = run_module(module, q, k, v, torch.tensor([4, 0]))
+    context, weights = run_module(module, q.clone(), k, v, torch.tensor([4, 0]))  # as above
     if not (torch.isfinite(weights).all() and torch.isfinite(context).all()):
         return Finding(
             "", False, "a sentence with no real key gives NaN weights or context",
@@ -948,7 +1012,7 @@ def empty_context_finding(
     other_q[1] = torch.randn(q.shape[1:], generator=generator, dtype=q.dtype)
     nothing_v[1] = 0.0
     with torch.no_grad():
-        nothing, _ = run_module(module, q, k, nothing_v, lens)  # the same queries, no values
+        nothing, _ = run_module(module, q.detach(), k, nothing_v, lens)  # no values
         moved, _ = run_module(module, other_q, k, nothing_v, lens)  # other queries too
     for reference, bug in (
         (nothing, "keys or values reach a sentence's context outside the weights (an average "
@@ -986,10 +1050,9 @@ def leak_finding(
             return Finding(
                 "", False, f"context at {where} moved from {float(context[where]):.6g} to "
                 f"{float(changed[where]):.6g} when only padded keys and values changed",
-                "padding leaks into the context: the mask not applied or on the wrong axis; with "
-                "heads, the lengths repeated in the wrong order (repeat where the heads' rows "
-                "b·h + i need repeat_interleave), or the heads split so that positions mix "
-                "(reshape to (B, T, h, d) and transpose, not reshape to (B, h, T, d))",
+                "padding leaks into the context: no mask, or one on the wrong axis; with heads, "
+                "lengths repeated where rows b·h + i need repeat_interleave, or heads split by a "
+                "bare reshape (reshape to (B, T, h, d), then transpose)",
             )  # fmt: skip
     return Finding("", True)
 

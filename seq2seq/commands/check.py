@@ -13,6 +13,7 @@ the target cannot be checked (the message says why).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import inspect
 import json
@@ -73,9 +74,16 @@ def load_target(spec: str) -> Any:
                 "instead (path/to/file.py:NAME) or put its directory on PYTHONPATH."
             ) from error
     if not hasattr(module, name):
-        public = sorted(n for n in vars(module) if not n.startswith("_"))
+        # What the file itself defines (its classes and functions), not what it imports.
+        public = sorted(
+            n for n, value in vars(module).items()
+            if not n.startswith("_") and getattr(value, "__module__", None) == module.__name__
+        )  # fmt: skip
+        close = difflib.get_close_matches(name, public, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UsageError(
             f"{spec}: {where} defines no {name!r}; it defines {', '.join(public) or 'nothing'}."
+            + hint
         )
     return getattr(module, name)
 
@@ -85,7 +93,10 @@ def import_users_file(path: Path, spec: str) -> Any:
     it (its directory first on the path, so that it imports the files beside it); what stops
     it (a syntax error, an exception at import) is one paragraph with the file and line."""
     if not path.is_file():
-        raise UsageError(f"{spec}: there is no file {path}.")
+        siblings = [p.name for p in path.parent.glob("*.py")] if path.parent.is_dir() else []
+        close = difflib.get_close_matches(path.name, siblings, n=1)
+        hint = f" Did you mean {path.parent / close[0]}?" if close else ""
+        raise UsageError(f"{spec}: there is no file {path}.{hint}")
     directory = str(path.resolve().parent)
     if directory not in sys.path:
         sys.path.insert(0, directory)
