@@ -65,8 +65,11 @@ def test_grouping_ignores_the_seed_and_nothing_else(tmp_path: Path) -> None:
         ("attention.normalizer=sparsemax, model.hidden_size=256", ["b1", "b2"]),
         ("attention.normalizer=softmax, model.hidden_size=128", ["c1"]),
     ]
-    by_seed = group_runs([read_run(path) for path in runs], by=["seed"])
-    assert [g.label for g in by_seed] == ["seed=1", "seed=2"]
+    by_model = group_runs([read_run(path) for path in runs], by=["model"])
+    assert [g.label for g in by_model] == ["model.hidden_size=256", "model.hidden_size=128"]
+    # Seeds as groups would put intervals and tests over settings: refused.
+    with pytest.raises(RunsError, match="--by seed would make each seed a group"):
+        group_runs([read_run(path) for path in runs], by=["seed"])
     with pytest.raises(RunsError, match=re.escape("--by model.hiden_size: no run's config.yaml")):
         group_runs([read_run(path) for path in runs], by=["model.hiden_size"])
 
@@ -130,8 +133,11 @@ def test_compare_runs_reads_a_multirun_as_groups_with_intervals_and_paired_tests
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     expected = re.findall(r"\(p = ([0-9.]+)\)", cli.stdout)
-    pair_table = out.split("--pair:")[1]
-    per_pair = r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([≤0-9.]+)\*? \| [0-9/]+: ([≤0-9.]+)\*? \|"
+    pair_table = out.split("--pair (")[1]
+    per_pair = (
+        r"\| (?:BLEU|chrF) \| [-+0-9.]+ \| 1 \| ([≤0-9.]+)\*? \| "
+        r"[0-9/]+: [-+0-9.]+, p ([≤0-9.]+)\*? \|"
+    )
     rows = re.findall(per_pair, pair_table)
     first, second = ((multirun / job / TEST_HYPOTHESES).read_text() for job in ("0", "1"))
     if first == second:  # sacreBLEU's floor for two runs that translate alike; ours: p = 1
@@ -544,4 +550,33 @@ def test_each_seed_pairs_p_names_its_seed_and_a_floor_is_shown_as_one() -> None:
         ("1", "2", "3/4"),
     )
     [line] = [line for line in significance_table([row], "ar").splitlines() if "| AER |" in line]
-    assert "| ≤0.0001* | 1: 0.3000, 2: ≤0.0001*, 3/4: 0.0200* |" in line
+    assert "| ≤0.0001* | 1: p 0.3000; 2: p ≤0.0001*; 3/4: p 0.0200* |" in line
+    row = Comparison(
+        "softmax", "sparsemax", "AER", -0.1, True, floor, 10_000, (0.3,), ("1",), (-0.032,)
+    )
+    assert "| 1: -0.032, p 0.3000 |" in significance_table([row], "ar")
+
+
+def test_a_group_with_a_repeated_seed_gets_no_paired_test(tmp_path: Path) -> None:
+    """Which run of a seed a test would use is arbitrary (its Δ mean is over all of them): no
+    test is run, and the labels of a group of several settings name each run's own."""
+    sentences = ["a b", "c d"]
+    settings = [
+        ("a1", {"normalizer": "softmax", "alpha": None}, sentences),
+        ("s1", {"normalizer": "sparsemax", "alpha": None}, sentences),
+        ("e1", {"normalizer": "entmax", "alpha": "learnable"}, ["a b", "c"]),
+    ]
+    paths = []
+    for name, attention, hypotheses in settings:
+        changes = {f"attention__{key}": value for key, value in attention.items()}
+        run = fake_run(tmp_path / name, config(1, **changes), 90.0)
+        paths.append(with_test_records(run, sentences, hypotheses))
+    runs = [read_run(path) for path in paths]
+    groups = group_runs(runs, by=["attention.alpha"])
+    assert [g.label for g in groups] == ["attention.alpha=unset", "attention.alpha=learnable"]
+    assert run_labels(runs, groups)[:2] == [
+        "attention.alpha=unset: attention.normalizer=softmax, seed 1",
+        "attention.alpha=unset: attention.normalizer=sparsemax, seed 1",
+    ]
+    with pytest.raises(RunsError, match="holds several runs of one seed"):
+        compare_groups(groups, "none")

@@ -32,6 +32,7 @@ from seq2seq.analysis.compare import RunRecord, RunsError, group_colour, save_cu
 from seq2seq.analysis.intervals import Interval, mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
 from seq2seq.analysis.significance import (
+    DEFAULT_SAMPLES,
     SHUFFLES,
     Score,
     aer_statistics,
@@ -126,6 +127,13 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
     """Runs grouped by their config but the seed, or by the keys ``by`` (in first-seen order);
     each group labelled with the keys whose values tell the groups apart."""
     configs = [flat_config(run) for run in runs]
+    if by and any(key == "seed" or key.startswith("seed.") for key in by):
+        raise RunsError(
+            "--by seed would make each seed a group, while a group's interval and its paired "
+            "tests are over its seeds: they would compare seeds across settings. Group by "
+            "settings (the default, or --by a setting's keys); each run, seed by seed, is in "
+            "the runs table."
+        )
     if by and INPUT in by:  # the directory given that holds the run: two sweeps of one setting
         configs = [
             {**config, INPUT: str(run.origin or run.path)}
@@ -144,7 +152,7 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
                 f"--by {' '.join(unknown)}: no run's {CONFIG_FILE} has "
                 f"{'this key' if len(unknown) == 1 else 'these keys'}. Name keys or sections as "
                 "the config writes them, e.g. --by attention, --by attention._target_ "
-                "attention.scaled or --by seed; --by input groups by the directory given."
+                "attention.scaled; --by input groups by the directory given."
             )
         names = [name for key in by for name in expanded[key]]
         keys = [{name: config.get(name) for name in names} for config in configs]
@@ -159,7 +167,7 @@ def group_runs(runs: Sequence[RunRecord], by: Sequence[str] | None = None) -> li
         Group(label or ONE_GROUP, runs_) for label, runs_ in zip(labels, members, strict=True)
     ]
     for group in groups:
-        warn_repeated_seeds(group)
+        warn_repeated_seeds(group, by)
     return groups
 
 
@@ -169,11 +177,14 @@ def run_labels(runs: Sequence[RunRecord], groups: Sequence[Group]) -> list[str]:
     attention the run trained (its summary's). A run without a seed, or one whose name another
     run shares (a repeated seed), adds its directory's name, or its path where those match too."""
     group_of = {id(run): group for group in groups for run in group.runs}
+    within = settings_within(groups)
     bases = []
     for run in runs:
         setting = group_of[id(run)].label if id(run) in group_of else ONE_GROUP
         if setting == ONE_GROUP:  # nothing sets it apart: the attention it trained names it
             setting = str(run.summary.get("attention") or run.name)
+        if within.get(id(run)):  # a group of several settings (--by): the run's own too
+            setting = f"{setting}: {within[id(run)]}"
         seed = run_seed(run)
         bases.append(setting if seed is None else f"{setting}, seed {seed}")
     named = [f"{base} ({run.path.name})" for base, run in zip(bases, runs, strict=True)]
@@ -185,19 +196,50 @@ def run_labels(runs: Sequence[RunRecord], groups: Sequence[Group]) -> list[str]:
     ]  # fmt: skip
 
 
-def warn_repeated_seeds(group: Group) -> None:
-    """Two runs of one seed in a group are not two samples of the seed's effect: say so."""
+def settings_within(groups: Sequence[Group]) -> dict[int, str]:
+    """Where a group holds runs of several settings (grouped --by fewer keys than they differ
+    in), each run's setting within it by the config keys that tell them apart, by run id."""
+    found: dict[int, str] = {}
+    for group in groups:
+        keys = [experiment_keys(flat_config(run)) for run in group.runs]
+        if len({repr(sorted(key.items(), key=str)) for key in keys}) < 2:
+            continue
+        for run, label in zip(group.runs, config_labels(keys), strict=True):
+            found[id(run)] = label
+    return found
+
+
+def several_settings(group: Group) -> bool:
+    """Whether the group's runs differ in more than their seed."""
+    keys = {repr(sorted(experiment_keys(flat_config(run)).items(), key=str)) for run in group.runs}
+    return len(keys) > 1
+
+
+def warn_repeated_seeds(group: Group, by: Sequence[str] | None = None) -> None:
+    """Two runs of one seed in a group are not two samples of the seed's effect: say so, and
+    what would split them (not what was just used)."""
     seeds = [str(seed) for seed in group.seeds]
     repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
-    if repeated:
-        log.warning(
-            "group %s holds several runs of seed %s (%s): its interval counts them as independent "
-            "and its paired tests use one run per seed; give each run its own seed, or group "
-            "with --by so that they fall apart (--by input: a group per directory given, "
-            "for two sweeps of one setting)",
-            group.label, ", ".join(repeated),
-            ", ".join(str(run.path) for run in group.runs if str(run_seed(run)) in repeated),
-        )  # fmt: skip
+    if not repeated:
+        return
+    if several_settings(group):
+        advice = (
+            "its runs are of several settings: group by the keys that tell them apart (the "
+            "default groups by every key but the seed)"
+        )
+    elif by and INPUT in by:
+        advice = "they are the same setting, run twice in one directory: give each its own seed"
+    else:
+        advice = (
+            "give each run its own seed, or for two sweeps of one setting, --by input (a group "
+            "per directory given)"
+        )
+    log.warning(
+        "group %s holds several runs of seed %s (%s): its interval counts them as independent "
+        "and it has no paired tests (they need one run a seed); %s",
+        group.label, ", ".join(repeated),
+        ", ".join(str(run.path) for run in group.runs if str(run_seed(run)) in repeated), advice,
+    )  # fmt: skip
 
 
 def override_labels(groups: Sequence[Sequence[RunRecord]]) -> list[str] | None:
@@ -259,7 +301,7 @@ def config_labels(settings: Sequence[dict[str, Any]]) -> list[str]:
             value = key.get(name)
             if name.endswith("._target_") and isinstance(value, str):
                 name, value = name.removesuffix("._target_"), value.rsplit(".", 1)[-1]
-            parts.append((f"{name}={value}", value is None))
+            parts.append((f"{name}={'unset' if value is None else value}", value is None))
         # A key that does not apply to a group (α of a normalizer without one: null) is left
         # out of its label, unless that leaves two groups alike.
         labels.append(
@@ -381,6 +423,7 @@ class Comparison:
     shuffles: int
     p_values: tuple[float, ...]
     seeds: tuple[str, ...] = ()  # each seed pair's seed ("1", or "1/2" where they differ)
+    pair_differences: tuple[float | None, ...] = ()  # each seed pair's system minus baseline
 
     @property
     def pairs(self) -> int:
@@ -464,11 +507,26 @@ def compare_groups(
     shuffles = samples if test == "ar" and samples else SHUFFLES
     pairs_of_groups = len(groups) * (len(groups) - 1) // 2
     # The tests take a while (each shuffle rescores the pooled corpus): say what is running.
+    each_pair = (
+        "randomization too" if test == "ar"
+        else f"sacreBLEU's paired bootstrap, {samples or DEFAULT_SAMPLES['bs']:,} resamples; AER "
+        "by randomization"
+    )  # fmt: skip
     log.info(
-        "paired tests: %d pair(s) of groups on BLEU, chrF and AER, over seeds (%s shuffles) "
-        "and per seed pair...", pairs_of_groups, f"{shuffles:,}",
+        "paired tests: %d pair(s) of groups on BLEU, chrF and AER, seeds pooled (approximate "
+        "randomization, %s shuffles) and per seed pair (%s)...",
+        pairs_of_groups, f"{shuffles:,}", each_pair,
     )  # fmt: skip
     for baseline, system in itertools.combinations(groups, 2):
+        repeated = [
+            g.label for g in (baseline, system) if len(set(map(str, g.seeds))) < len(g.runs)
+        ]
+        if repeated:  # which run of a seed would be tested is arbitrary: none is
+            problems.append(
+                f"{' and '.join(repeated)} holds several runs of one seed, so a paired test of "
+                f"{baseline.label} against {system.label} would test one of them only"
+            )
+            continue
         pairs = []
         for run_a, run_b in seed_pairs(baseline, system):
             problem = untestable(run_a, run_b)
@@ -502,6 +560,7 @@ def compare_groups(
                 Comparison(
                     baseline.label, system.label, metric, means[1] - means[0], beyond,
                     pooled.p_value, shuffles, per_pair, pair_seeds(pairs),
+                    pair_differences(pairs, key),
                 )
             )  # fmt: skip
     if problems and not comparisons:
@@ -576,15 +635,15 @@ def randomization_p_values(
 FINDING_P = 0.05  # p (seeds pooled) below this, and beyond the seed spread: a finding
 
 
-def significance_table(comparisons: Sequence[Comparison], test: str) -> str:
+def significance_table(
+    comparisons: Sequence[Comparison], test: str, verdict_line: bool = True
+) -> str:
     """Markdown: each pair and metric, the difference of means, the test over seeds, the seed
     pairs' p-values (*: below 0.05), whether the difference is beyond the seed-to-seed spread
-    and whether both make it a finding; a note that says how to read them, and the verdict."""
-    return (
-        markdown(*significance_rows(comparisons, test))
-        + significance_note(comparisons)
-        + f"\n{verdict(comparisons)}\n"
-    )
+    and whether both make it a finding; a note that says how to read them, and the verdict
+    (``verdict_line``: not for two single runs, of which no finding can be read)."""
+    last = f"\n{verdict(comparisons)}\n" if verdict_line else ""
+    return markdown(*significance_rows(comparisons, test)) + significance_note(comparisons) + last
 
 
 def is_finding(comparison: Comparison) -> bool | None:
@@ -633,8 +692,10 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
         "differ in opposite directions cancel (a large pooled p where each pair's own is "
         "small), and a difference that changes sign from seed to seed can still get a small "
         "one; how much a difference varies from seed to seed is the beyond-seed-spread "
-        "column's question. p per seed pair (seed: p): each pair's own test, as detail "
-        "(identical translations get 1 under either test). * below 0.05. Beyond seed spread: "
+        "column's question. Per seed pair: each pair's difference and its own test, as "
+        "detail (identical translations get 1 under either test; the paired bootstrap and "
+        "randomization ask different questions, and their p for one pair can differ "
+        "severalfold). * below 0.05. Beyond seed spread: "
         "the two groups' 95 % intervals over seeds do not overlap. Finding: p (seeds pooled) "
         "below 0.05 and beyond the seed spread; with one seed per group neither says anything "
         "about seeds: train 3 or more.\n"
@@ -648,16 +709,17 @@ def significance_rows(
     name = {"bs": "paired bootstrap; AER: randomization", "ar": "approximate randomization"}[test]
     header = [
         "baseline", "system", "metric", "Δ mean", "seed pairs", "p (seeds pooled)",
-        f"p per seed pair ({name}; seed: p)", "beyond seed spread", "finding",
+        f"per seed pair: Δ, p ({name})", "beyond seed spread", "finding",
     ]  # fmt: skip
     rows = []
     for comparison in comparisons:
         seeds = comparison.seeds or tuple(str(i + 1) for i in range(comparison.pairs))
         # Each pair's randomization (AER's under either test) has the pooled test's floor.
         floor = comparison.shuffles if test == "ar" or comparison.metric == "AER" else None
-        p_values = ", ".join(
-            f"{seed}: {p_text(p, floor)}"
-            for seed, p in zip(seeds, comparison.p_values, strict=True)
+        deltas = comparison.pair_differences or (None,) * comparison.pairs
+        p_values = "; ".join(
+            f"{seed}: {signed(delta, comparison.metric)}p {p_text(p, floor)}"
+            for seed, delta, p in zip(seeds, deltas, comparison.p_values, strict=True)
         )
         beyond = {True: "yes", False: "no", None: "– (one run)"}[comparison.beyond_spread]
         finding = {True: "**yes**", False: "no", None: "–"}[is_finding(comparison)]
@@ -671,6 +733,17 @@ def significance_rows(
     return header, rows
 
 
+def pair_differences(
+    pairs: Sequence[tuple[RunRecord, RunRecord]], key: str
+) -> tuple[float | None, ...]:
+    """Each seed pair's figure ``key``, system minus baseline (None where one is missing)."""
+    found = []
+    for run_a, run_b in pairs:
+        a, b = figure_of(run_a, key), figure_of(run_b, key)
+        found.append(None if a is None or b is None else b - a)
+    return tuple(found)
+
+
 def pair_seeds(pairs: Sequence[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
     """Each seed pair named by its seed, or both where they differ ("1/2")."""
     named = []
@@ -678,6 +751,11 @@ def pair_seeds(pairs: Sequence[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:
         seed_a, seed_b = run_seed(run_a), run_seed(run_b)
         named.append(str(seed_a) if seed_a == seed_b else f"{seed_a}/{seed_b}")
     return tuple(named)
+
+
+def signed(delta: float | None, metric: str) -> str:
+    """A seed pair's difference with its sign and a comma, or nothing where it is unknown."""
+    return "" if delta is None else f"{delta:+.{3 if metric == 'AER' else 2}f}, "
 
 
 def difference_text(comparison: Comparison) -> str:

@@ -198,6 +198,8 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
     if out is None:
         out = default
         log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
+    if (out / REPORT_FILE).is_file():
+        log.warning("%s holds an earlier comparison: its files are replaced", out)
     resolved = out.resolve()
     for given in inputs:  # a multirun directory given as input holds its runs too
         if resolved == given.resolve() or given.resolve() in resolved.parents:
@@ -249,9 +251,20 @@ def print_groups(
             run.path.resolve(): label
             for run, label in zip(runs, run_labels(runs, groups), strict=True)
         }
-        pair = [Group(names.get(path.resolve(), str(path)), [read_run(path)]) for path in args.pair]
+        pair = [Group(pair_label(path, names), [read_run(path)]) for path in args.pair]
         comparisons = compare_groups(pair, tokenize, args.test, args.samples)
-        report.say(f"\n--pair:\n\n{significance_table(comparisons, args.test)}")
+        table = significance_table(comparisons, args.test, verdict_line=False)
+        report.say(f"\n--pair (one run a side: its p-values, no finding):\n\n{table}")
+
+
+def pair_label(path: Path, names: dict[Path, str]) -> str:
+    """A --pair run's name: the tables' where it is one of the runs compared, else its own
+    setting and seed, said to be outside them."""
+    if path.resolve() in names:
+        return names[path.resolve()]
+    run = read_run(path)
+    [label] = run_labels([run], group_runs([run]))
+    return f"{label} ({path}, not among the runs compared)"
 
 
 def read_references(
