@@ -441,6 +441,26 @@ def test_attention_grid_titles_fit_in_the_figure(
     plt.close(figure)
 
 
+def test_bleu_curves_draw_a_seed_in_one_line_style_in_every_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Colour says the group, line style the seed: seed 2 is dashed in both groups, whatever
+    order the runs come in."""
+    metrics = [{"step": 9.0, "val/bleu": 50.0}, {"step": 19.0, "val/bleu": 60.0}]
+    runs = [RunRecord(tmp_path / name, name, {}, metrics) for name in ["a2", "a1", "b1", "b2"]]
+    figures: list[Any] = []
+    monkeypatch.setattr(compare.plt, "close", figures.append)  # keep the figure to read it
+    compare.plot_bleu_curves(
+        runs, ["a, seed 2", "a, seed 1", "b, seed 1", "b, seed 2"], tmp_path / "curves.png",
+        colours=[0, 0, 2, 2], styles=[1, 0, 0, 1],
+    )  # fmt: skip
+    monkeypatch.undo()  # compare.plt is pyplot itself
+    (figure,) = figures
+    drawn = {line.get_label(): line.get_linestyle() for line in figure.axes[0].get_lines()}
+    plt.close(figure)
+    assert drawn == {"a, seed 2": "--", "a, seed 1": "-", "b, seed 1": "-", "b, seed 2": "--"}
+
+
 def test_compare_runs_explains_a_directory_without_runs(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "scripts/compare_runs.py", str(tmp_path)],

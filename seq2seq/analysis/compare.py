@@ -223,19 +223,22 @@ def plot_bleu_curves(
     labels: Sequence[str],
     path: Path,
     colours: Sequence[int] | None = None,
+    styles: Sequence[int] | None = None,
 ) -> Path:
     """val BLEU against training step, one line per run, named by ``labels``; ``colours``: each
     run's colour index (its group's, as ``bleu_bands.png`` draws it: the seeds of a group share a
-    colour and differ in line style), else one colour per run."""
+    colour), else one colour per run; ``styles``: each run's line style index (its seed's, so that
+    seed 2 is dashed in every group), else the runs of a colour take the styles in turn."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     try:
         # tab20: 20 distinct colours, where the default cycle repeats after 10 runs.
         palette = [plt.get_cmap("tab20")(i) for i in range(20)]
-        styles = ("-", "--", ":", "-.")
+        line_styles = ("-", "--", ":", "-.")
         seen: dict[int, int] = {}  # colour index -> runs drawn in it
         for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
             colour = index if colours is None else colours[index]
-            style = styles[seen.get(colour, 0) % len(styles)]
+            turn = seen.get(colour, 0) if styles is None else styles[index]
+            style = line_styles[turn % len(line_styles)]
             seen[colour] = seen.get(colour, 0) + 1
             points = run.validations("val/bleu")
             if points:

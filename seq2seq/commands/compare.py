@@ -156,7 +156,9 @@ def main() -> int:
     log.info("wrote %s", plot_bleu_bands(groups, out_dir / "bleu_bands.png"))
     group_index = {id(run): index for index, group in enumerate(groups) for run in group.runs}
     colours = [group_colour(group_index[id(run)]) for run in runs]
-    curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png", colours)
+    seeds = sorted({str(run_seed(run)) for run in runs}, key=lambda seed: (len(seed), seed))
+    styles = [seeds.index(str(run_seed(run))) for run in runs]  # a seed's style in every group
+    curves = plot_bleu_curves(runs, labels, out_dir / "bleu_curves.png", colours, styles)
     log.info("wrote %s", curves)
     grid = plot_attention_grid(runs, labels, out_dir / "attention_grid.png")
     if grid is None:
