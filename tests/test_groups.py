@@ -388,7 +388,7 @@ def test_every_run_is_named_by_its_groups_setting_and_its_seed(tmp_path: Path) -
         "attention.normalizer=sparsemax, seed 2 (b2again)",
     ]
     for group in groups:
-        assert f"| {group.label} |" in groups_table(groups)
+        assert re.search(rf"\| {re.escape(group.label)}( ‡)? \|", groups_table(groups))
     one_group = [read_run(path) for path in paths[:2]]
     for run in one_group:
         run.summary["attention"] = "additive"
@@ -501,7 +501,7 @@ def comparison(metric: str, difference: float, p: float, beyond: bool | None) ->
             "Findings: none of the 2 differences; 1 with p (seeds pooled) below 0.05, none beyond "
             "the seed spread.",
         ),
-        ([comparison("BLEU", 0.3, 0.01, None)], "Findings: none can be read, every group has one"),
+        ([comparison("BLEU", 0.3, 0.01, None)], "Findings: none can be read, each pair of groups"),
     ],
     ids=["one", "none", "one seed"],
 )
@@ -580,3 +580,51 @@ def test_a_group_with_a_repeated_seed_gets_no_paired_test(tmp_path: Path) -> Non
     ]
     with pytest.raises(RunsError, match="holds several runs of one seed"):
         compare_groups(groups, "none")
+
+
+def test_seed_pairs_take_a_shared_seed_first_and_name_the_runs_left_untested(
+    tmp_path: Path,
+) -> None:
+    """A single run of seed 2 pairs with the other group's seed 2 (identical runs: p = 1), and
+    the other group's seeds 1 and 3, in Δ mean but in no test, are named in the table."""
+    sentences = ["a b", "c d", "e f"]
+    paths = [
+        with_test_records(fake_run(tmp_path / f"a{seed}", config(seed), 90.0), sentences, hyps)
+        for seed, hyps in [(1, ["a", "c d", "e f"]), (2, sentences), (3, ["a b", "c", "e"])]
+    ]
+    paths.append(
+        with_test_records(
+            fake_run(tmp_path / "b2", config(2, model__hidden_size=128), 90.0),
+            sentences, sentences,
+        )
+    )  # fmt: skip
+    runs = [read_run(path) for path in paths]
+    groups = group_runs(runs)
+    [bleu, *_] = compare_groups(groups, "none")
+    assert bleu.seeds == ("2",) and bleu.p_value == 1.0 and bleu.pair_differences == (0.0,)
+    first = groups[0].label
+    assert bleu.untested == (f"{first}, seed 1", f"{first}, seed 3")
+    table = significance_table([bleu], "ar")
+    assert f"| 1 (untested: {first}, seed 1; {first}, seed 3) |" in table
+    assert "each pair of groups has one with a single run" in table
+
+
+def test_a_group_of_repeated_seeds_is_marked_in_the_groups_table(tmp_path: Path) -> None:
+    """Two sweeps of one setting read as one group: the row is marked and the note says why
+    its interval is too narrow and what splits it."""
+    paths = [
+        fake_run(tmp_path / f"{sweep}{seed}", config(seed), 90.0 + seed)
+        for sweep in "ab" for seed in (1, 2, 3)
+    ]  # fmt: skip
+    table = groups_table(group_runs([read_run(path) for path in paths]))
+    assert "| all runs ‡ | 6 |" in table
+    assert "‡ all runs: several runs of one seed" in table and "--by input" in table
+
+
+def test_a_bootstrap_floor_is_shown_as_at_most() -> None:
+    floor = 1 / 1001
+    row = Comparison(
+        "softmax", "sparsemax", "BLEU", 1.0, True, 0.5, 10_000, (floor,), ("1",), (1.0,),
+        resamples=1000,
+    )  # fmt: skip
+    assert "| 1: +1.00, p ≤0.0010* |" in significance_table([row], "bs")

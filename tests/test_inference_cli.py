@@ -189,11 +189,13 @@ def test_the_tokenized_text_warning_names_this_commands_option(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """sacreBLEU's hint ("use the `force` parameter") names no flag of evaluate: said as its
-    --tokenize none instead."""
+    --tokenize none instead, once however often sacreBLEU says it."""
     lines = [f"the dog sees cat {i} ." for i in range(120)]
     with caplog.at_level(logging.WARNING, logger="sacrebleu"), tokenized_input_hint("13a"):
         bleu_metric_for("13a").corpus_score(lines, [lines])
+        logging.getLogger("sacrebleu").warning("It looks like you forgot to detokenize, again")
     assert "pass --tokenize none" in caplog.text and "force" not in caplog.text
+    assert caplog.text.count("pass --tokenize none") == 1
 
 
 def test_an_unknown_tokenizer_is_refused_before_translating(bundle: Path, tmp_path: Path) -> None:

@@ -368,6 +368,22 @@ def test_compare_runs_never_writes_into_the_runs_it_reads(
     )  # fmt: skip
     assert refused.returncode == 2 and "which this comparison reads" in refused.stderr
     assert "Traceback" not in refused.stderr and not (wandb_run / "figures").exists()
+    # Run from inside the run, the default goes beside it, not into it.
+    inner = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/compare_runs.py"), "."],
+        cwd=wandb_run, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert inner.returncode == 0, inner.stderr
+    assert (wandb_run.parent / f"comparison-{wandb_run.name}" / "comparison.md").is_file()
+    assert [tree_digest(wandb_run), tree_digest(tensorboard_run)] == before
+    # --pair names runs, not a directory of them: refused before anything is read.
+    sweep = subprocess.run(
+        [sys.executable, "scripts/compare_runs.py", str(wandb_run), "--pair", str(tmp_path),
+         str(wandb_run)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert sweep.returncode == 2 and "is not a run directory" in sweep.stderr, sweep.stderr
+    assert "summary.json (still training" not in sweep.stderr
 
 
 def test_compare_runs_tables_and_plots_two_runs(

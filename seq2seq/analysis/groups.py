@@ -119,7 +119,8 @@ ONE_GROUP = "all runs"  # the label of a single group that no override or config
 ONE_GROUP_NOTE = (
     "One group: every run has the same setting (they differ by their seed alone), so there is "
     "nothing to test it against: compare it with runs of another setting (seq2seq compare DIR "
-    "OTHER_DIR), or split these runs with --by KEY."
+    "OTHER_DIR), or, for two sweeps of one setting, test one directory against the other with "
+    "--by input."
 )
 
 
@@ -354,13 +355,20 @@ def interval_notes(groups: Sequence[Group]) -> list[str]:
     if any(isinstance(v, Interval) and v.clipped for f in figures for v in f.values()):
         notes.append(
             "† the 95 % t interval reached past what the figure can be (BLEU and chrF 0-100, "
-            "AER 0-1) and is shown cut there, as [low, high]."
+            "AER 0-1, tokens/s 0 or more) and is shown cut there, as [low, high]."
         )
     alone = [group.label for group in groups if len(group.runs) == 1]
     if alone:
         notes.append(
             f"{', '.join(alone)}: one run, so no interval and nothing about the seed-to-seed "
             f"spread: train {ENOUGH_SEEDS} seeds or more (seed=1,2,3) before reading a difference."
+        )
+    repeated = [group.label for group in groups if repeats_seeds(group)]
+    if repeated:
+        notes.append(
+            f"‡ {', '.join(repeated)}: several runs of one seed (two sweeps of one setting?). "
+            "The interval counts them as independent and is too narrow, and the group has no "
+            "paired tests; --by input makes a group of each directory given."
         )
     few = [group.label for group in groups if 1 < len(group.runs) < ENOUGH_SEEDS]
     if few:
@@ -377,7 +385,7 @@ def groups_rows(groups: Sequence[Group]) -> tuple[list[str], list[list[str]]]:
     header = ["group", "runs", *(name for _, name, _ in FIGURES)]
     rows = []
     for group in groups:
-        cells = [group.label, str(len(group.runs))]
+        cells = [group.label + (" ‡" if repeats_seeds(group) else ""), str(len(group.runs))]
         for (_, _, digits), value in zip(FIGURES, group_figures(group).values(), strict=True):
             if isinstance(value, Interval):
                 cells.append(value.format(digits))
@@ -424,6 +432,8 @@ class Comparison:
     p_values: tuple[float, ...]
     seeds: tuple[str, ...] = ()  # each seed pair's seed ("1", or "1/2" where they differ)
     pair_differences: tuple[float | None, ...] = ()  # each seed pair's system minus baseline
+    untested: tuple[str, ...] = ()  # the runs in Δ mean without a partner in the tests
+    resamples: int | None = None  # the per-pair paired bootstrap's (None: randomization)
 
     @property
     def pairs(self) -> int:
@@ -474,7 +484,7 @@ def untestable(run_a: RunRecord, run_b: RunRecord) -> str | None:
 
 
 def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecord]]:
-    """Runs of the two groups paired by seed where their seeds are the same, else in order of
+    """Runs of the two groups paired by seed where both have the seed, the others in order of
     seed; one run per seed (a repeated seed's first), as many pairs as the smaller group has
     seeds."""
 
@@ -484,10 +494,14 @@ def seed_pairs(baseline: Group, system: Group) -> list[tuple[RunRecord, RunRecor
             first.setdefault(str(run_seed(run)), run)
         return [first[seed] for seed in sorted(first)]
 
-    if set(map(str, baseline.seeds)) == set(map(str, system.seeds)):
-        by_seed = {str(run_seed(run)): run for run in ordered(system)}
-        return [(run, by_seed[str(run_seed(run))]) for run in ordered(baseline)]
-    return list(zip(ordered(baseline), ordered(system), strict=False))
+    runs_a, runs_b = ordered(baseline), ordered(system)
+    shared = {str(run_seed(run)) for run in runs_a} & {str(run_seed(run)) for run in runs_b}
+    by_seed = {str(run_seed(run)): run for run in runs_b}
+    pairs = [(run, by_seed[str(run_seed(run))]) for run in runs_a if str(run_seed(run)) in shared]
+    rest_a, rest_b = (
+        [run for run in runs if str(run_seed(run)) not in shared] for runs in (runs_a, runs_b)
+    )
+    return pairs + list(zip(rest_a, rest_b, strict=False))
 
 
 def compare_groups(
@@ -505,11 +519,13 @@ def compare_groups(
     comparisons = []
     problems: list[str] = []
     shuffles = samples if test == "ar" and samples else SHUFFLES
-    pairs_of_groups = len(groups) * (len(groups) - 1) // 2
+    resamples = samples or DEFAULT_SAMPLES["bs"]  # --test bs: sacreBLEU's, per seed pair
+    testable = [group for group in groups if not repeats_seeds(group)]
+    pairs_of_groups = len(testable) * (len(testable) - 1) // 2
     # The tests take a while (each shuffle rescores the pooled corpus): say what is running.
     each_pair = (
         "randomization too" if test == "ar"
-        else f"sacreBLEU's paired bootstrap, {samples or DEFAULT_SAMPLES['bs']:,} resamples; AER "
+        else f"sacreBLEU's paired bootstrap, {resamples:,} resamples; AER "
         "by randomization"
     )  # fmt: skip
     log.info(
@@ -518,9 +534,7 @@ def compare_groups(
         pairs_of_groups, f"{shuffles:,}", each_pair,
     )  # fmt: skip
     for baseline, system in itertools.combinations(groups, 2):
-        repeated = [
-            g.label for g in (baseline, system) if len(set(map(str, g.seeds))) < len(g.runs)
-        ]
+        repeated = [group.label for group in (baseline, system) if repeats_seeds(group)]
         if repeated:  # which run of a seed would be tested is arbitrary: none is
             problems.append(
                 f"{' and '.join(repeated)} holds several runs of one seed, so a paired test of "
@@ -560,7 +574,8 @@ def compare_groups(
                 Comparison(
                     baseline.label, system.label, metric, means[1] - means[0], beyond,
                     pooled.p_value, shuffles, per_pair, pair_seeds(pairs),
-                    pair_differences(pairs, key),
+                    pair_differences(pairs, key), untested_runs(baseline, system, pairs),
+                    resamples if metric in bootstrapped else None,
                 )
             )  # fmt: skip
     if problems and not comparisons:
@@ -659,8 +674,8 @@ def verdict(comparisons: Sequence[Comparison]) -> str:
     found = [c for c in comparisons if is_finding(c)]
     if all(is_finding(c) is None for c in comparisons):
         return (
-            "Findings: none can be read, every group has one run (train 3 seeds or more, "
-            "seed=1,2,3)."
+            "Findings: none can be read, each pair of groups has one with a single run, whose "
+            "seed-to-seed spread is unknown (train 3 seeds or more, seed=1,2,3)."
         )
     if not found:
         small = sum(1 for c in comparisons if c.p_value < FINDING_P)
@@ -693,9 +708,10 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
         "small), and a difference that changes sign from seed to seed can still get a small "
         "one; how much a difference varies from seed to seed is the beyond-seed-spread "
         "column's question. Per seed pair: each pair's difference and its own test, as "
-        "detail (identical translations get 1 under either test; the paired bootstrap and "
-        "randomization ask different questions, and their p for one pair can differ "
-        "severalfold). * below 0.05. Beyond seed spread: "
+        "detail (identical translations get 1 under either test; the paired bootstrap's "
+        "smallest p is 1 / (resamples + 1), shown as ≤; the bootstrap and randomization ask "
+        "different questions, and their p for one pair can differ severalfold). * below 0.05. "
+        "Beyond seed spread: "
         "the two groups' 95 % intervals over seeds do not overlap. Finding: p (seeds pooled) "
         "below 0.05 and beyond the seed spread; with one seed per group neither says anything "
         "about seeds: train 3 or more.\n"
@@ -714,8 +730,8 @@ def significance_rows(
     rows = []
     for comparison in comparisons:
         seeds = comparison.seeds or tuple(str(i + 1) for i in range(comparison.pairs))
-        # Each pair's randomization (AER's under either test) has the pooled test's floor.
-        floor = comparison.shuffles if test == "ar" or comparison.metric == "AER" else None
+        # Each pair's randomization has the pooled test's floor, the bootstrap 1 / (resamples + 1).
+        floor = comparison.resamples or comparison.shuffles
         deltas = comparison.pair_differences or (None,) * comparison.pairs
         p_values = "; ".join(
             f"{seed}: {signed(delta, comparison.metric)}p {p_text(p, floor)}"
@@ -726,11 +742,18 @@ def significance_rows(
         rows.append(
             [
                 comparison.baseline, comparison.system, comparison.metric,
-                difference_text(comparison), str(comparison.pairs),
+                difference_text(comparison), pairs_text(comparison),
                 p_text(comparison.p_value, comparison.shuffles), p_values, beyond, finding,
             ]
         )  # fmt: skip
     return header, rows
+
+
+def pairs_text(comparison: Comparison) -> str:
+    """How many seed pairs the tests ran on, and which runs of Δ mean they left out."""
+    if not comparison.untested:
+        return str(comparison.pairs)
+    return f"{comparison.pairs} (untested: {'; '.join(comparison.untested)})"
 
 
 def pair_differences(
@@ -742,6 +765,24 @@ def pair_differences(
         a, b = figure_of(run_a, key), figure_of(run_b, key)
         found.append(None if a is None or b is None else b - a)
     return tuple(found)
+
+
+def repeats_seeds(group: Group) -> bool:
+    """Whether the group holds several runs of one seed."""
+    return len(set(map(str, group.seeds))) < len(group.runs)
+
+
+def untested_runs(
+    baseline: Group, system: Group, pairs: Sequence[tuple[RunRecord, RunRecord]]
+) -> tuple[str, ...]:
+    """The runs of both groups that no seed pair holds, each as "GROUP, seed N"."""
+    tested = {id(run) for pair in pairs for run in pair}
+    return tuple(
+        f"{group.label}, seed {run_seed(run)}"
+        for group in (baseline, system)
+        for run in group.runs
+        if id(run) not in tested
+    )
 
 
 def pair_seeds(pairs: Sequence[tuple[RunRecord, RunRecord]]) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from seq2seq.analysis.compare import (
     RunRecord,
     RunsError,
     group_colour,
+    is_run_dir,
     markdown_table,
     plot_attention_grid,
     plot_bleu_curves,
@@ -133,6 +134,12 @@ def main() -> int:
     for path in args.pair or []:
         if not path.is_dir():
             raise UsageError(f"--pair {path}: no such run directory.")
+        if not is_run_dir(path):
+            raise UsageError(
+                f"--pair {path} is not a run directory (a run has metrics.csv and summary.json; "
+                "a sweep's are its numbered subdirectories): --pair tests two runs, e.g. --pair "
+                f"{path / '0'} OTHER/0; give whole sweeps as the inputs to compare their groups."
+            )
     if args.pair and args.pair[0].resolve() == args.pair[1].resolve():
         raise UsageError(
             f"--pair {args.pair[0]} {args.pair[1]}: the same run twice; a paired test compares "
@@ -197,6 +204,11 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
     name = inputs[0].resolve().name or "runs"
     more = len({given.resolve() for given in inputs}) - 1  # a directory given twice is one
     default = Path(f"comparison-{name}" + (f"-and-{more}-more" if more else ""))
+    read = [path.resolve() for path in [*inputs, *run_dirs]]
+    while any(inside(default.resolve(), directory) for directory in read):
+        # Run from inside a run or sweep: beside the outermost directory read that holds it.
+        holder = min((d for d in read if inside(default.resolve(), d)), key=lambda d: len(d.parts))
+        default = holder.parent / default.name
     if out is None:
         out = default
         log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
@@ -204,20 +216,25 @@ def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path])
         log.warning("%s holds an earlier comparison: its files are replaced", out)
     resolved = out.resolve()
     for given in inputs:  # a multirun directory given as input holds its runs too
-        if resolved == given.resolve() or given.resolve() in resolved.parents:
+        if inside(resolved, given.resolve()):
             raise UsageError(
                 f"--out {out} is inside {given}, which this comparison reads: a comparison does "
                 f"not write into the runs it reads; choose another directory (e.g. --out "
                 f"{default}, the default)."
             )
     for run_dir in run_dirs:
-        if resolved == run_dir.resolve() or run_dir.resolve() in resolved.parents:
+        if inside(resolved, run_dir.resolve()):
             raise UsageError(
                 f"--out {out} is inside the run directory {run_dir}: a comparison does not "
                 "write into the runs it reads; choose another directory (e.g. --out "
                 f"{default}, the default)."
             )
     return out
+
+
+def inside(path: Path, directory: Path) -> bool:
+    """Whether ``path`` (resolved) is ``directory`` (resolved) or below it."""
+    return path == directory or directory in path.parents
 
 
 def print_groups(
@@ -236,7 +253,7 @@ def print_groups(
         )
     tokenize = str(flat_config(runs[0]).get("data.bleu_tokenize", "13a"))
     report.say(f"\nGroups (mean ± 95 % interval over seeds):\n\n{groups_table(groups)}")
-    if len(groups) == 1:
+    if len(groups) == 1 and not args.pair:  # with --pair, the pair is what is tested
         report.say(f"\n{ONE_GROUP_NOTE}\n")
     else:
         try:

@@ -140,8 +140,13 @@ def tokenized_input_hint(tokenize: str) -> Iterator[None]:
     """sacreBLEU's "forgot to detokenize ... use the `force` parameter" (a parameter this
     command has no flag for) said as this command's choice: --tokenize none."""
 
+    said: list[bool] = []  # sacreBLEU can say it more than once for one corpus: once here
+
     def rewrite(record: logging.LogRecord) -> bool:
         if "detokenize" in record.getMessage():
+            if said:
+                return False
+            said.append(True)
             record.msg, record.args = (
                 "the translations look tokenized (a space before punctuation) while BLEU "
                 "tokenizes them again with --tokenize %s: for text tokenized on purpose (the toy "
