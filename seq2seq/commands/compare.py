@@ -198,9 +198,10 @@ class Report:
 
 
 def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path]) -> Path:
-    """--out, or comparison-NAME in the current directory (NAME the first input's, "+N" for N
-    more inputs), said in the log; refused inside a run directory: a comparison never writes
-    into the runs it reads."""
+    """--out, or comparison-NAME in the current directory (NAME the first input's, "-and-N-more"
+    for N more inputs; beside the outermost directory read where the current one is inside it),
+    said in the log; refused inside a run directory: a comparison never writes into the runs it
+    reads."""
     name = inputs[0].resolve().name or "runs"
     more = len({given.resolve() for given in inputs}) - 1  # a directory given twice is one
     default = Path(f"comparison-{name}" + (f"-and-{more}-more" if more else ""))
