@@ -25,6 +25,7 @@ from seq2seq.analysis.groups import (
     groups_table,
     run_labels,
     significance_table,
+    untested_groups,
 )
 from seq2seq.analysis.intervals import mean_interval
 from seq2seq.analysis.metrics import TEST_ALIGNMENTS, TEST_HYPOTHESES, TEST_REFERENCES
@@ -606,6 +607,7 @@ def test_seed_pairs_take_a_shared_seed_first_and_name_the_runs_left_untested(
     assert bleu.untested == (f"{first}, seed 1", f"{first}, seed 3")
     table = significance_table([bleu], "ar")
     assert f"| 1 (untested: {first}, seed 1; {first}, seed 3) |" in table
+    assert f"| {bleu.difference:+.2f} (pairs tested: +0.00) |" in table
     assert "each pair of groups has one with a single run" in table
 
 
@@ -619,6 +621,15 @@ def test_a_group_of_repeated_seeds_is_marked_in_the_groups_table(tmp_path: Path)
     table = groups_table(group_runs([read_run(path) for path in paths]))
     assert "| all runs ‡ | 6 |" in table
     assert "‡ all runs: several runs of one seed" in table and "--by input" in table
+    # Of several settings, the advice is to group by what tells them apart, not --by input.
+    mixed = fake_run(tmp_path / "s1", config(1, attention__normalizer="sparsemax"), 90.0)
+    runs = [read_run(path) for path in [*paths[:3], mixed]]
+    [group] = group_runs(runs, by=["model"])
+    table = groups_table([group])
+    assert "its runs are of several settings" in table and "--by input" not in table
+    assert untested_groups([group, *group_runs(runs[:1])]) == [
+        f"{group_runs(runs[:1])[0].label} against {group.label}"
+    ]
 
 
 def test_a_bootstrap_floor_is_shown_as_at_most() -> None:

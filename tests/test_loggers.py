@@ -368,13 +368,14 @@ def test_compare_runs_never_writes_into_the_runs_it_reads(
     )  # fmt: skip
     assert refused.returncode == 2 and "which this comparison reads" in refused.stderr
     assert "Traceback" not in refused.stderr and not (wandb_run / "figures").exists()
-    # Run from inside the run, the default goes beside it, not into it.
+    # Run from inside the run, the default would write into it: refused, with an --out outside.
     inner = subprocess.run(
         [sys.executable, str(ROOT / "scripts/compare_runs.py"), "."],
         cwd=wandb_run, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert inner.returncode == 0, inner.stderr
-    assert (wandb_run.parent / f"comparison-{wandb_run.name}" / "comparison.md").is_file()
+    assert inner.returncode == 2 and "the current directory is inside" in inner.stderr
+    assert f"--out {wandb_run.parent / f'comparison-{wandb_run.name}'}" in inner.stderr
+    assert "Traceback" not in inner.stderr
     assert [tree_digest(wandb_run), tree_digest(tensorboard_run)] == before
     # --pair names runs, not a directory of them: refused before anything is read.
     sweep = subprocess.run(

@@ -363,13 +363,19 @@ def interval_notes(groups: Sequence[Group]) -> list[str]:
             f"{', '.join(alone)}: one run, so no interval and nothing about the seed-to-seed "
             f"spread: train {ENOUGH_SEEDS} seeds or more (seed=1,2,3) before reading a difference."
         )
-    repeated = [group.label for group in groups if repeats_seeds(group)]
-    if repeated:
-        notes.append(
-            f"‡ {', '.join(repeated)}: several runs of one seed (two sweeps of one setting?). "
-            "The interval counts them as independent and is too narrow, and the group has no "
-            "paired tests; --by input makes a group of each directory given."
-        )
+    repeated = [group for group in groups if repeats_seeds(group)]
+    for mixed in (False, True):
+        named = [group.label for group in repeated if several_settings(group) == mixed]
+        if named:
+            why = (
+                "its runs are of several settings: group by the keys that tell them apart"
+                if mixed
+                else "two sweeps of one setting? --by input makes a group of each directory"
+            )
+            notes.append(
+                f"‡ {', '.join(named)}: several runs of one seed, which the interval counts as "
+                f"independent (too narrow); no paired tests; {why}."
+            )
     few = [group.label for group in groups if 1 < len(group.runs) < ENOUGH_SEEDS]
     if few:
         notes.append(
@@ -518,6 +524,7 @@ def compare_groups(
     RunsError where no pair can be."""
     comparisons = []
     problems: list[str] = []
+    skipped: list[str] = []  # pairs of groups, each said once
     shuffles = samples if test == "ar" and samples else SHUFFLES
     resamples = samples or DEFAULT_SAMPLES["bs"]  # --test bs: sacreBLEU's, per seed pair
     testable = [group for group in groups if not repeats_seeds(group)]
@@ -536,9 +543,10 @@ def compare_groups(
     for baseline, system in itertools.combinations(groups, 2):
         repeated = [group.label for group in (baseline, system) if repeats_seeds(group)]
         if repeated:  # which run of a seed would be tested is arbitrary: none is
-            problems.append(
-                f"{' and '.join(repeated)} holds several runs of one seed, so a paired test of "
-                f"{baseline.label} against {system.label} would test one of them only"
+            skipped.append(
+                f"no paired tests of {system.label} against {baseline.label}: "
+                f"{' and '.join(repeated)} holds several runs of one seed, of which a test "
+                "would take one only"
             )
             continue
         pairs = []
@@ -578,8 +586,10 @@ def compare_groups(
                     resamples if metric in bootstrapped else None,
                 )
             )  # fmt: skip
-    if problems and not comparisons:
-        raise RunsError(problems[0])
+    for line in skipped:
+        log.warning("%s", line)
+    if (problems or skipped) and not comparisons:
+        raise RunsError((problems or skipped)[0])
     for problem in dict.fromkeys(problems):  # each once
         log.warning("a pair of runs is left out of the paired tests: %s", problem)
     return comparisons
@@ -696,7 +706,8 @@ def significance_note(comparisons: Sequence[Comparison]) -> str:
     shuffles = {comparison.shuffles for comparison in comparisons}
     floor = ", ".join(f"{1 / (n + 1):.4f} ({n:,} shuffles)" for n in sorted(shuffles))
     return (
-        "\nΔ mean: system minus baseline, the means over each group's runs. Seed pairs: the runs "
+        "\nΔ mean: system minus baseline, the means over each group's runs (and where some are "
+        "untested, the mean of the tested pairs' own Δ beside it). Seed pairs: the runs "
         "the tests compare, one of each group per seed (the same seed where both groups have "
         "it; a run without a partner is in Δ mean but not in the tests). p (seeds pooled): "
         "stratified approximate randomization (Clark et al., 2011, as MultEval): the pairs' "
@@ -767,6 +778,15 @@ def pair_differences(
     return tuple(found)
 
 
+def untested_groups(groups: Sequence[Group]) -> list[str]:
+    """The pairs of groups that get no paired test for a repeated seed, each with its reason."""
+    return [
+        f"{system.label} against {baseline.label}"  # as the verdict and the warnings say
+        for baseline, system in itertools.combinations(groups, 2)
+        if repeats_seeds(baseline) or repeats_seeds(system)
+    ]
+
+
 def repeats_seeds(group: Group) -> bool:
     """Whether the group holds several runs of one seed."""
     return len(set(map(str, group.seeds))) < len(group.runs)
@@ -800,8 +820,14 @@ def signed(delta: float | None, metric: str) -> str:
 
 
 def difference_text(comparison: Comparison) -> str:
-    """Δ mean with its sign, to the metric's digits (AER 3, BLEU and chrF 2)."""
-    return f"{comparison.difference:+.{3 if comparison.metric == 'AER' else 2}f}"
+    """Δ mean with its sign, to the metric's digits (AER 3, BLEU and chrF 2), and where runs are
+    left untested, the mean Δ of the pairs the tests ran on beside it."""
+    digits = 3 if comparison.metric == "AER" else 2
+    text = f"{comparison.difference:+.{digits}f}"
+    tested = [delta for delta in comparison.pair_differences if delta is not None]
+    if comparison.untested and tested:
+        text += f" (pairs tested: {sum(tested) / len(tested):+.{digits}f})"
+    return text
 
 
 def p_text(p: float, shuffles: int | None = None) -> str:

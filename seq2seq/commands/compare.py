@@ -50,6 +50,7 @@ from seq2seq.analysis.groups import (
     run_labels,
     run_seed,
     significance_table,
+    untested_groups,
 )
 from seq2seq.analysis.metrics import TEST_REFERENCES
 from seq2seq.analysis.reference_aligners import (
@@ -199,17 +200,23 @@ class Report:
 
 def output_directory(out: Path | None, inputs: list[Path], run_dirs: list[Path]) -> Path:
     """--out, or comparison-NAME in the current directory (NAME the first input's, "-and-N-more"
-    for N more inputs; beside the outermost directory read where the current one is inside it),
-    said in the log; refused inside a run directory: a comparison never writes into the runs it
-    reads."""
+    for N more inputs), said in the log; refused inside a directory it reads (a run's or a
+    sweep's, the current one too): a comparison never writes into the runs it reads."""
     name = inputs[0].resolve().name or "runs"
     more = len({given.resolve() for given in inputs}) - 1  # a directory given twice is one
     default = Path(f"comparison-{name}" + (f"-and-{more}-more" if more else ""))
     read = [path.resolve() for path in [*inputs, *run_dirs]]
-    while any(inside(default.resolve(), directory) for directory in read):
-        # Run from inside a run or sweep: beside the outermost directory read that holds it.
-        holder = min((d for d in read if inside(default.resolve(), d)), key=lambda d: len(d.parts))
-        default = holder.parent / default.name
+    holders = [directory for directory in read if inside(default.resolve(), directory)]
+    if out is None and holders:  # run from inside a run or sweep it reads
+        outermost = min(holders, key=lambda directory: len(directory.parts))
+        beside = outermost.parent
+        while (beside / "multirun.yaml").is_file():  # not into the sweep that holds the run
+            beside = beside.parent
+        raise UsageError(
+            f"the current directory is inside {outermost}, which this comparison reads, and "
+            f"the default --out ({default}, here) would write into it: run from another "
+            f"directory or pass --out, e.g. --out {beside / default.name}."
+        )
     if out is None:
         out = default
         log.info("writing the figures and explorer.html to %s (--out chooses another)", out)
@@ -261,8 +268,14 @@ def print_groups(
             comparisons = compare_groups(groups, tokenize, args.test, args.samples)
         except RunsError as error:
             log.warning("no paired tests: %s", error)
+            report.say(f"\nNo paired tests: {str(error).rstrip('.')}.\n")
         else:
             report.say(f"\nPaired tests:\n\n{significance_table(comparisons, args.test)}")
+        skipped = untested_groups(groups)
+        if skipped:
+            report.say(
+                f"\nNot tested (a group of several runs of one seed, ‡): {'; '.join(skipped)}.\n"
+            )
     if references:
         print_references(groups, references, args, report)
     if args.pair:
