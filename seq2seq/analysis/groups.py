@@ -544,7 +544,7 @@ def compare_groups(
         repeated = [group.label for group in (baseline, system) if repeats_seeds(group)]
         if repeated:  # which run of a seed would be tested is arbitrary: none is
             skipped.append(
-                f"no paired tests of {system.label} against {baseline.label}: "
+                f"{system.label} against {baseline.label}: "
                 f"{' and '.join(repeated)} holds several runs of one seed, of which a test "
                 "would take one only"
             )
@@ -587,7 +587,7 @@ def compare_groups(
                 )
             )  # fmt: skip
     for line in skipped:
-        log.warning("%s", line)
+        log.warning("no paired tests of %s", line)
     if (problems or skipped) and not comparisons:
         raise RunsError((problems or skipped)[0])
     for problem in dict.fromkeys(problems):  # each once
