@@ -779,7 +779,7 @@ def pair_differences(
 
 
 def untested_groups(groups: Sequence[Group]) -> list[str]:
-    """The pairs of groups that get no paired test for a repeated seed, each with its reason."""
+    """The pairs of groups with no paired test for a repeated seed: "SYSTEM against BASELINE"."""
     return [
         f"{system.label} against {baseline.label}"  # as the verdict and the warnings say
         for baseline, system in itertools.combinations(groups, 2)
