@@ -201,10 +201,8 @@ def settings_within(groups: Sequence[Group]) -> dict[int, str]:
     """Where a group holds runs of several settings (grouped --by fewer keys than they differ
     in), each run's setting within it by the config keys that tell them apart, by run id."""
     found: dict[int, str] = {}
-    for group in groups:
+    for group in filter(several_settings, groups):
         keys = [experiment_keys(flat_config(run)) for run in group.runs]
-        if len({repr(sorted(key.items(), key=str)) for key in keys}) < 2:
-            continue
         for run, label in zip(group.runs, config_labels(keys), strict=True):
             found[id(run)] = label
     return found
@@ -527,19 +525,7 @@ def compare_groups(
     skipped: list[str] = []  # pairs of groups, each said once
     shuffles = samples if test == "ar" and samples else SHUFFLES
     resamples = samples or DEFAULT_SAMPLES["bs"]  # --test bs: sacreBLEU's, per seed pair
-    testable = [group for group in groups if not repeats_seeds(group)]
-    pairs_of_groups = len(testable) * (len(testable) - 1) // 2
-    # The tests take a while (each shuffle rescores the pooled corpus): say what is running.
-    each_pair = (
-        "randomization too" if test == "ar"
-        else f"sacreBLEU's paired bootstrap, {resamples:,} resamples; AER "
-        "by randomization"
-    )  # fmt: skip
-    log.info(
-        "paired tests: %d pair(s) of groups on BLEU, chrF and AER, seeds pooled (approximate "
-        "randomization, %s shuffles) and per seed pair (%s)...",
-        pairs_of_groups, f"{shuffles:,}", each_pair,
-    )  # fmt: skip
+    say_tests(groups, test, shuffles, resamples)
     for baseline, system in itertools.combinations(groups, 2):
         repeated = [group.label for group in (baseline, system) if repeats_seeds(group)]
         if repeated:  # which run of a seed would be tested is arbitrary: none is
@@ -556,42 +542,72 @@ def compare_groups(
                 pairs.append((run_a, run_b))
             else:
                 problems.append(problem)
-        if not pairs:
-            continue
-        statistics = paired_statistics(pairs, bleu_tokenize)
-        bootstrapped = bootstrap_p_values(pairs, bleu_tokenize, samples) if test == "bs" else {}
-        figures = [group_figures(baseline), group_figures(system)]
-        for metric, key in (("BLEU", "test_bleu"), ("chrF", "test_chrf"), ("AER", "test_aer")):
-            if metric not in statistics:
-                continue
-            first, second = (figure[key] for figure in figures)
-            means = [v.mean if isinstance(v, Interval) else v for v in (first, second)]
-            if means[0] is None or means[1] is None:
-                continue
-            beyond = None
-            if isinstance(first, Interval) and isinstance(second, Interval):
-                beyond = first.separates_from(second)
-            sides, score = statistics[metric]
-            pooled = stratified_randomization(metric, sides[0], sides[1], score, shuffles)
-            per_pair = (
-                bootstrapped[metric]
-                if metric in bootstrapped  # AER has no bootstrap here: always randomization
-                else randomization_p_values(metric, sides, score, shuffles)
+        if pairs:
+            comparisons += compare_two_groups(
+                baseline, system, pairs, bleu_tokenize, test, samples, shuffles
             )
-            comparisons.append(
-                Comparison(
-                    baseline.label, system.label, metric, means[1] - means[0], beyond,
-                    pooled.p_value, shuffles, per_pair, pair_seeds(pairs),
-                    pair_differences(pairs, key), untested_runs(baseline, system, pairs),
-                    resamples if metric in bootstrapped else None,
-                )
-            )  # fmt: skip
     for line in skipped:
         log.warning("no paired tests of %s", line)
     if (problems or skipped) and not comparisons:
         raise RunsError((problems or skipped)[0])
     for problem in dict.fromkeys(problems):  # each once
         log.warning("a pair of runs is left out of the paired tests: %s", problem)
+    return comparisons
+
+
+def say_tests(groups: Sequence[Group], test: str, shuffles: int, resamples: int) -> None:
+    """The tests take a while (each shuffle rescores the pooled corpus): say what is running."""
+    testable = [group for group in groups if not repeats_seeds(group)]
+    each_pair = (
+        "randomization too" if test == "ar"
+        else f"sacreBLEU's paired bootstrap, {resamples:,} resamples; AER by randomization"
+    )  # fmt: skip
+    log.info(
+        "paired tests: %d pair(s) of groups on BLEU, chrF and AER, seeds pooled (approximate "
+        "randomization, %s shuffles) and per seed pair (%s)...",
+        len(testable) * (len(testable) - 1) // 2, f"{shuffles:,}", each_pair,
+    )  # fmt: skip
+
+
+def compare_two_groups(
+    baseline: Group,
+    system: Group,
+    pairs: Sequence[tuple[RunRecord, RunRecord]],
+    bleu_tokenize: str,
+    test: str,
+    samples: int | None,
+    shuffles: int,
+) -> list[Comparison]:
+    """``system`` against ``baseline`` on each metric both have, over their seed ``pairs``."""
+    statistics = paired_statistics(pairs, bleu_tokenize)
+    bootstrapped = bootstrap_p_values(pairs, bleu_tokenize, samples) if test == "bs" else {}
+    figures = [group_figures(baseline), group_figures(system)]
+    comparisons = []
+    for metric, key in (("BLEU", "test_bleu"), ("chrF", "test_chrf"), ("AER", "test_aer")):
+        if metric not in statistics:
+            continue
+        first, second = (figure[key] for figure in figures)
+        means = [v.mean if isinstance(v, Interval) else v for v in (first, second)]
+        if means[0] is None or means[1] is None:
+            continue
+        beyond = None
+        if isinstance(first, Interval) and isinstance(second, Interval):
+            beyond = first.separates_from(second)
+        sides, score = statistics[metric]
+        pooled = stratified_randomization(metric, sides[0], sides[1], score, shuffles)
+        per_pair = (
+            bootstrapped[metric]
+            if metric in bootstrapped  # AER has no bootstrap here: always randomization
+            else randomization_p_values(metric, sides, score, shuffles)
+        )
+        comparisons.append(
+            Comparison(
+                baseline.label, system.label, metric, means[1] - means[0], beyond,
+                pooled.p_value, shuffles, per_pair, pair_seeds(pairs),
+                pair_differences(pairs, key), untested_runs(baseline, system, pairs),
+                (samples or DEFAULT_SAMPLES["bs"]) if metric in bootstrapped else None,
+            )
+        )  # fmt: skip
     return comparisons
 
 
