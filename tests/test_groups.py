@@ -502,7 +502,10 @@ def comparison(metric: str, difference: float, p: float, beyond: bool | None) ->
             "Findings: none of the 2 differences; 1 with p (seeds pooled) below 0.05, none beyond "
             "the seed spread.",
         ),
-        ([comparison("BLEU", 0.3, 0.01, None)], "Findings: none can be read, each pair of groups"),
+        (
+            [comparison("BLEU", 0.3, 0.01, None)],
+            "Findings: none can be read: in every pair, one group",
+        ),
     ],
     ids=["one", "none", "one seed"],
 )
@@ -608,7 +611,7 @@ def test_seed_pairs_take_a_shared_seed_first_and_name_the_runs_left_untested(
     table = significance_table([bleu], "ar")
     assert f"| 1 (untested: {first}, seed 1; {first}, seed 3) |" in table
     assert f"| {bleu.difference:+.2f} (pairs tested: +0.00) |" in table
-    assert "each pair of groups has one with a single run" in table
+    assert "in every pair, one group has a single run" in table
 
 
 def test_a_group_of_repeated_seeds_is_marked_in_the_groups_table(tmp_path: Path) -> None:

@@ -700,7 +700,7 @@ def verdict(comparisons: Sequence[Comparison]) -> str:
     found = [c for c in comparisons if is_finding(c)]
     if all(is_finding(c) is None for c in comparisons):
         return (
-            "Findings: none can be read, each pair of groups has one with a single run, whose "
+            "Findings: none can be read: in every pair, one group has a single run, whose "
             "seed-to-seed spread is unknown (train 3 seeds or more, seed=1,2,3)."
         )
     if not found:
@@ -720,9 +720,10 @@ def verdict(comparisons: Sequence[Comparison]) -> str:
 def significance_note(comparisons: Sequence[Comparison]) -> str:
     """How to read the paired tests, with the smallest p the test over seeds can give."""
     shuffles = {comparison.shuffles for comparison in comparisons}
-    floor = ", ".join(f"{1 / (n + 1):.4f} ({n:,} shuffles)" for n in sorted(shuffles))
+    floor = ", ".join(f"{1 / (n + 1):.4f} with {n:,} shuffles" for n in sorted(shuffles))
     return (
-        "\nΔ mean: system minus baseline, the means over each group's runs (and where some are "
+        "\nΔ mean: system minus baseline (higher is better for BLEU and chrF, lower for AER), "
+        "the means over each group's runs (and where some are "
         "untested, the mean of the tested pairs' own Δ beside it). Seed pairs: the runs "
         "the tests compare, one of each group per seed (the same seed where both groups have "
         "it; a run without a partner is in Δ mean but not in the tests). p (seeds pooled): "
