@@ -52,6 +52,7 @@ from seq2seq.attention import (
     MultiHeadAttention,
     masked_softmax,
     scores_as,
+    valid_key_mask,
 )
 from seq2seq.kernels.attention_parts import StepAttention, step_attention
 from seq2seq.kernels.attention_parts import attend as parts_attend
@@ -223,10 +224,38 @@ class FastDecoder(AttentionDecoder):
     projection, and the conditions of the C paths."""
 
     def prepare_source(self, memory: Tensor, src_lens: Tensor) -> DecodingSource:
-        source = super().prepare_source(memory, src_lens)
+        source = self.packed_heads_source(memory, src_lens)
+        if source is None:
+            source = super().prepare_source(memory, src_lens)
         return DecodingSource(
             **{field.name: getattr(source, field.name) for field in fields(source)}
         )
+
+    def packed_heads_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource | None:
+        """The reference's ``prepare_source`` for several heads with the block's W_k and W_v
+        over the real source positions alone, or None where the C parts do not attend (the
+        reference's then). Their padded positions hold zeros where the reference has the
+        projection of the padding: no part reads a key or value past a sentence's length
+        (padded keys get weight exactly 0, an empty row attends to nothing)."""
+        attention = self.attention
+        if not isinstance(attention, MultiHeadAttention) or self.step_parts() is None:
+            return None
+        if memory.device.type != "cpu" or src_lens.dim() != 1 or not usable(memory):
+            return None
+        batch, steps, size = memory.shape
+        keys = self.key_projection(memory)  # the memory itself: the heads project their own
+        real = valid_key_mask(src_lens, 1, steps).reshape(-1)  # (B·S,)
+        positions = real.nonzero().squeeze(1)  # (N_s,) b·S + s of each real position
+        rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
+
+        def heads_of(projected: Tensor) -> Tensor:
+            """(N_s, D) -> (B·h, S, d), zeros at the padding."""
+            grid = projected.new_zeros(batch * steps, projected.shape[1])  # (B·S, D)
+            grid = grid.index_copy(0, positions, projected).view(batch, steps, -1)
+            return attention.split_heads(grid)
+
+        projected_keys = attention.scoring.project_keys(heads_of(attention.W_k(rows)))
+        return EncodedSource(memory, keys, projected_keys, src_lens, heads_of(attention.W_v(rows)))
 
     def is_decoding(self) -> bool:
         """Stepping in eval mode without autograd: where the decoding tables pay off."""
@@ -379,10 +408,17 @@ class FastDecoder(AttentionDecoder):
         assert source.projected_values is not None  # a multi-head attention's source has them
         lens = source.src_lens.repeat_interleave(heads)  # (B·h,): sentence b·h + i is b's
         source_tensors = (source.projected_keys, source.projected_values, lens)
-        output = attention.W_o
-        output_bias = None if output.bias is None else output_weight @ output.bias  # (·,)
-        folded_output = output_weight @ output.weight  # (·, M) @ (M, D)
+        folded_output, output_bias = self.folded_head_output(output_weight)
         return (*source_tensors, query_weight, query_bias, *rest), folded_output, output_bias
+
+    def folded_head_output(self, output_weight: Tensor) -> tuple[Tensor, Tensor | None]:
+        """A weight W (·, M) that reads a multi-head attention's output, folded with its W_o:
+        W (W_o c + b_o) = (W W_o) c + W b_o reads the heads' concatenated contexts c directly
+        -> W W_o (·, D) and W b_o (·,) (None without b_o)."""
+        output = self.attention.W_o
+        assert isinstance(output, nn.Linear)  # a MultiHeadAttention's
+        output_bias = None if output.bias is None else output_weight @ output.bias  # (·,)
+        return output_weight @ output.weight, output_bias  # (·, M) @ (M, D)
 
     def head_output(self, contexts: Tensor) -> Tensor:
         """A loop's contexts (…, h·d) as the reference's (…, M): the heads' through W_o; one
@@ -452,20 +488,44 @@ class FastDecoder(AttentionDecoder):
         positions: Tensor | None,
         coverage: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
-        """``attend`` for a ``MultiHeadAttention`` through the C parts: its projections W_q and
-        W_o around them (through PyTorch), and between them head i of sentence b scored as a
-        sentence of its own, b·h + i, against that head's keys and values (the source's, split
-        into heads once per batch), the rows of sentence b (its K hypotheses' Tq queries) its
-        rows. queries (R, Tq, H) -> contexts (R, Tq, M), weights (R, Tq, S) averaged over the
-        heads, as the reference returns them."""
+        """``attend`` for a ``MultiHeadAttention`` through the C parts (``heads_context``), with
+        its projections W_q and W_o around them (through PyTorch). queries (R, Tq, H) ->
+        contexts (R, Tq, M), weights (R, Tq, S) averaged over the heads, as the reference
+        returns them."""
         attention = self.attention
         assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
-        heads, (rows, num_queries, _) = parts.heads, queries.shape
-        sentences = source.memory.shape[0]
-        per_sentence = queries_per_sentence(queries, sentences)  # (B, K·Tq, H)
-        head_queries = attention.split_heads(attention.W_q(per_sentence))  # (B·h, K·Tq, d)
-        per_head_rows = head_queries.shape[1]  # K·Tq: each head-sentence's rows
-        head_size = head_queries.shape[2]
+        rows, num_queries, _ = queries.shape
+        per_sentence = queries_per_sentence(queries, source.memory.shape[0])  # (B, K·Tq, H)
+        head_queries = attention.W_q(per_sentence)  # (B, K·Tq, D)
+        merged, averaged = self.heads_context(
+            per_sentence, head_queries, source, parts, parameters, positions, coverage
+        )
+        return (
+            per_hypothesis(attention.W_o(merged), rows, num_queries),  # (R, Tq, M)
+            per_hypothesis(averaged, rows, num_queries),  # (R, Tq, S)
+        )
+
+    def heads_context(
+        self,
+        per_sentence: Tensor,
+        head_queries: Tensor,
+        source: EncodedSource,
+        parts: StepAttention,
+        parameters: AttentionParameters,
+        positions: Tensor | None,
+        coverage: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """The heads between W_q and W_o: head i of sentence b scored as a sentence of its own,
+        b·h + i, against that head's keys and values (the source's, split into heads once per
+        batch), the rows of sentence b (its K hypotheses' Tq queries) its rows. per_sentence
+        (B, K·Tq, H), the queries before W_q (local-p predicts its centre from them), and
+        head_queries (B, K·Tq, D), after it -> the heads' concatenated contexts (B, K·Tq, D),
+        before W_o, and the weights averaged over the heads (B, K·Tq, S)."""
+        attention = self.attention
+        assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
+        heads, sentences = parts.heads, source.memory.shape[0]
+        split = attention.split_heads(head_queries)  # (B·h, K·Tq, d)
+        per_head_rows, head_size = split.shape[1], split.shape[2]  # K·Tq: each head-sentence's
 
         def each_head(per_row: Tensor) -> Tensor:
             """(B, K·Tq, ...) -> (B·h·K·Tq, ...): every head's rows read the same."""
@@ -490,18 +550,14 @@ class FastDecoder(AttentionDecoder):
         assert values is not None  # a multi-head attention's source has them
         # (B·h·K·Tq, d), (B·h·K·Tq, S)
         contexts, weights = parts_attend(
-            parts, head_queries.reshape(-1, head_size), source.projected_keys, values,
+            parts, split.reshape(-1, head_size), source.projected_keys, values,
             source.src_lens.repeat_interleave(heads), query_weight, query_bias, score_weight,
             key_bias, alpha, temperature, coverage_weight, positions=flat_positions,
             coverage=head_coverage, centres=centres,
         )  # fmt: skip
         merged = attention.merge_heads(contexts.view(sentences * heads, per_head_rows, -1))
-        output = attention.W_o(merged)  # (B, K·Tq, D)
         averaged = weights.view(sentences, heads, per_head_rows, -1).mean(dim=1)  # (B, K·Tq, S)
-        return (
-            per_hypothesis(output, rows, num_queries),  # (R, Tq, M)
-            per_hypothesis(averaged, rows, num_queries),  # (R, Tq, S)
-        )
+        return merged, averaged
 
     def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
@@ -1100,12 +1156,42 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
                 packed.row_sentences(), scale,
             )  # fmt: skip
         else:
+            positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
+            heads_logits = self.packed_heads_logits(hiddens, packed, source, positions)
+            if heads_logits is not None:
+                return heads_logits, targets
             # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M): the
             # attention's C parts where they apply (``attend``), all T steps in one call.
-            positions = self.positions(state, tgt_in)  # (B, T) for a local-m window, else None
             padded, _ = self.attend(packed.pad(hiddens), source, False, positions)
             contexts = packed.select(padded)
         return self.output(hiddens, contexts), targets  # (N, V), (N,)
+
+    def packed_heads_logits(
+        self, hiddens: Tensor, packed: PackedTokens, source: EncodedSource, positions: Tensor | None
+    ) -> Tensor | None:
+        """Several heads' teacher forcing from the N real rows' states (N, H) -> logits (N, V),
+        or None where their C parts do not apply: ``attend_heads`` with W_q of the rows rather
+        than of the padded grid, and W_o folded into the attentional layer's W_c1
+        (``folded_head_output``), so that neither projection runs on the padding."""
+        attention = self.attention
+        if not isinstance(attention, MultiHeadAttention) or not usable(hiddens):
+            return None
+        fused = self.fused_attention(source, source.memory.shape[0])
+        if fused is None:
+            return None
+        parts, parameters = fused
+        head_queries = packed.pad(attention.W_q(hiddens))  # (N, D) -> (B, T, D)
+        merged, _ = self.heads_context(
+            packed.pad(hiddens), head_queries, source, parts, parameters, positions, None
+        )  # (B, T, D)
+        weight = self.attentional.weight
+        context_weight, hidden_weight = weight.split([self.memory_size, weight.shape[0]], dim=1)
+        folded, bias = self.folded_head_output(context_weight)  # (H, D), (H,) or None
+        # h~ = tanh(W_c1 W_o c + W_c2 h + W_c1 b_o): (N, D + H) @ (D + H, H)
+        combined = torch.cat([packed.select(merged), hiddens], dim=1)
+        attentional = F.linear(combined, torch.cat([folded, hidden_weight], dim=1), bias)
+        activated = tanh_with_grad_(attentional)  # a fresh contiguous tensor: in place
+        return self.output_layer(self.dropout(activated))  # (N, V)
 
     def teacher_forced_logits_and_weights(
         self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource
