@@ -43,12 +43,14 @@ and γ start at 0, so a model starts as its coverage-free self and learns how mu
 
 ``score`` is the contract: a faster path that computes the same weights another way
 (``F.scaled_dot_product_attention`` here, the C kernels in ``seq2seq.kernels``) applies only to a
-module whose ``score``, ``project_keys`` and ``logits`` are the built-in ones (``scores_as``), so
-a subclass that overrides ``score`` trains, validates and decodes on its own formula.
+module built of this package's modules as they are (``own_formula``: no method of them
+redefined, ``score``'s helpers and the parts' included), so a subclass that overrides ``score``
+trains, validates and decodes on its own formula.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -58,7 +60,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.errors import ConfigError
-from seq2seq.normalizers import NormalizerFunction, build_normalizer, softmax
+from seq2seq.normalizers import (
+    Entmax,
+    Entmax15,
+    NormalizerFunction,
+    Softmax,
+    Sparsemax,
+    UserNormalizer,
+    build_normalizer,
+    softmax,
+)
 from seq2seq.positions import WINDOWS, KeyBias, LocalWindow, window_module
 
 LEARNABLE = "learnable"
@@ -705,18 +716,54 @@ def head_size(size: int, num_heads: object, what: str) -> int:
     return size // num_heads
 
 
-# What decides the weights a scoring function computes: a subclass that overrides any of these
-# computes another function than its built-in parent, which a fast path must not assume.
-# What a subclass overrides to change the weights: a fast path that computes the built-in's
-# formula another way must not stand in for any of them (a normalize of one's own was ignored
-# by the kernels before it was listed). Not ``context``: the accelerated classes override it
-# with the same formula (FastAdditiveAttention).
-FORMULA_METHODS = ("score", "project_keys", "logits", "normalize", "covered_logits", "forward")
+# How a module is built and shown, not what it computes: a subclass may redefine these and
+# keep its parent's function.
+BUILDING = frozenset({"__init__", "extra_repr"})
+
+
+def redefined(module: nn.Module, builtin: type[nn.Module]) -> list[str]:
+    """The methods and properties of ``builtin`` (its own and its bases' up to ``nn.Module``,
+    and ``forward``) that ``module``'s class, an instance of ``builtin``, redefines: a fast
+    path that computes ``builtin``'s function another way must not stand in for any of them
+    (``preactivations`` as much as ``score``). Not how a module is built and shown
+    (``BUILDING``, a class's ``__doc__`` and other dunders), and not what ``seq2seq.kernels``'
+    accelerated subclasses redefine (the same function: their parity tests hold them to it)."""
+    # Classes hash by identity; torch's stubs type Module's __hash__ as an instance's.
+    return list(redefined_by(type(module), builtin))  # type: ignore[arg-type]
+
+
+@functools.cache
+def redefined_by(klass: type[nn.Module], builtin: type[nn.Module]) -> tuple[str, ...]:
+    """``redefined`` for a class: a function of the two classes alone, asked at every step."""
+    own = {"forward"}
+    for base in builtin.__mro__:
+        if base is nn.Module:
+            break
+        own.update(vars(base))
+    names: list[str] = []
+    for below in klass.__mro__:
+        if below is builtin:
+            break
+        if below.__module__.startswith("seq2seq.kernels"):
+            continue
+        names += [
+            name for name in vars(below)
+            if name in own - BUILDING and not name.startswith("__") and name not in names
+        ]  # fmt: skip
+    return tuple(names)
+
+
+# The classes an attention is built of, each of which a fast path computes another way: a
+# subclass of one that redefines part of it (``redefined``) keeps the reference path.
+FORMULA_MODULES: frozenset[type[nn.Module]] = frozenset({
+    *BUILTIN_SCORING, MultiHeadAttention, Normalization, LocalWindow, KeyBias, Softmax,
+    Sparsemax, Entmax15, Entmax, nn.Linear, nn.LayerNorm, nn.Dropout,
+})  # fmt: skip
 
 
 def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:
     """Whether ``attention`` computes the weights of the built-in ``builtin``: an instance of it
-    whose ``score``, ``project_keys`` and ``logits`` are ``builtin``'s own (not overridden), with
+    that is built of this package's modules as they are (``own_formula`` is None), with
     softmax over every key (no ``AttentionParts`` of its own). What a fast path that computes
     ``builtin``'s formula another way must check; ``isinstance`` alone would let a subclass with
     its own ``score`` train on its parent's formula."""
@@ -724,33 +771,30 @@ def scores_as(attention: Attention | MultiHeadAttention, builtin: type[Attention
 
 
 def has_formula_of(attention: Attention | MultiHeadAttention, builtin: type[Attention]) -> bool:
-    """Whether ``attention`` is a ``builtin`` whose ``score``, ``project_keys`` and ``logits``
-    are ``builtin``'s own, whatever its other parts."""
-    return isinstance(attention, builtin) and all(
-        getattr(type(attention), name) is getattr(builtin, name) for name in FORMULA_METHODS
-    )
+    """Whether ``attention`` is a ``builtin`` built of this package's modules as they are
+    (``own_formula`` is None), whatever its parts."""
+    return isinstance(attention, builtin) and own_formula(attention) is None
 
 
 def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
-    """Why no fast path computes ``attention``'s weights, or None when one may: a scoring function
-    of this package, or a subclass of one that overrides none of ``FORMULA_METHODS``, with
-    softmax over every key (the parts' default)."""
-    if attention.normalization is not None:
-        return f"{attention.normalization.description} (the fast paths compute global softmax)"
-    if isinstance(attention, MultiHeadAttention):
-        return own_formula(attention.scoring)
-    name = type(attention).__name__
-    for builtin in BUILTIN_SCORING:
-        if isinstance(attention, builtin):
-            overridden = [
-                method
-                for method in FORMULA_METHODS
-                if getattr(type(attention), method) is not getattr(builtin, method)
-            ]
-            if not overridden:
-                return None
-            return f"{name} overrides {builtin.__name__}.{', '.join(overridden)}"
-    return f"{name} is not one of this package's scoring functions"
+    """Why no fast path computes ``attention``'s weights, or None when one may: every module
+    it is built of (its scoring function, a multi-head block, the parts' normalizer, window and
+    key bias, their linear maps and layer norms) is this package's or torch's own class, or a
+    subclass that redefines none of it (``redefined``); a scoring function is one of
+    ``BUILTIN_SCORING``, a normalizer not a user's."""
+    for module in attention.modules():
+        if isinstance(module, Attention) and not isinstance(module, BUILTIN_SCORING):
+            return f"{type(module).__name__} is not one of this package's scoring functions"
+        if isinstance(module, UserNormalizer):
+            named = getattr(module.function, "func", module.function)  # a partial's function
+            name = getattr(named, "__name__", type(named).__name__)
+            return f"the normalizer {name} (attention.normalizer) is your own"
+        builtin = next((c for c in type(module).__mro__ if c in FORMULA_MODULES), None)
+        overridden = [] if builtin is None else redefined(module, builtin)
+        if builtin is not None and overridden:
+            methods = ", ".join(f"{builtin.__name__}.{name}" for name in overridden)
+            return f"{type(module).__name__} overrides {methods}"
+    return None
 
 
 def sdpa_context(

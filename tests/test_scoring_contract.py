@@ -12,6 +12,7 @@ that comparison does not depend on how the fast paths decide whether they apply.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +20,23 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from seq2seq.attention import Attention, DotProductAttention, MultiHeadAttention, own_formula
+from seq2seq.attention import (
+    AdditiveAttention,
+    Attention,
+    AttentionParts,
+    DotProductAttention,
+    MultiHeadAttention,
+    own_formula,
+)
 from seq2seq.inference.bundle import build_model
 from seq2seq.kernels import accelerate, is_accelerated, say_once
+from seq2seq.kernels.modules import FastDecoder
 from seq2seq.models import EncoderDecoder, LuongDecoder
 from seq2seq.models.model import Seq2Seq
+from seq2seq.normalizers import Entmax
+from seq2seq.training.loss import DecoderLoss, teacher_forced_loss
 from tests.scoring import (
     MODEL_OVERRIDES,
     SCORING_FUNCTIONS,
@@ -251,6 +262,9 @@ def test_the_kernels_say_how_an_input_fed_decoder_steps(
 def test_own_formula_names_the_overridden_methods() -> None:
     assert own_formula(DotProductAttention()) is None
     assert own_formula(CosineDot()) == "CosineDot overrides DotProductAttention.score"
+    # With parts, still the score: the parts have C twins, the user's score has none.
+    with_parts = CosineDot().use_parts(AttentionParts(normalizer="sparsemax"), 16)
+    assert own_formula(with_parts) == "CosineDot overrides DotProductAttention.score"
 
 
 class UniformWeights(DotProductAttention):
@@ -284,3 +298,114 @@ def test_a_normalize_of_ones_own_keeps_the_reference_path() -> None:
     real = torch.arange(5)[None, None, :] < src_lens[:, None, None]
     expected = real / src_lens[:, None, None]
     torch.testing.assert_close(weights, expected.expand_as(weights).to(weights.dtype))
+
+
+class DoubledPreactivations(AdditiveAttention):
+    """Overrides a helper of ``score`` rather than ``score`` itself: tanh(2 (W_q q + W_k k))."""
+
+    def preactivations(self, queries: Tensor, projected_keys: Tensor) -> Tensor:
+        return 2.0 * super().preactivations(queries, projected_keys)
+
+
+class TripledHeads(MultiHeadAttention):
+    """A multi-head block whose own ``forward`` scales the context."""
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
+        projected_values: Tensor | None = None,
+        need_weights: bool = True,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        context, weights = super().forward(
+            queries, keys, values, valid_lens, projected_keys=projected_keys,
+            projected_values=projected_values, need_weights=need_weights, positions=positions,
+            coverage=coverage,
+        )  # fmt: skip
+        return 3.0 * context, weights
+
+
+class DoubledEntmax(Entmax):
+    """α-entmax of 2z: the built-in's α, another function."""
+
+    def forward(self, logits: Tensor, is_valid: Tensor | None) -> Tensor:
+        return super().forward(2.0 * logits, is_valid)
+
+
+class ReversedLinear(nn.Linear):
+    """A linear map of its own inside a built-in scoring function (its W_q): W x + b with its
+    features in reverse order."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).flip(-1)
+
+
+def own_module(kind: str, own: bool = True) -> Seq2Seq:
+    """A reference model (hidden size 16) with one module of a user's own inside its attention:
+    ``kind`` names which (the scoring function's helper, the multi-head block, the normalizer,
+    a linear map); without ``own`` the same model with the built-in module."""
+    torch.manual_seed(0)
+    heads = 2 if kind == "heads" else 1
+    parts = AttentionParts(normalizer="entmax", alpha=1.3) if kind == "normalizer" else None
+    model = Seq2Seq(
+        13, 11, attention=lambda query_size, key_size: AdditiveAttention(query_size, key_size, 16),
+        embedding_size=8, hidden_size=16, dropout=0.0, num_heads=heads, attention_parts=parts,
+    )  # fmt: skip
+    attention = model.decoder.attention
+    if not own:
+        return model
+    if kind == "preactivations":
+        attention.__class__ = DoubledPreactivations
+    elif kind == "heads":
+        attention.__class__ = TripledHeads
+    elif kind == "normalizer":
+        attention.normalization.normalizer.__class__ = DoubledEntmax
+    else:
+        attention.W_q.__class__ = ReversedLinear
+    return model
+
+
+OWN_MODULES = {
+    "preactivations": "DoubledPreactivations overrides AdditiveAttention.preactivations",
+    "heads": "TripledHeads overrides MultiHeadAttention.forward",
+    "normalizer": "DoubledEntmax overrides Entmax.forward",
+    "linear": "ReversedLinear overrides Linear.forward",
+}
+
+
+@pytest.mark.parametrize("kind", list(OWN_MODULES))
+def test_a_module_of_ones_own_anywhere_in_the_attention_keeps_the_reference_path(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not only ``score``: a helper it calls, the multi-head block, the normalizer or a linear
+    map redefined by a subclass is what the model computes with the kernels on (the C twins
+    would compute the built-in's), and the message names it."""
+    reference = own_module(kind)
+    assert own_formula(reference.decoder.attention) == OWN_MODULES[kind]
+    say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
+        fast = accelerate(copy.deepcopy(reference))
+    assert any(OWN_MODULES[kind] in record.getMessage() for record in caplog.records)
+    decoder = fast.decoder  # the reference's own where its parts have no fast path at all
+    assert not isinstance(decoder, FastDecoder) or decoder.step_parts() is None
+    src, src_lens = torch.randint(4, 13, (3, 5)), torch.tensor([5, 3, 1])
+    tgt = torch.randint(4, 11, (3, 4))
+    tgt_lens = torch.tensor([4, 2, 3])
+    tgt_out = tgt.masked_fill(torch.arange(4)[None] >= tgt_lens[:, None], 0)
+    losses = [
+        teacher_forced_loss(model, DecoderLoss(model.decoder), src, src_lens, tgt, tgt_out)
+        for model in (reference, fast)
+    ]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        weights = [
+            model(src, src_lens, tgt)[1] for model in (reference, fast, own_module(kind, False))
+        ]
+    torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(weights[2], weights[0])  # the override changes what is computed

@@ -80,13 +80,7 @@ def accelerate(model: nn.Module) -> nn.Module:
     composed = {id(m.attention) for m in model.modules() if composes_parts(m)}
     for module in model.modules():
         if isinstance(module, Attention | MultiHeadAttention) and id(module) not in composed:
-            reason = own_formula(module)
-            if reason is not None:
-                say_once(
-                    f"model.kernels=auto: {reason}, so the C kernels and PyTorch's fused "
-                    "attention stand aside for it: its own formula runs on the reference path in "
-                    "training, validation and decoding."
-                )
+            say_reference_path(module)
         attention = getattr(module, "attention", None)
         has_parts = isinstance(attention, Attention | MultiHeadAttention) and (
             attention.normalization is not None
@@ -119,6 +113,26 @@ def accelerate(model: nn.Module) -> nn.Module:
         if accelerated is not None and id(module) not in reference_only:
             module.__class__ = accelerated
     return model
+
+
+def say_reference_path(attention: Attention | MultiHeadAttention) -> None:
+    """Say once why ``attention``, which no decoder composes from the C twins, runs on the
+    reference path: a formula of the user's own (``own_formula``), or parts (a normalizer
+    other than softmax, a window, a key bias) where PyTorch's fused attention computes softmax
+    alone (the Transformer's: the C twins serve the RNN decoders)."""
+    reason = own_formula(attention)
+    if reason is not None:
+        say_once(
+            f"model.kernels=auto: {reason}, so the C kernels and PyTorch's fused attention "
+            "stand aside for it: its own formula runs on the reference path in training, "
+            "validation and decoding."
+        )
+    elif attention.normalization is not None:
+        say_once(
+            f"model.kernels=auto: {attention.normalization.description}: PyTorch's fused "
+            "attention computes global softmax alone, so this attention runs on its reference "
+            "path (the C kernels' attention serves the RNN decoders)."
+        )
 
 
 def composes_parts(decoder: nn.Module) -> bool:

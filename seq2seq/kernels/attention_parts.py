@@ -35,7 +35,7 @@ from seq2seq.attention import (
     GeneralAttention,
     MultiHeadAttention,
     Normalization,
-    has_formula_of,
+    own_formula,
 )
 from seq2seq.kernels.library import library
 from seq2seq.normalizers import BISECTION_ITERATIONS, Entmax, Entmax15, Softmax, Sparsemax
@@ -429,6 +429,8 @@ def step_attention(
     with or without the key bias, and a global, local-m or local-p window; with several heads
     (``MultiHeadAttention``), its scoring function's parts with ``heads`` set, each head scored
     as a sentence of its own (``heads_attention``)."""
+    if own_formula(attention) is not None:  # a module of the user's own, anywhere in it
+        return None
     if isinstance(attention, MultiHeadAttention):
         return heads_attention(attention)
     chosen = part_choices(attention.normalization)
@@ -441,17 +443,15 @@ def step_attention(
     scale = 1.0 / float(temperature.detach() if isinstance(temperature, Tensor) else temperature)
     if attention.log_temperature is not None:
         chosen["learned_temperature"] = True
-    if has_formula_of(attention, AdditiveAttention):
-        assert isinstance(attention, AdditiveAttention)
+    if isinstance(attention, AdditiveAttention):
         if attention.layer_norm is not None:
             chosen["layer_norm_eps"] = attention.layer_norm.eps
         return StepAttention("additive", scale, **chosen)
-    if has_formula_of(attention, DotProductAttention):
-        assert isinstance(attention, DotProductAttention)
+    if isinstance(attention, DotProductAttention):
         if attention.scaled:
             scale /= query_size**0.5
         return StepAttention("product", scale, **chosen)
-    if has_formula_of(attention, GeneralAttention):
+    if isinstance(attention, GeneralAttention):
         return StepAttention("product", scale, **chosen)
     return None
 
