@@ -150,7 +150,8 @@ def test_train_py_as_a_subprocess(tmp_path: Path) -> None:
             "model.fused_rnn=false (renamed: the C kernels are now chosen with model.kernels, "
             "auto or off; use model.kernels=off)",
         ),
-        ("model.kernels=fast", "model.kernels=fast (auto: the C kernels where they apply; off)"),
+        ("model.kernels=fast", "model.kernels=fast is not a choice: auto runs the C kernels"),
+        ("model.kernels=false", "YAML reads an unquoted off (or no, yes, on) in a file as a"),
         ("attention.num_hiddens=0", "attention.num_hiddens=0 (it must be a positive integer)"),
         ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
         ("data.eval_batch_size=-1", "data.eval_batch_size must be a positive integer, got -1"),

@@ -10,6 +10,7 @@ Shape legend: B batch, T steps, E input size, H hidden size.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import warnings
@@ -331,7 +332,11 @@ def test_the_encoder_is_the_same_with_and_without_the_kernels(src_lens: list[int
     assert torch.all(results[0][0][lens[:, None] <= torch.arange(7)[None, :]] == 0)
 
 
-def test_usable_only_for_float32_on_the_cpu_outside_exports() -> None:
+def test_usable_only_for_float32_on_the_cpu_outside_exports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    library.say_reference.cache_clear()
+    caplog.set_level(logging.INFO, logger="seq2seq.kernels")
     x = torch.zeros(2, 3)
     if library.library() is not None:
         assert library.usable(x)
@@ -340,11 +345,17 @@ def test_usable_only_for_float32_on_the_cpu_outside_exports() -> None:
     assert not library.usable(x, torch.zeros(1, device="meta"))
     with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: ATen's GRU in bf16
         assert not library.usable(x)
+    said = [record.getMessage() for record in caplog.records]  # once each, why
+    assert len([m for m in said if "computes in torch.float64 on the CPU" in m]) == 1
+    assert len([m for m in said if "CPU autocast is on" in m]) == 1
 
 
 @pytest.mark.parametrize(
     ("compiler", "reason"),
-    [("no-such-compiler-here", "no C compiler"), ("false", "`false -O3 .*` failed")],
+    [
+        ("no-such-compiler-here", "no C compiler"),
+        ("false", "`false -O3 .*` failed with exit status 1: it printed nothing"),
+    ],
     ids=["missing", "failing"],
 )
 def test_a_missing_or_failing_compiler_falls_back_with_one_warning(

@@ -249,6 +249,20 @@ def test_the_kernels_say_once_why_they_stand_aside(caplog: pytest.LogCaptureFixt
     assert any("CosineByHand is not one of this package's scoring functions" in m for m in messages)
 
 
+def test_the_kernels_say_that_attention_dropout_trains_on_the_reference_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    say_once.cache_clear()
+    model = Seq2Seq(
+        13, 11, attention=lambda query_size, key_size: AdditiveAttention(
+            query_size, key_size, 16, dropout=0.1
+        ), embedding_size=8, hidden_size=16,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
+        accelerate(model)
+    assert any("attention.dropout=0.1 drops" in record.getMessage() for record in caplog.records)
+
+
 def test_the_kernels_say_how_an_input_fed_decoder_steps(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

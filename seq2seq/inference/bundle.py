@@ -188,7 +188,9 @@ def _build(
     except ConfigError:
         raise  # a bad value (model.hidden_size=0): its message already names the key and the fix
     except (TypeError, ValueError) as error:
-        raise ModelFileError(f"{origin} cannot build {target}: {error} {fix}") from None
+        said = str(error).rstrip()
+        said = said if said.endswith((".", "!", "?")) else f"{said}."  # Python's errors have none
+        raise ModelFileError(f"{origin} cannot build {target}: {said} {fix}") from None
 
 
 def load(

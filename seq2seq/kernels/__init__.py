@@ -3,23 +3,27 @@
 The reference model (``seq2seq.models``, ``seq2seq.attention``) is plain PyTorch. On the CPU in
 float32, a dozen small ATen kernels per recurrent step dominate its time at the sizes this
 toolkit trains; the C kernels here compute the same functions in fewer passes (how much faster:
-docs/performance.md). Nothing outside this package imports it
-except the place where a model is built (``seq2seq.inference.bundle.build_model``, for training
-and inference alike), which calls ``accelerate`` when ``model.kernels`` is ``auto``:
+docs/performance.md). The reference layers never import this package. The model is accelerated
+in one place, where it is built (``seq2seq.inference.bundle.build_model``, for training and
+inference alike), which calls ``accelerate`` when ``model.kernels`` is ``auto``; the pipeline's
+checks, the exports (ONNX) and the explorer import it only to read or undo that choice
+(``KERNEL_CHOICES``, ``reference_path``). The modules:
 
 - ``csrc/gru.c``, and ``library``: its build (on first use, with ``$CC``), checks and loading;
 - ``gru``: the GRU recurrence (encoder layers, the Luong decoder's cell, decoding steps);
-- ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of its
-  Python function by name (``additive_score``, ``product_score``, ``softmax``, ``sparsemax``,
-  ``entmax15``, ``entmax_backward``, the context), and ``StepAttention``, which composes them;
-- ``luong``: the Luong decoder's loop where each step waits for the one before (input feeding),
-  as one autograd node, and with coverage alone the attention's own loop (``AttentionLoop``:
-  the cell runs over every step first, the readout over every row after);
-- ``bahdanau``: the Bahdanau decoder's loop with its attention's parts, as one autograd node
-  (``attention_parts.attend``: one call of the attention for any rows, the Luong decoder's and
-  every decoding step's; several heads are rows of their own, ``StepAttention.heads``);
+- ``csrc/attention.c`` and ``attention_parts``: the parts of one attention, each the C twin of
+  its Python function by name (the scores, the normalizers, the windows, the key bias,
+  coverage, local-p's factor, the context: the table in docs/architecture.md), and
+  ``StepAttention``, which composes them, and ``attend``, one call of the attention for any rows
+  (the Luong decoder's T steps at once, every decoding step; several heads are rows of their
+  own, ``StepAttention.heads``);
+- ``loop_attention``: the attention inside the step loops, one step at a time;
+- ``bahdanau``: the Bahdanau decoder's step loop with its attention's parts, one autograd node;
+- ``luong``: the Luong decoder's step loop where each step waits for the one before (input
+  feeding), one autograd node, and with coverage alone the attention's own loop
+  (``AttentionLoop``: the cell runs over every step first, the readout over every row after);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
-- ``greedy``: the Luong decoder's greedy loop in one call, its attention composed of the same
+- ``greedy``: the Luong decoder's greedy loop in one C call, its attention composed of the same
   C twins where it has parts (input feeding and coverage carried as the loop's state);
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
 - ``dropout`` and ``splitmix``: the keep mask from a counter-based hash;
@@ -63,17 +67,15 @@ def accelerate(model: nn.Module) -> nn.Module:
     A subclass adds no parameters, buffers or state, so swapping the class of a built module
     (as ``torch.nn.utils.parametrize`` does) keeps every parameter, its name and its value:
     state dicts, checkpoints and bundles do not change. Only the exact reference classes are
-    swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and a scoring
-    function with a formula of its own (``seq2seq.attention.own_formula``) gets no fast path, which
-    is said once. Both RNN decoders compose their attention from the parts' C twins
-    (``attention_parts``: each scoring function at a fixed temperature; softmax, sparsemax,
-    entmax15, α-entmax with a fixed or learned α; the key bias; global or local-m windows;
-    coverage): the Bahdanau decoder in its C loop, the Luong decoder over all its target steps
-    at once, or, where each step waits for the one before (input feeding, coverage), in a loop
-    like the Bahdanau decoder's (``luong``). Several heads (``model.num_heads`` > 1) score each
-    head as a sentence of its own through the same twins, the block's projections around them
-    (folded into the Bahdanau loop's GEMMs; with coverage or local-p, and in the Luong
-    decoder's input-fed or covering loop, each step through ``attend``).
+    swapped (``modules.ACCELERATED``); a user's subclass keeps its own methods, and an attention
+    with a method of the user's own anywhere in it (``seq2seq.attention.own_formula``) gets no
+    fast path, which is said once. Both RNN decoders compose their attention from the parts' C
+    twins (``attention_parts.step_attention``: every built-in score at a fixed or learned
+    temperature; softmax, sparsemax, entmax15, α-entmax with a fixed or learned α; the key bias;
+    global, local-m and local-p windows; coverage; several heads): the Bahdanau decoder in its
+    step loop, the Luong decoder over all its target steps at once, or, where each step waits
+    for the one before (input feeding, coverage), in a step loop like the Bahdanau decoder's
+    (``luong``).
     """
     reference_only: set[int] = set()
     # The attentions a decoder composes from the C twins (step_attention read once each).
@@ -81,6 +83,14 @@ def accelerate(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, Attention | MultiHeadAttention) and id(module) not in composed:
             say_reference_path(module)
+        dropout = getattr(module, "dropout", None) if id(module) in composed else None
+        if isinstance(dropout, nn.Dropout) and dropout.p > 0:
+            say_once(
+                f"model.kernels=auto: attention.dropout={dropout.p} drops attention "
+                "weights, which the C kernels' attention does not, so in training the attention "
+                "(the Bahdanau decoder's whole loop) runs on the reference path, at its speed; "
+                "validation and decoding, which drop nothing, take the C kernels."
+            )
         attention = getattr(module, "attention", None)
         has_parts = isinstance(attention, Attention | MultiHeadAttention) and (
             attention.normalization is not None

@@ -61,7 +61,7 @@ class Recurrence(torch.autograd.Function):
     the valid keys; c_t = weights @ memory; s_t = GRU(input_gates_t + W_ic c_t, s_{t-1}).
     ``library.usable`` must hold for the tensors.
 
-    With several heads (``parts.heads`` h > 1; ``FastDecoder.recurrence_inputs``) the keys
+    With several heads (``parts.heads`` h > 1; ``FastDecoder.loop_inputs``) the keys
     (B·h, S, K) and memory (B·h, S, d) are split into heads, src_lens repeated (B·h,), W_q
     (h·K, H) gives a row's h queries at once, the coverage weight is the heads' γ (h,), W_ic is
     (G, h·d), and the contexts and weights come out as (…, h·d) and (…, h·S), head after head

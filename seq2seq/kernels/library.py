@@ -5,8 +5,8 @@ steps (``seq2seq.kernels.gru``), dot-product and general attention over the Luon
 packed rows (``seq2seq.kernels.product_attention``), the Luong decoder's greedy loop
 (``seq2seq.kernels.greedy``) and the dropout keep mask (``seq2seq.kernels.dropout``);
 ``csrc/attention.c`` the parts of one attention, each the twin of its Python function by name
-(scores, normalizers, the context: ``seq2seq.kernels.attention_parts``), which the Bahdanau
-decoder's loop composes (``seq2seq.kernels.bahdanau``). Both are compiled into one library.
+(scores, normalizers, windows, the context: ``seq2seq.kernels.attention_parts``), which both
+decoders compose. Both are compiled into one library.
 
 It is compiled on first use with the system's C compiler (``$CC``, default ``cc``; a fraction of
 a second) into ``$XDG_CACHE_HOME/seq2seq`` (default ``~/.cache/seq2seq``), keyed by a hash of the
@@ -26,7 +26,9 @@ cannot see into a ctypes call).
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -49,6 +51,8 @@ HEADERS = (CSRC / "vector_math.h",)
 FLOAT_BYTES = 4
 COMPILE_TIMEOUT_S = 120  # it takes well under a second; a hung compiler must not hang training
 ISA_VARIABLE = "SEQ2SEQ_KERNELS_ISA"  # lowers the instruction set the library is built for
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "library": ctypes.CDLL | None, "reason": str (once loaded or failed)
@@ -150,7 +154,10 @@ def _build(compiler: str, flags: list[str], directory: Path) -> Path:
         except subprocess.TimeoutExpired as error:
             raise RuntimeError(f"`{' '.join(command)}` took over {COMPILE_TIMEOUT_S} s") from error
         if result.returncode != 0:
-            raise RuntimeError(f"`{' '.join(command)}` failed: {result.stderr.strip()[-600:]}")
+            said = result.stderr.strip()[-600:] or "it printed nothing"
+            raise RuntimeError(
+                f"`{' '.join(command)}` failed with exit status {result.returncode}: {said}"
+            )
 
     # Built beside the target and renamed over it: processes building at once (DDP ranks) each
     # rename a complete library, never load a half-written one.
@@ -462,15 +469,33 @@ def usable(*tensors: Tensor | None) -> bool:
     """Whether ``gru`` / ``gru_steps`` can run on these tensors (the inputs and parameters)."""
     if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():  # type: ignore[attr-defined]
         return False
-    if torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"):
-        return False  # autocast: ATen's GRU computes in the autocast dtype, as it always has
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_autocast_enabled("cpu"):  # ATen's GRU computes in the autocast dtype, as always
+        say_reference("CPU autocast is on (trainer.precision=bf16-mixed or 16-mixed)")
+        return False
     for tensor in tensors:
-        if tensor is not None and (tensor.device.type != "cpu" or tensor.dtype != torch.float32):
+        if tensor is None:
+            continue
+        if tensor.device.type != "cpu":
+            return False  # not said: CPU kernels stand aside on a GPU as a matter of course
+        if tensor.dtype != torch.float32:
+            say_reference(f"the model computes in {tensor.dtype} on the CPU")
             return False
     if library() is None:
         warn_unavailable()
         return False
     return True
+
+
+@functools.cache
+def say_reference(reason: str) -> None:
+    """Say once per process, and per ``reason``, why the kernels stand aside for a model."""
+    log.info(
+        "model.kernels=auto: %s, and the C kernels compute float32 on the CPU outside autocast, "
+        "so PyTorch's own modules run there (the same model and checkpoints, at its speed).",
+        reason,
+    )
 
 
 def warn_unavailable() -> None:
@@ -479,9 +504,11 @@ def warn_unavailable() -> None:
         _state["warned"] = True
         warnings.warn(
             f"seq2seq's CPU kernels are unavailable ({unavailable_reason()}); the reference "
-            "modules run instead (same results, slower on the CPU). To use the kernels, set CC to "
-            f"a C compiler and XDG_CACHE_HOME to a writable directory (now {cache_dir()}); "
-            "model.kernels=off chooses the reference and silences this warning.",
+            "modules run instead (same results, slower on the CPU). To use the kernels, fix what "
+            f"the parentheses say: set CC to a C compiler, {ISA_VARIABLE} to auto, avx2, avx512 "
+            "or default, or XDG_CACHE_HOME to a directory where seq2seq/ can be written (the "
+            f"library goes to {cache_dir()}); model.kernels=off chooses the reference and "
+            "silences this warning.",
             RuntimeWarning,
             stacklevel=3,
         )

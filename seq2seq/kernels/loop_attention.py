@@ -1,4 +1,4 @@
-"""The attention inside a decoder's C loop, one step at a time: what ``bahdanau.Recurrence`` and
+"""The attention inside a decoder's step loop, one step at a time: what ``bahdanau.Recurrence`` and
 ``luong.SequentialRecurrence`` share.
 
 A step's attention reads the state the loop has just reached (the Bahdanau decoder's s_{t-1},
@@ -9,7 +9,7 @@ from the state, and keeps per visited row what the backward pass reads. ``backwa
 step in reverse, adding the query's gradient into the state's, and ``gradients`` gives every
 attention input's gradient after the loop, the projections' as one GEMM over all rows.
 
-Several heads (``StepAttention.heads`` h > 1, ``FastDecoder.recurrence_inputs``): row r's head i
+Several heads (``StepAttention.heads`` h > 1, ``FastDecoder.loop_inputs``): row r's head i
 is row r·h + i of the parts' rows, reading sentence b·h + i of keys and values split into heads;
 the heads' weights and contexts lie side by side in a row (…, h·S), (…, h·d). The coverage is
 the heads' average, and head i's logits add γ_i times it (``MultiHeadAttention.forward``).

@@ -14,18 +14,18 @@ What runs where, on the CPU in float32 (each path is tested against the referenc
 - ``FastBahdanauDecoder``: where its attention's parts have C twins (``attention_parts``: every
   built-in score at a fixed or learned temperature, every normalizer, the key bias, local-m and
   local-p, coverage),
-  teacher forcing as one C loop over the steps composing them (``bahdanau.Recurrence``;
+  teacher forcing as one step loop composing them, one autograd node (``bahdanau.Recurrence``;
   training over the packed real tokens only), and each decoding step's attention and cell in
   C; otherwise the steps split the cell's input projection, ``W_ih [e; c] = W_ie e + W_ic c``,
   so the embedding part of all T steps is one GEMM before the loop.
 - ``FastLuongDecoder``: the cell over all steps through ``gru_steps``; training over the packed
   real tokens, with plain dot, scaled-dot and general attention from the packed rows
   (``PackedProductAttention``), any other attention with C twins through ``attend`` over all
-  the target steps at once; input feeding as one C loop, coverage alone as the attention's
+  the target steps at once; input feeding as one step loop, coverage alone as the attention's
   loop between the cell over all steps and the readout over all rows (``luong``); decoding
   steps with the attention and cell in C, from tables built once per batch (each token's
   embedding gates; W_c1 applied to the memory), and greedy decoding of a whole batch in one C
-  call (``greedy.luong_greedy``, plain product scoring).
+  call (``greedy.luong_greedy``, every part).
 - ``FastAdditiveAttention``: the context without the weights (training) through
   ``tanh(x) = 2σ(2x) - 1``: torch's CPU tanh costs several times its sigmoid.
 - ``Dropout``: the keep mask from a counter-based hash in C (``seq2seq.kernels.dropout``).
@@ -377,7 +377,7 @@ class FastDecoder(AttentionDecoder):
     def loop_inputs(
         self, source: EncodedSource, parameters: AttentionParameters, output_weight: Tensor
     ) -> tuple[tuple[Tensor | None, ...], Tensor, Tensor | None]:
-        """What a C loop (``bahdanau.Recurrence``, ``luong.SequentialRecurrence``) reads of the
+        """What a step loop (``bahdanau.Recurrence``, ``luong.SequentialRecurrence``) reads of the
         attention from the source on (keys, values, lengths, ``attention_parameters``), the
         weight (·, M) that reads the attention's output (the Bahdanau cell's W_ic, the Luong
         decoder's W_c1) as the loop applies it, and a bias (·,) to add after it, or None.
@@ -1255,7 +1255,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
 
 
 def time_major(rows: Tensor) -> Tensor:
-    """(B, T, ·) -> (T·B, ·), row t·B + b: each step's rows side by side, as a C loop with
+    """(B, T, ·) -> (T·B, ·), row t·B + b: each step's rows side by side, as a step loop with
     several heads reads them (``Steps.padded(B, T, batch_first=False)``)."""
     return rows.transpose(0, 1).reshape(-1, rows.shape[2])
 

@@ -76,15 +76,31 @@ def check_model_sizes(cfg: DictConfig) -> None:
             f"Transformer, are model.num_heads; use model.num_heads={heads}, and delete num_heads "
             "from your attention YAML)"
         )
-    kernels = OmegaConf.select(cfg, "model.kernels", default="auto")
-    if kernels not in KERNEL_CHOICES:
-        problems.append(f"model.kernels={kernels} (auto: the C kernels where they apply; off)")
+    check_kernels_choice(OmegaConf.select(cfg, "model.kernels", default="auto"))
     if problems:
         raise ConfigError(
             f"the model cannot be built with {'; '.join(problems)}. Set "
             f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
             "seq2seq train model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
         )
+
+
+def check_kernels_choice(kernels: object) -> None:
+    """``model.kernels`` is ``auto`` or ``off``; YAML reads an unquoted ``off`` (or ``no``) in a
+    file as false, which is refused with the quoting that fixes it."""
+    if kernels in KERNEL_CHOICES:
+        return
+    if isinstance(kernels, bool):
+        raise ConfigError(
+            f"model.kernels is {str(kernels).lower()}, not auto or off: YAML reads an unquoted "
+            "off (or no, yes, on) in a file as a boolean. Quote it there, kernels: 'off', or "
+            "set it on the command line: seq2seq train model.kernels=off."
+        )
+    raise ConfigError(
+        f"model.kernels={kernels} is not a choice: auto runs the C kernels on the CPU where they "
+        "apply (the default), off the plain PyTorch reference everywhere. E.g. seq2seq train "
+        "model.kernels=off."
+    )
 
 
 # Trainer settings that are counts: Lightning asserts their type deep in its loop, with no

@@ -23,13 +23,15 @@
                  seq2seq_entmax_backward   entmax_backward with jacobian_weights (every α)
      context     seq2seq_attention_context Attention.forward's weights @ values
 
-   and each score and the context have a _backward. A decoder's loop (seq2seq/kernels/
-   attention_parts.py, seq2seq/kernels/bahdanau.py) composes them per step: score -> logits,
-   the key bias, a normalizer -> weights, the context; the backward pass runs them in reverse. So a new part is
-   one function here and one line there, not a new loop per combination.
+   and the scores, the context, coverage, the key bias and local-p's factor each have a
+   _backward (the normalizers share seq2seq_entmax_backward; a window is a mask). StepAttention
+   (seq2seq/kernels/attention_parts.py) composes them, for the decoders' step loops
+   (seq2seq/kernels/loop_attention.py) and for any rows at once: score -> logits, the key bias,
+   a normalizer -> weights, the context; the backward pass runs them in reverse. So a new part
+   is one function here and one line there, not a new loop per combination.
 
    Layouts. A call covers `rows` queries; `group` consecutive rows share a sentence (beam search's
-   hypotheses; 1 in training), row r reading sentence r / group: its keys (S, D) or (S, A) and its
+   hypotheses, a Luong decoder's T target steps; 1 in a step loop), row r reading sentence r / group: its keys (S, D) or (S, A) and its
    values (S, V). Row r may read the keys s in [spans[2r], spans[2r + 1]): its sentence's real
    keys [0, length) (seq2seq_global_window), or those of them in a local window
    (seq2seq_local_window); every other key is padding to it. logits and d_logits are (rows, S)
@@ -247,7 +249,7 @@ void seq2seq_additive_layer_norm_score_backward(
 }
 
 /* DotProductAttention.score (scale 1, or 1 / sqrt(D) scaled) and GeneralAttention.score (whose
-   keys the caller projected, W_a h_s), each divided by the temperature:
+   keys the caller projected, W h_s), each divided by the temperature:
    e_s = scale * q . k_s. */
 void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
                            const float *restrict q, const float *restrict keys,

@@ -12,8 +12,8 @@
    The Luong decoder's attention follows: product-scored attention over its packed rows and
    decoding steps (seq2seq/kernels/product_attention.py), and its whole greedy loop built from
    these passes and torch's sgemm_ (seq2seq/kernels/greedy.py). Dropout's keep mask
-   (seq2seq/kernels/dropout.py) ends the file. The parts of one attention that the Bahdanau
-   decoder composes, each the twin of its Python function, are in attention.c.
+   (seq2seq/kernels/dropout.py) ends the file. The parts of one attention that both decoders
+   compose, each the twin of its Python function, are in attention.c.
 
    Layouts: a step has `rows` rows. gi, out, d_out and d_gi are read and written at a row stride
    given in floats (the caller's tensors: packed, time-major or batch-first), every other buffer
