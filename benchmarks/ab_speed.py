@@ -40,7 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         overrides = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        usage="%(prog)s --old REV [--new REV] [--repeats N] [--steps N] [--out DIR] "
+        "[-- HYDRA OVERRIDES]",
+        epilog="After --, the train.py overrides both revisions train with, e.g. -- "
+        "model.decoder=luong attention=dot.",
+    )
     parser.add_argument("--old", required=True, help="the revision to compare against")
     parser.add_argument("--new", default="HEAD", help="the revision to measure (HEAD)")
     parser.add_argument("--repeats", type=int, default=3)

@@ -292,13 +292,16 @@ def train_py_tokens_per_s(
 
 
 def measure_train_py(
-    rounds: int, steps: int, decoders: Sequence[str] = tuple(DECODERS.values())
+    rounds: int,
+    steps: int,
+    decoders: Sequence[str] = tuple(DECODERS.values()),
+    blocks: dict[tuple[str, ...], list[tuple[str, ...]]] = SETTINGS,
 ) -> list[dict[str, Any]]:
     """Every setting of ``decoders`` through ``train.py`` (``train_py_tokens_per_s``), the
     settings alternating within each round: the median tokens/s and its ratio to the default's."""
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for default, settings in SETTINGS.items():
+        for default, settings in blocks.items():
             if DECODERS[default] not in decoders:
                 continue
             measured: list[list[float]] = [[] for _ in settings]
@@ -319,6 +322,19 @@ def measure_train_py(
                     "ratio": round(median / base, 3),
                 })  # fmt: skip
     return rows
+
+
+def only(
+    blocks: dict[tuple[str, ...], list[tuple[str, ...]]], texts: Sequence[str] | None
+) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+    """``blocks`` with only the settings whose overrides contain one of ``texts`` (each
+    block's default first, what the ratios divide by); all of them without ``texts``."""
+    if not texts:
+        return blocks
+    return {
+        default: [settings[0], *(s for s in settings[1:] if any(t in " ".join(s) for t in texts))]
+        for default, settings in blocks.items()
+    }
 
 
 def train_py_markdown(rows: Sequence[dict[str, Any]]) -> str:
@@ -375,17 +391,28 @@ def main() -> None:
         "--heads-reference", action="store_true",
         help="several heads on the reference path and fused, each against its path's default",
     )  # fmt: skip
+    parser.add_argument(
+        "--only", nargs="+", metavar="TEXT",
+        help="only the settings whose overrides contain one of these, e.g. num_heads (all)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
+    asked = {"rounds": args.rounds, "only": args.only, "threads": torch.get_num_threads()}
     if args.train_py is not None:
-        rows = measure_train_py(args.rounds, args.train_py, args.decoders)
-        report = {"machine": machine(), "train_py_steps": args.train_py, "rows": rows}
+        blocks = only(SETTINGS, args.only)
+        rows = measure_train_py(args.rounds, args.train_py, args.decoders, blocks)
+        asked["threads"] = 1  # train.py's threads=1
+        report = {"machine": machine(), **asked, "train_py_steps": args.train_py, "rows": rows}
         print(train_py_markdown(rows))
     else:
-        blocks = HEADS_REFERENCE if args.heads_reference else SETTINGS
+        blocks = only(HEADS_REFERENCE if args.heads_reference else SETTINGS, args.only)
         rows = measure(args.rounds, args.steps, args.searches, args.decoders, blocks)
-        report = {"machine": machine(), "batch": BATCH, "length": LENGTH, "rows": rows}
+        counts = {"steps": args.steps, "searches": args.searches}
+        report = {
+            "machine": machine(), **asked, **counts, "batch": BATCH, "length": LENGTH,
+            "rows": rows,
+        }  # fmt: skip
         print(markdown(rows))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from benchmarks.switch_speed import (
     VOCABULARY,
     Setting,
     markdown,
+    only,
     search_flops,
     step_work,
     train_py_markdown,
@@ -81,3 +82,13 @@ def test_the_train_py_table_shows_the_median_and_its_ratio() -> None:
     row = {"decoder": "luong", "setting": "model.num_heads=4", "median_tokens_per_s": 7321}
     table = train_py_markdown([{**row, "tokens_per_s": [7000, 7321, 7400], "ratio": 0.812}])
     assert "| luong | `model.num_heads=4` | 7,321 | 0.812 |" in table
+
+
+def test_only_keeps_each_block_s_default_and_the_settings_that_match() -> None:
+    chosen = only(SETTINGS, ["num_heads"])
+    assert chosen.keys() == SETTINGS.keys()
+    for default, settings in chosen.items():
+        assert settings[0] == SETTINGS[default][0]  # what the ratios divide by
+        assert all("num_heads" in " ".join(extra) for extra in settings[1:])
+    assert sum(len(settings) for settings in chosen.values()) < sum(map(len, SETTINGS.values()))
+    assert only(SETTINGS, None) is SETTINGS
