@@ -327,12 +327,25 @@ def measure_train_py(
 def only(
     blocks: dict[tuple[str, ...], list[tuple[str, ...]]], texts: Sequence[str] | None
 ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
-    """``blocks`` with only the settings whose overrides contain one of ``texts`` (each
-    block's default first, what the ratios divide by); all of them without ``texts``."""
+    """``blocks`` with only the settings whose overrides are one of ``texts`` or, for a text no
+    setting is exactly, contain it (each block's default first, what the ratios divide by); all
+    of them without ``texts``. A text that matches nothing is refused."""
     if not texts:
         return blocks
+    written = {" ".join(extra) for settings in blocks.values() for extra in settings[1:]}
+    unmatched = [text for text in texts if not any(text in setting for setting in written)]
+    if unmatched:
+        raise SystemExit(
+            f"--only {' '.join(unmatched)}: no setting's overrides contain it; the settings are "
+            f"{'; '.join(sorted(written))}."
+        )
+
+    def chosen(extra: tuple[str, ...]) -> bool:
+        setting = " ".join(extra)
+        return any(setting == t if t in written else t in setting for t in texts)
+
     return {
-        default: [settings[0], *(s for s in settings[1:] if any(t in " ".join(s) for t in texts))]
+        default: [settings[0], *(extra for extra in settings[1:] if chosen(extra))]
         for default, settings in blocks.items()
     }
 
@@ -393,7 +406,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--only", nargs="+", metavar="TEXT",
-        help="only the settings whose overrides contain one of these, e.g. num_heads (all)",
+        help="only these settings (exactly, else those whose overrides contain the text), e.g. "
+        "model.num_heads=4 or num_heads (all)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()

@@ -757,7 +757,7 @@ def redefined_by(klass: type[nn.Module], builtin: type[nn.Module]) -> tuple[str,
 # subclass of one that redefines part of it (``redefined``) keeps the reference path.
 FORMULA_MODULES: frozenset[type[nn.Module]] = frozenset({
     *BUILTIN_SCORING, MultiHeadAttention, Normalization, LocalWindow, KeyBias, Softmax,
-    Sparsemax, Entmax15, Entmax, nn.Linear, nn.LayerNorm, nn.Dropout,
+    Sparsemax, Entmax15, Entmax, nn.Linear, nn.LayerNorm, nn.Dropout, nn.Identity,
 })  # fmt: skip
 
 
@@ -779,9 +779,10 @@ def has_formula_of(attention: Attention | MultiHeadAttention, builtin: type[Atte
 def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
     """Why no fast path computes ``attention``'s weights, or None when one may: every module
     it is built of (its scoring function, a multi-head block, the parts' normalizer, window and
-    key bias, their linear maps and layer norms) is this package's or torch's own class, or a
-    subclass that redefines none of it (``redefined``); a scoring function is one of
-    ``BUILTIN_SCORING``, a normalizer not a user's."""
+    key bias, their linear maps and layer norms) is one of ``FORMULA_MODULES`` or a subclass
+    of one that redefines none of it (``redefined``); a scoring function is one of
+    ``BUILTIN_SCORING``, a normalizer not a user's. (A method assigned to an instance, or a
+    hook, is not seen: ``seq2seq.kernels.reference_path`` runs the modules' own calls.)"""
     for module in attention.modules():
         if isinstance(module, Attention) and not isinstance(module, BUILTIN_SCORING):
             return f"{type(module).__name__} is not one of this package's scoring functions"
@@ -790,8 +791,10 @@ def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
             name = getattr(named, "__name__", type(named).__name__)
             return f"the normalizer {name} (attention.normalizer) is your own"
         builtin = next((c for c in type(module).__mro__ if c in FORMULA_MODULES), None)
-        overridden = [] if builtin is None else redefined(module, builtin)
-        if builtin is not None and overridden:
+        if builtin is None:  # e.g. W_q replaced by a module of the user's (an MLP, a Sequential)
+            return f"{type(module).__name__} is a module of your own inside the attention"
+        overridden = redefined(module, builtin)
+        if overridden:
             methods = ", ".join(f"{builtin.__name__}.{name}" for name in overridden)
             return f"{type(module).__name__} overrides {methods}"
     return None

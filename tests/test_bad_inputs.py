@@ -151,7 +151,7 @@ def test_train_py_as_a_subprocess(tmp_path: Path) -> None:
             "auto or off; use model.kernels=off)",
         ),
         ("model.kernels=fast", "model.kernels=fast is not a choice: auto runs the C kernels"),
-        ("model.kernels=false", "YAML reads an unquoted off (or no, yes, on) in a file as a"),
+        ("model.kernels=false", "Write model.kernels=off on the command line, or kernels: 'off'"),
         ("attention.num_hiddens=0", "attention.num_hiddens=0 (it must be a positive integer)"),
         ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
         ("data.eval_batch_size=-1", "data.eval_batch_size must be a positive integer, got -1"),

@@ -360,6 +360,18 @@ class ReversedLinear(nn.Linear):
         return super().forward(x).flip(-1)
 
 
+class ScaledProjection(nn.Module):
+    """Not a subclass of anything the kernels know, with a linear map's ``weight`` and ``bias``
+    (which a fast path could read): 5 (W x + b) + 1."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        return 5.0 * F.linear(x, self.weight, self.bias) + 1.0
+
+
 def own_module(kind: str, own: bool = True) -> Seq2Seq:
     """A reference model (hidden size 16) with one module of a user's own inside its attention:
     ``kind`` names which (the scoring function's helper, the multi-head block, the normalizer,
@@ -380,8 +392,10 @@ def own_module(kind: str, own: bool = True) -> Seq2Seq:
         attention.__class__ = TripledHeads
     elif kind == "normalizer":
         attention.normalization.normalizer.__class__ = DoubledEntmax
-    else:
+    elif kind == "linear":
         attention.W_q.__class__ = ReversedLinear
+    else:
+        attention.W_q = ScaledProjection(attention.W_q)
     return model
 
 
@@ -390,6 +404,7 @@ OWN_MODULES = {
     "heads": "TripledHeads overrides MultiHeadAttention.forward",
     "normalizer": "DoubledEntmax overrides Entmax.forward",
     "linear": "ReversedLinear overrides Linear.forward",
+    "foreign": "ScaledProjection is a module of your own inside the attention",
 }
 
 

@@ -92,3 +92,7 @@ def test_only_keeps_each_block_s_default_and_the_settings_that_match() -> None:
         assert all("num_heads" in " ".join(extra) for extra in settings[1:])
     assert sum(len(settings) for settings in chosen.values()) < sum(map(len, SETTINGS.values()))
     assert only(SETTINGS, None) is SETTINGS
+    exact = only(SETTINGS, ["model.num_heads=4"])  # one setting, not all that contain it
+    assert all(len(settings) == 2 for settings in exact.values() if len(settings) > 1)
+    with pytest.raises(SystemExit, match="--only zzz: no setting"):
+        only(SETTINGS, ["zzz"])

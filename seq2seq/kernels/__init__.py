@@ -7,7 +7,7 @@ docs/performance.md). The reference layers never import this package. The model 
 in one place, where it is built (``seq2seq.inference.bundle.build_model``, for training and
 inference alike), which calls ``accelerate`` when ``model.kernels`` is ``auto``; the pipeline's
 checks, the exports (ONNX) and the explorer import it only to read or undo that choice
-(``KERNEL_CHOICES``, ``reference_path``). The modules:
+(``KERNEL_CHOICES``, ``reference``). The modules:
 
 - ``csrc/gru.c``, and ``library``: its build (on first use, with ``$CC``), checks and loading;
 - ``gru``: the GRU recurrence (encoder layers, the Luong decoder's cell, decoding steps);
@@ -88,7 +88,8 @@ def accelerate(model: nn.Module) -> nn.Module:
             say_once(
                 f"model.kernels=auto: attention.dropout={dropout.p} drops attention "
                 "weights, which the C kernels' attention does not, so in training the attention "
-                "(the Bahdanau decoder's whole loop) runs on the reference path, at its speed; "
+                "(in the Bahdanau decoder, its whole step loop) runs on the reference path, at "
+                "its speed; "
                 "validation and decoding, which drop nothing, take the C kernels."
             )
         attention = getattr(module, "attention", None)
@@ -104,14 +105,15 @@ def accelerate(model: nn.Module) -> nn.Module:
                 "(model=lstm) trains and decodes with PyTorch's own LSTM, off the C loops."
             )
         covers = getattr(getattr(module, "attention", None), "coverage_weight", None) is not None
-        if isinstance(module, LuongDecoder) and covers and not module.input_feeding:
+        composed_decoder = isinstance(module, LuongDecoder) and id(module.attention) in composed
+        if composed_decoder and covers and not module.input_feeding:
             say_once(
                 "model.kernels=auto: with attention.coverage=true each step of the Luong decoder "
                 "reads the attention of the steps before, so its attention cannot run over all "
                 "steps in one call: the decoder's C kernels step one target position at a time, "
                 "as the Bahdanau decoder's do."
             )
-        if getattr(module, "input_feeding", False):
+        if composed_decoder and getattr(module, "input_feeding", False):
             say_once(
                 "model.kernels=auto: with model.input_feeding=true each step of the Luong decoder "
                 "reads the attention of the step before, so its cell cannot run over all steps in "

@@ -472,7 +472,10 @@ def usable(*tensors: Tensor | None) -> bool:
     if torch.compiler.is_compiling():
         return False
     if torch.is_autocast_enabled("cpu"):  # ATen's GRU computes in the autocast dtype, as always
-        say_reference("CPU autocast is on (trainer.precision=bf16-mixed or 16-mixed)")
+        say_reference(
+            "CPU autocast is on (trainer.precision=bf16-mixed or 16-mixed), and the C kernels "
+            "compute outside autocast"
+        )
         return False
     for tensor in tensors:
         if tensor is None:
@@ -480,7 +483,9 @@ def usable(*tensors: Tensor | None) -> bool:
         if tensor.device.type != "cpu":
             return False  # not said: CPU kernels stand aside on a GPU as a matter of course
         if tensor.dtype != torch.float32:
-            say_reference(f"the model computes in {tensor.dtype} on the CPU")
+            say_reference(
+                f"the model computes in {tensor.dtype} on the CPU, and the C kernels in float32"
+            )
             return False
     if library() is None:
         warn_unavailable()
@@ -492,8 +497,8 @@ def usable(*tensors: Tensor | None) -> bool:
 def say_reference(reason: str) -> None:
     """Say once per process, and per ``reason``, why the kernels stand aside for a model."""
     log.info(
-        "model.kernels=auto: %s, and the C kernels compute float32 on the CPU outside autocast, "
-        "so PyTorch's own modules run there (the same model and checkpoints, at its speed).",
+        "model.kernels=auto: %s, so PyTorch's own modules run there (the same model and "
+        "checkpoints, at its speed).",
         reason,
     )
 

@@ -7,7 +7,7 @@ second bmm) are half a dozen small ATen kernels, each a few microseconds of fixe
 Here they are one pass of ``csrc/gru.c`` over the rows (``seq2seq_product_forward``), split over
 torch's threads like the GRU's. Dot, scaled dot and general (qᵀWk) scoring all score
 ``scale · q · k'`` with k' the projected keys (W k for general, the keys themselves otherwise),
-which is what ``Attention.product_scale`` reports.
+which is what ``seq2seq.kernels.modules.product_scale`` reports.
 
 Teacher forcing (``PackedProductAttention``, the Luong decoder's training on the CPU) attends
 with the N real target positions of a packed batch (``seq2seq.kernels.packing``): each row scores

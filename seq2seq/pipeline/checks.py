@@ -91,10 +91,11 @@ def check_kernels_choice(kernels: object) -> None:
     if kernels in KERNEL_CHOICES:
         return
     if isinstance(kernels, bool):
+        meant = "off" if kernels is False else "auto"
         raise ConfigError(
-            f"model.kernels is {str(kernels).lower()}, not auto or off: YAML reads an unquoted "
-            "off (or no, yes, on) in a file as a boolean. Quote it there, kernels: 'off', or "
-            "set it on the command line: seq2seq train model.kernels=off."
+            f"model.kernels is {str(kernels).lower()}, not auto or off: YAML reads off, no, "
+            f"false (and on, yes, true) as a boolean, in a file or on the command line. Write "
+            f"model.kernels={meant} on the command line, or kernels: '{meant}' (quoted) in a file."
         )
     raise ConfigError(
         f"model.kernels={kernels} is not a choice: auto runs the C kernels on the CPU where they "
