@@ -719,6 +719,10 @@ def head_size(size: int, num_heads: object, what: str) -> int:
 # How a module is built and shown, not what it computes: a subclass may redefine these and
 # keep its parent's function.
 BUILDING = frozenset({"__init__", "extra_repr"})
+# A class attribute by which a subclass declares that it computes its parent's function another
+# way (an accelerated subclass, held to its parent by parity tests): what it redefines is not a
+# formula of its own.
+SAME_FUNCTION = "computes_its_parents_function"
 
 
 def redefined(module: nn.Module, builtin: type[nn.Module]) -> list[str]:
@@ -726,8 +730,8 @@ def redefined(module: nn.Module, builtin: type[nn.Module]) -> list[str]:
     and ``forward``) that ``module``'s class, an instance of ``builtin``, redefines: a fast
     path that computes ``builtin``'s function another way must not stand in for any of them
     (``preactivations`` as much as ``score``). Not how a module is built and shown
-    (``BUILDING``, a class's ``__doc__`` and other dunders), and not what ``seq2seq.kernels``'
-    accelerated subclasses redefine (the same function: their parity tests hold them to it)."""
+    (``BUILDING``, a class's ``__doc__`` and other dunders), and not what a class that declares
+    ``SAME_FUNCTION`` redefines."""
     # Classes hash by identity; torch's stubs type Module's __hash__ as an instance's.
     return list(redefined_by(type(module), builtin))  # type: ignore[arg-type]
 
@@ -744,7 +748,7 @@ def redefined_by(klass: type[nn.Module], builtin: type[nn.Module]) -> tuple[str,
     for below in klass.__mro__:
         if below is builtin:
             break
-        if below.__module__.startswith("seq2seq.kernels"):
+        if vars(below).get(SAME_FUNCTION, False):
             continue
         names += [
             name for name in vars(below)

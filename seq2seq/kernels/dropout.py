@@ -37,6 +37,8 @@ class Dropout(nn.Dropout):
     """``nn.Dropout`` (the same attributes, no state of its own) with a cheaper mask on the CPU;
     ``seq2seq.kernels.accelerate`` swaps a model's ``nn.Dropout`` modules to it."""
 
+    computes_its_parents_function = True  # seq2seq.attention.SAME_FUNCTION: own_formula reads it
+
     def forward(self, inputs: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return inputs

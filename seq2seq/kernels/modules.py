@@ -123,6 +123,8 @@ def weights_dropout_active(attention: Attention | MultiHeadAttention) -> bool:
 class FastAdditiveAttention(AdditiveAttention):
     """``context`` (no weights: training) through the sigmoid form on the CPU."""
 
+    computes_its_parents_function = True  # seq2seq.attention.SAME_FUNCTION: own_formula reads it
+
     def context(
         self,
         queries: Tensor,
