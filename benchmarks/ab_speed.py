@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--old", required=True, help="the revision to compare against")
     parser.add_argument("--new", default="HEAD", help="the revision to measure (HEAD)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=None, help="write result.json here")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations of old and new (3)")
+    parser.add_argument("--steps", type=int, default=300, help="updates per train.py run (300)")
+    parser.add_argument("--out", type=Path, default=None, help="a directory for the result (JSON)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         base = Path(scratch)
