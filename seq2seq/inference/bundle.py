@@ -152,11 +152,18 @@ def kernels_choice(model_config: dict[str, Any]) -> str:
     if "kernels" not in model_config:
         return "off" if model_config.get("fused_rnn") is False else "auto"
     choice = model_config["kernels"]
+    if isinstance(choice, bool):  # YAML's off, no, false (on, yes, true), unquoted
+        meant = "auto" if choice else "off"
+        raise ConfigError(
+            f"model.kernels is {str(choice).lower()}, not auto or off: YAML reads off, no, "
+            f"false (and on, yes, true) as a boolean, in a file or on the command line. Write "
+            f"model.kernels={meant} on the command line, or kernels: '{meant}' (quoted) in a file."
+        )
     if choice not in KERNEL_CHOICES:
         raise ConfigError(
-            f"model.kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}: auto runs "
-            "the C kernels on the CPU where they apply (the default), off runs the plain PyTorch "
-            "reference everywhere. E.g. seq2seq train model.kernels=off."
+            f"model.kernels={choice} is not a choice: auto runs the C kernels on the CPU where "
+            "they apply (the default), off the plain PyTorch reference everywhere. E.g. seq2seq "
+            "train model.kernels=off."
         )
     return str(choice)
 

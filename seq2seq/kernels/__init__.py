@@ -89,8 +89,7 @@ def accelerate(model: nn.Module) -> nn.Module:
                 f"model.kernels=auto: attention.dropout={dropout.p} drops attention "
                 "weights, which the C kernels' attention does not, so in training the attention "
                 "(in the Bahdanau decoder, its whole step loop) runs on the reference path, at "
-                "its speed; "
-                "validation and decoding, which drop nothing, take the C kernels."
+                "its speed; validation and decoding, which drop nothing, take the C kernels."
             )
         attention = getattr(module, "attention", None)
         has_parts = isinstance(attention, Attention | MultiHeadAttention) and (

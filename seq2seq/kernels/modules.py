@@ -1088,11 +1088,18 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             hiddens, *attention_inputs, self.coverage_of(state), *self.centre_parameters(),
             parts, steps,
         )  # fmt: skip
-        # h~ = tanh(W_c [c; h] (+ the folded heads' bias)): (N, M + H) @ (M + H, H)
-        combined = torch.cat([contexts, hiddens], dim=1)
-        attentional = F.linear(combined, attentional_weight, attentional_bias)
+        return self.readout(contexts, hiddens, attentional_weight, attentional_bias), weights
+
+    def readout(
+        self, contexts: Tensor, hiddens: Tensor, weight: Tensor, bias: Tensor | None
+    ) -> Tensor:
+        """Logits (N, V) of every row at once: h~ = tanh(W [c; h] + b) through the C tanh, W
+        the attentional layer's W_c (H, M + H) or its heads-folded form (``folded_head_output``;
+        b the bias that folding adds, else None), contexts (N, M or D), states (N, H)."""
+        combined = torch.cat([contexts, hiddens], dim=1)  # (N, M + H) @ (M + H, H)
+        attentional = F.linear(combined, weight, bias)
         activated = tanh_with_grad_(attentional)  # a fresh contiguous tensor: in place
-        return self.output_layer(self.dropout(activated)), weights
+        return self.output_layer(self.dropout(activated))
 
     def sequential_logits(
         self,
@@ -1189,11 +1196,9 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         weight = self.attentional.weight
         context_weight, hidden_weight = weight.split([self.memory_size, weight.shape[0]], dim=1)
         folded, bias = self.folded_head_output(context_weight)  # (H, D), (H,) or None
-        # h~ = tanh(W_c1 W_o c + W_c2 h + W_c1 b_o): (N, D + H) @ (D + H, H)
-        combined = torch.cat([packed.select(merged), hiddens], dim=1)
-        attentional = F.linear(combined, torch.cat([folded, hidden_weight], dim=1), bias)
-        activated = tanh_with_grad_(attentional)  # a fresh contiguous tensor: in place
-        return self.output_layer(self.dropout(activated))  # (N, V)
+        # h~ = tanh(W_c1 W_o c + W_c2 h + W_c1 b_o)
+        folded_weight = torch.cat([folded, hidden_weight], dim=1)  # (H, D + H)
+        return self.readout(packed.select(merged), hiddens, folded_weight, bias)  # (N, V)
 
     def teacher_forced_logits_and_weights(
         self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, source: EncodedSource

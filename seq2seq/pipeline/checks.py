@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.errors import ConfigError
-from seq2seq.kernels import KERNEL_CHOICES
+from seq2seq.inference.bundle import kernels_choice
 from seq2seq.onednn_guard import bf16_error
 from seq2seq.onednn_guard import report as onednn_report
 from seq2seq.training.distributed import is_nonzero_rank_from_env
@@ -76,32 +76,13 @@ def check_model_sizes(cfg: DictConfig) -> None:
             f"Transformer, are model.num_heads; use model.num_heads={heads}, and delete num_heads "
             "from your attention YAML)"
         )
-    check_kernels_choice(OmegaConf.select(cfg, "model.kernels", default="auto"))
+    kernels_choice({"kernels": OmegaConf.select(cfg, "model.kernels", default="auto")})
     if problems:
         raise ConfigError(
             f"the model cannot be built with {'; '.join(problems)}. Set "
             f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
             "seq2seq train model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
         )
-
-
-def check_kernels_choice(kernels: object) -> None:
-    """``model.kernels`` is ``auto`` or ``off``; YAML reads an unquoted ``off`` (or ``no``) in a
-    file as false, which is refused with the quoting that fixes it."""
-    if kernels in KERNEL_CHOICES:
-        return
-    if isinstance(kernels, bool):
-        meant = "off" if kernels is False else "auto"
-        raise ConfigError(
-            f"model.kernels is {str(kernels).lower()}, not auto or off: YAML reads off, no, "
-            f"false (and on, yes, true) as a boolean, in a file or on the command line. Write "
-            f"model.kernels={meant} on the command line, or kernels: '{meant}' (quoted) in a file."
-        )
-    raise ConfigError(
-        f"model.kernels={kernels} is not a choice: auto runs the C kernels on the CPU where they "
-        "apply (the default), off the plain PyTorch reference everywhere. E.g. seq2seq train "
-        "model.kernels=off."
-    )
 
 
 # Trainer settings that are counts: Lightning asserts their type deep in its loop, with no
