@@ -255,7 +255,9 @@ class AttentionLoop(torch.autograd.Function):
     hiddens (N, H), each step's rows together (``steps.stride`` 1: packed rows, or a padded
     batch time-major), then ``SequentialRecurrence``'s attention inputs (projected keys ...
     local-p's v_p), ``parts`` and ``steps`` -> contexts (N, h·d or M) and weights (N, h·S).
-    ``library.usable`` must hold.
+    Without local-p (whose centres the states predict), ``hiddens`` may be the queries
+    themselves, W_q h + b_q (N, A or h·K) of every row projected before the loop, with W_q
+    and b_q None. ``library.usable`` must hold.
     """
 
     @staticmethod
