@@ -99,3 +99,7 @@ def test_the_test_pass_is_reported_in_one_rounded_line() -> None:
     assert line == "Test (best checkpoint): BLEU 97.70, chrF 6.16, loss 3.937, AER 0.939"
     assert format_bleu(0.12442516535520554) == "0.12"
     assert "no validation" in format_bleu(None)
+    # A validation ran but no checkpoint kept a best (fast_dev_run): its score, and why.
+    assert format_bleu(None, 12.345) == (
+        "– (no checkpoint was kept; the last validation scored 12.35)"
+    )

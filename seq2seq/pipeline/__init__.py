@@ -229,7 +229,8 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
     if trainer.is_global_zero:
         write_summary(run_dir, run, module, result)
         print(
-            f"Best val BLEU: {format_bleu(best_bleu)}\nBest checkpoint: {result['best_checkpoint']}"
+            f"Best val BLEU: {format_bleu(best_bleu, metrics.get('val/bleu'))}\n"
+            f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
 

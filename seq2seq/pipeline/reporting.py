@@ -161,6 +161,12 @@ def test_report(metrics: Mapping[str, float]) -> str:
     return "Test (best checkpoint): " + ", ".join(cells)
 
 
-def format_bleu(bleu: float | None) -> str:
-    """The best val BLEU as sacreBLEU prints a score, or why there is none."""
-    return "– (no validation ran)" if bleu is None else f"{bleu:.2f}"
+def format_bleu(bleu: float | None, last: float | None = None) -> str:
+    """The best val BLEU as sacreBLEU prints a score, or why there is none: no validation ran,
+    or one ran (``last``, its val/bleu) but no checkpoint kept a best (``trainer.fast_dev_run``
+    keeps none)."""
+    if bleu is not None:
+        return f"{bleu:.2f}"
+    if last is not None:
+        return f"– (no checkpoint was kept; the last validation scored {last:.2f})"
+    return "– (no validation ran)"
