@@ -412,19 +412,30 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the report (JSON) here")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    asked = {"rounds": args.rounds, "only": args.only, "threads": torch.get_num_threads()}
+    asked = {
+        "rounds": args.rounds, "only": args.only, "decoders": args.decoders,
+        "heads_reference": args.heads_reference, "threads": torch.get_num_threads(),
+    }  # fmt: skip
     if args.train_py is not None:
         blocks = only(SETTINGS, args.only)
         rows = measure_train_py(args.rounds, args.train_py, args.decoders, blocks)
         asked["threads"] = 1  # train.py's threads=1
-        report = {"machine": machine(), **asked, "train_py_steps": args.train_py, "rows": rows}
+        report = {
+            "machine": machine(), **asked, "train_py_steps": args.train_py,
+            "statistic": "median of the runs' training tokens/s; ratio to the decoder's default",
+            "rows": rows,
+        }  # fmt: skip
         print(train_py_markdown(rows))
     else:
         blocks = only(HEADS_REFERENCE if args.heads_reference else SETTINGS, args.only)
         rows = measure(args.rounds, args.steps, args.searches, args.decoders, blocks)
         counts = {"steps": args.steps, "searches": args.searches}
         report = {
-            "machine": machine(), **asked, **counts, "batch": BATCH, "length": LENGTH,
+            "machine": machine(), **asked, **counts, "batch": BATCH, "source_length": LENGTH,
+            "target_length": LENGTH + 1,
+            "vocabulary": VOCABULARY,
+            "statistic": "median over the rounds of a round's mean; ratio = the block's "
+            "default's median / the setting's",
             "rows": rows,
         }  # fmt: skip
         print(markdown(rows))
