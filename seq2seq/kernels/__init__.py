@@ -21,7 +21,8 @@ checks, the exports (ONNX) and the explorer import it only to read or undo that 
 - ``bahdanau``: the Bahdanau decoder's step loop with its attention's parts, one autograd node;
 - ``luong``: the Luong decoder's step loop where each step waits for the one before (input
   feeding), one autograd node, and with coverage alone the attention's own loop
-  (``AttentionLoop``: the cell runs over every step first, the readout over every row after);
+  (``AttentionLoop``: the cell and the queries' projection run over every step first, the
+  readout over every row after);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one C call, its attention composed of the same
   C twins where it has parts (input feeding and coverage carried as the loop's state);

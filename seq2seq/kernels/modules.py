@@ -1085,17 +1085,18 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             source, parameters
         )
         centre_weight, centre_vector = self.centre_parameters()
-        inputs, queries = list(attention_inputs), hiddens
-        query_weight, query_bias = inputs[3], inputs[4]
+        keys, values, lens, query_weight, query_bias, *scoring = attention_inputs
+        queries = hiddens
         if query_weight is not None and centre_weight is None:
             # No step's query waits for the step before: W_q h + b_q (N, A or h·K) of every row
             # in one GEMM (and its gradient in one), the loop reading them as its queries.
             # Local-p predicts its centres from the states, which the loop must then read.
             queries = F.linear(hiddens, query_weight, query_bias)
-            inputs[3] = inputs[4] = None
+            query_weight = query_bias = None
         contexts, weights = AttentionLoop.apply(
-            queries, *inputs, self.coverage_of(state), centre_weight, centre_vector, parts, steps
-        )
+            queries, keys, values, lens, query_weight, query_bias, *scoring,
+            self.coverage_of(state), centre_weight, centre_vector, parts, steps,
+        )  # fmt: skip
         return self.readout(contexts, hiddens, attentional_weight, attentional_bias), weights
 
     def readout(
