@@ -32,12 +32,13 @@
 
    Layouts. A call covers `rows` queries; `group` consecutive rows share a sentence (beam search's
    hypotheses, a Luong decoder's T target steps; 1 in a step loop), row r reading sentence
-   r / group: its keys (S, D) or (S, A) and its values (S, V). Row r may read the keys s in [spans[2r], spans[2r + 1]): its sentence's real
-   keys [0, length) (seq2seq_global_window), or those of them in a local window
-   (seq2seq_local_window); every other key is padding to it. logits and d_logits are (rows, S)
-   scratch, meaningful within the span only; weights are (rows, S) at a row stride given in
-   floats, exactly 0 outside the span and everywhere in a row with an empty span (the masking
-   contract of masked_softmax), which then also gets a zero context and gradient.
+   r / group: its keys (S, D) or (S, A) and its values (S, V). Row r may read the keys s in
+   [spans[2r], spans[2r + 1]): its sentence's real keys [0, length) (seq2seq_global_window), or
+   those of them in a local window (seq2seq_local_window); every other key is padding to it.
+   logits and d_logits are (rows, S) scratch, meaningful within the span only; weights are
+   (rows, S) at a row stride given in floats, exactly 0 outside the span and everywhere in a row
+   with an empty span (the masking contract of masked_softmax), which then also gets a zero
+   context and gradient.
    The backward passes run in training, and add into the gradients of keys and values: each
    thread takes whole sentences (all `group` rows of each), so threads never add into one
    place. */
