@@ -111,6 +111,30 @@ def test_entmax_bisect_and_its_gradients_match_the_python_twin(alpha: float, sca
     torch.testing.assert_close(d_alpha.sum(), want_alpha.float(), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("alpha", [1.05, 1.5, 2.0, 4.0])
+def test_entmax_bisects_powers_keep_it_as_close_to_float64_as_float32(alpha: float) -> None:
+    """``pow_vec`` and ``log_vec`` (csrc/vector_math.h), read through ``seq2seq_entmax_bisect``
+    on rows of 1 to 40 keys (whole vectors of 8 and remainders) from nearly uniform to one-hot,
+    against the Python twin in float64: no further from it than the twin run in float32."""
+    lengths = torch.arange(1, 41).repeat(6)  # (R,)
+    rows, keys = lengths.numel(), int(lengths.max())
+    scales = torch.tensor([0.01, 0.3, 1.0, 3.0, 10.0, 30.0]).repeat_interleave(40)[:, None]
+    logits = (random(rows, keys) * scales).contiguous()  # (R, S)
+    spans = torch.stack([torch.zeros_like(lengths), lengths], dim=1).contiguous()
+    valid = valid_key_mask(lengths, 1, keys)  # (R, 1, S)
+    weights = torch.empty(rows, keys)
+    kernels().seq2seq_entmax_bisect(
+        rows, keys, spans.data_ptr(), alpha, normalizers.BISECTION_ITERATIONS,
+        logits.data_ptr(), weights.data_ptr(), keys,
+    )  # fmt: skip
+    want = normalizers.entmax_bisect(logits.double()[:, None], valid, alpha)[:, 0]
+    float32 = normalizers.entmax_bisect(logits[:, None], valid, alpha)[:, 0]
+    error, float32_error = (weights.double() - want).abs(), (float32.double() - want).abs()
+    assert error.max() <= 2 * float32_error.max() + 1e-7
+    assert (weights[~valid[:, 0]] == 0).all() and torch.isfinite(weights).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(rows))
+
+
 @pytest.mark.parametrize("name", NORMALIZERS)
 def test_entmax_backward_is_each_normalizers_gradient(name: str) -> None:
     """``seq2seq_entmax_backward`` at the normalizer's α against autograd through the Python

@@ -595,7 +595,8 @@ void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
    sum_s [x_s - tau]_+^(1 / (alpha - 1)) falls as tau rises, from >= 1 at tau = -1 to <= 1 at
    tau = -n^(1 - alpha) (n keys in the span); `iterations` halvings of that interval keep the
    last tau whose sum is >= 1, and the weights are divided by their sum, so that rows sum to 1
-   exactly. */
+   exactly. The powers are pow_vec's, so that each halving's sum is one vectorised loop rather
+   than a libm call per key. */
 void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict spans, float alpha,
                            int64_t iterations, const float *restrict logits,
                            float *restrict weights, int64_t w_stride) {
@@ -606,7 +607,11 @@ void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict span
     float *restrict p = weights + r * w_stride;
     if (len > 0) {
       const float exponent = 1.0f / (alpha - 1.0f);
-      float x[len], largest = z[first];
+      /* x padded to whole vectors of 8 with keys that are never above a middle (-1 <= middle),
+         so that the halvings' loop has no scalar remainder. */
+      const int64_t padded = (len + 7) / 8 * 8;
+      float x[padded], largest = z[first];
+      for (int64_t s = len; s < padded; ++s) x[s] = -2.0f;
       for (int64_t s = first + 1; s < end; ++s) largest = z[s] > largest ? z[s] : largest;
       for (int64_t s = 0; s < len; ++s) x[s] = (z[first + s] - largest) * (alpha - 1.0f);
       float low = -1.0f, width = 1.0f - __builtin_powf((float)len, 1.0f - alpha);
@@ -617,16 +622,18 @@ void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict span
            and keeps it: stopping here gives the same tau as running them all. */
         if (middle == low) break;
         float total = 0.0f;
-        for (int64_t s = 0; s < len; ++s) {
+#pragma omp simd reduction(+ : total)
+        for (int64_t s = 0; s < padded; ++s) {
           const float above = x[s] - middle;
-          total += above > 0.0f ? __builtin_powf(above, exponent) : 0.0f;
+          total += above > 0.0f ? pow_vec(above, exponent) : 0.0f;
         }
         if (total >= 1.0f) low = middle;
       }
       float total = 0.0f;
+#pragma omp simd reduction(+ : total)
       for (int64_t s = 0; s < len; ++s) {
         const float above = x[s] - low;
-        p[first + s] = above > 0.0f ? __builtin_powf(above, exponent) : 0.0f;
+        p[first + s] = above > 0.0f ? pow_vec(above, exponent) : 0.0f;
         total += p[first + s];
       }
       total = total > 1.17549435e-38f ? total : 1.17549435e-38f; /* float's smallest normal */
