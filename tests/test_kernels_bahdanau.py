@@ -49,10 +49,14 @@ ADDITIVE = StepAttention("additive", 1.0)
 
 def fused_additive(*inputs: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """``Recurrence`` with plain additive attention and softmax, as ``reference`` computes."""
-    *attention, context_weight, weight_hh, bias_hh = inputs[5:]
+    query_weight, query_bias, score_weight, context_weight, weight_hh, bias_hh = inputs[5:]
     return Recurrence.apply(
         *inputs[:5],
-        *attention,
+        query_weight,
+        query_bias,
+        None,  # no heads' W_q
+        None,
+        score_weight,
         *[None] * 7,  # no key bias, α, T, coverage or local-p
         context_weight,
         weight_hh,

@@ -43,7 +43,8 @@ from seq2seq.kernels.loop_attention import (
 class Recurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), projected keys
     (B, S, K), memory (B, S, M), src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring;
-    None for a product's q = s), w_v (1, A) (additive; else None), the key bias (P,) or None,
+    None for a product's q = s), the heads' W_q (D, H) and b_q (D,) before an additive score's
+    (several heads; else None), w_v (1, A) (additive; else None), the key bias (P,) or None,
     a learned α (0-d) or None, a learned temperature (0-d) or None, the coverage weight (w_c
     (A,) or γ (0-d)) and the coverage before the first step (B, S) or None each, local-p's W_p
     (H, H) and v_p (1, H) or None each, W_ic (G, M) (the context's part of the cell's input
@@ -63,10 +64,11 @@ class Recurrence(torch.autograd.Function):
 
     With several heads (``parts.heads`` h > 1; ``FastDecoder.loop_inputs``) the keys
     (B·h, S, K) and memory (B·h, S, d) are split into heads, src_lens repeated (B·h,), W_q
-    (h·K, H) gives a row's h queries at once, the coverage weight is the heads' γ (h,), W_ic is
-    (G, h·d), and the contexts and weights come out as (…, h·d) and (…, h·S), head after head
-    (``loop_attention``); the steps' rows must then follow each other (packed, or time-major
-    padded).
+    (h·K, H) gives a row's h queries at once (a product's), or the heads' W_q (D, H) and then
+    an additive score's W_q (A, d) of each head, the coverage weight is the heads' γ (h,), W_ic
+    is (G, h·d), and the contexts and weights come out as (…, h·d) and (…, h·S), head after
+    head (``loop_attention``); the steps' rows must then follow each other (packed, or
+    time-major padded).
     """
 
     @staticmethod
@@ -79,6 +81,8 @@ class Recurrence(torch.autograd.Function):
         src_lens: Tensor,
         query_weight: Tensor | None,
         query_bias: Tensor | None,
+        heads_weight: Tensor | None,
+        heads_bias: Tensor | None,
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
@@ -107,9 +111,9 @@ class Recurrence(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
         attention = LoopAttention(
             kernels, parts, (
-                projected_keys, memory, src_lens, query_weight, query_bias, score_weight,
-                key_bias, alpha, temperature, coverage_weight, initial_coverage, centre_weight,
-                centre_vector,
+                projected_keys, memory, src_lens, query_weight, query_bias, heads_weight,
+                heads_bias, score_weight, key_bias, alpha, temperature, coverage_weight,
+                initial_coverage, centre_weight, centre_vector,
             ), batch, size, steps, needs_grad,
         )  # fmt: skip
         new = input_gates.new_empty

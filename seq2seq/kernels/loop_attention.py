@@ -12,7 +12,11 @@ attention input's gradient after the loop, the projections' as one GEMM over all
 Several heads (``StepAttention.heads`` h > 1, ``FastDecoder.loop_inputs``): row r's head i
 is row r·h + i of the parts' rows, reading sentence b·h + i of keys and values split into heads;
 the heads' weights and contexts lie side by side in a row (…, h·S), (…, h·d). The coverage is
-the heads' average, and head i's logits add γ_i times it (``MultiHeadAttention.forward``).
+the heads' average, and head i's logits add γ_i times it (``MultiHeadAttention.forward``). An
+additive score's queries are two GEMMs a step, as the block computes them: the block's W_q s +
+b_q (b, D) with D = h·d, then the score's W_a of each head's d features, (b·h, d) @ (d, A) ->
+(b, h·A). One folded (h·A, H) weight would cost h·A·H multiply-adds a row where the two cost
+D·(H + A): twice as many for four heads with A = H = D.
 
 Shape legend: B batch, S source length, H state size, A additive attention size, K key size (A,
 or the query's for product scoring), h heads, d a head's value size, N' rows the steps visit.
@@ -38,10 +42,12 @@ from seq2seq.kernels.library import FLOAT_BYTES
 class LoopAttention:
     """One decoder loop's attention, step by step (module docstring). Built from the loop's
     attention inputs: projected keys (B·h, S, K), memory (B·h, S, d), src_lens (B·h,), W_q
-    (A, H) or (h·K, H) and b_q, or None each (the state is the query), w_v, the key bias, a
-    learned α, a learned T, the coverage weight (w_c (A,), γ (0-d) or the heads' γ (h,)) and
-    the coverage before the first step (B, S), local-p's W_p (H, H) and v_p (1, H), or None
-    each; then the loop's batch B, state size H and ``steps``."""
+    (A, H), (h·K, H) or with heads' additive queries (A, d), and b_q, or None each (the state
+    is the query), the heads' own W_q (D, H) and b_q (D,) before an additive score's (module
+    docstring), w_v, the key bias, a learned α, a learned T, the coverage weight (w_c (A,), γ
+    (0-d) or the heads' γ (h,)) and the coverage before the first step (B, S), local-p's W_p
+    (H, H) and v_p (1, H), or None each; then the loop's batch B, state size H and
+    ``steps``."""
 
     def __init__(
         self,
@@ -54,8 +60,9 @@ class LoopAttention:
         needs_grad: bool,
     ) -> None:
         (
-            keys, memory, src_lens, query_weight, query_bias, score_weight, key_bias, alpha,
-            temperature, coverage_weight, initial_coverage, centre_weight, centre_vector,
+            keys, memory, src_lens, query_weight, query_bias, heads_weight, heads_bias,
+            score_weight, key_bias, alpha, temperature, coverage_weight, initial_coverage,
+            centre_weight, centre_vector,
         ) = attention_inputs  # fmt: skip
         assert keys is not None and memory is not None and src_lens is not None
         self.kernels, self.parts, self.heads, self.batch = kernels, parts, parts.heads, batch
@@ -71,11 +78,19 @@ class LoopAttention:
         self.keys, self.key_size = keys.shape[1], keys.shape[2]
         self.value_size = memory.shape[2]
         self.query_weight, self.query_bias = query_weight, query_bias
+        self.heads_weight, self.heads_bias = heads_weight, heads_bias
         self.score_weight, self.alpha, self.temperature = score_weight, alpha, temperature
         self.coverage_weight = coverage_weight
         self.steps = steps
         query_width = size if query_weight is None else query_weight.shape[0]  # H, A or h·K
         visited, new = steps.rows * heads, keys.new_empty
+        # The heads' W_q s + b_q (b, D) of each visited row, which W_a's gradient reads.
+        self.head_queries = None
+        if heads_weight is not None:
+            query_width *= heads  # h·A
+            kept = steps.rows if needs_grad else batch
+            self.head_queries = new(kept, heads_weight.shape[0])
+        self.needs_grad = needs_grad
         self.query = None if query_weight is None else new(batch, query_width)
         # Per visited row, in the steps' order: what the score's backward reads (the tanh(x) of
         # every (row, key) pair where an additive score keeps it, ``saves_scores``; else the
@@ -134,7 +149,10 @@ class LoopAttention:
         query = state
         if self.query is not None and self.query_weight is not None:  # q = W_q s + b_q
             query = self.query[:active]  # (b, H) -> (b, A or h·K)
-            linear_into(query, state, self.query_weight, self.query_bias)
+            if self.heads_weight is None:
+                linear_into(query, state, self.query_weight, self.query_bias)
+            else:
+                self.project_heads(done, state, query)
         if self.saved_queries is not None:
             self.saved_queries[done : done + active] = query
         parts.forward(
@@ -149,6 +167,21 @@ class LoopAttention:
         if self.coverage is not None:  # c_{t+1} = c_t + a_t (the heads' average): (b, S)
             step = weights if heads == 1 else weights.view(active, heads, -1).mean(dim=1)
             self.coverage[:active] += step
+
+    def project_heads(self, done: int, state: Tensor, query: Tensor) -> None:
+        """The heads' additive queries into ``query`` (b, h·A) from ``state`` (b, H): the
+        block's W_q s + b_q (b, D), then W_a of each head's d features (module docstring)."""
+        assert self.head_queries is not None and self.query_weight is not None
+        active = state.shape[0]
+        at = done if self.needs_grad else 0  # kept per visited row only for the backward pass
+        head_queries = self.head_queries[at : at + active]  # (b, D)
+        assert self.heads_weight is not None
+        linear_into(head_queries, state, self.heads_weight, self.heads_bias)  # (b, H) @ (H, D)
+        per_head = active * self.heads  # (b·h, d) @ (d, A) -> (b·h, A), i.e. (b, h·A)
+        linear_into(
+            query.view(per_head, -1), head_queries.view(per_head, -1), self.query_weight,
+            self.query_bias,
+        )  # fmt: skip
 
     def step_coverage(self, done: int, active: int) -> Tensor | None:
         """The coverage a step's rows read (b·h, S), kept per visited row for the backward pass:
@@ -175,6 +208,9 @@ class LoopAttention:
         new = self.source.memory.new_empty
         width = heads * self.key_size
         self.d_queries = new(self.steps.rows, width)
+        self.d_head_queries = None  # dL/d(W_q s + b_q) of the heads' additive queries (N', D)
+        if self.head_queries is not None:
+            self.d_head_queries = new(self.steps.rows, self.head_queries.shape[1])
         self.scratch = (new(batch * heads, keys), new(batch * heads, keys))
         self.grads = AttentionGrads.zeros(self.source, batch * heads)  # per row, summed after
         # dL/dc_{t+1} while step t is undone (c_{t+1} = c_t + a_t: a_t's gradient too), and
@@ -238,7 +274,14 @@ class LoopAttention:
         if self.centres is not None:  # dL/ds through p_t
             d_state += self.centres.backward(done, active)
         d_query = self.d_queries[done : done + active]
-        if self.query_weight is not None:  # dL/ds += d_q @ W_q: (b, A or h·K) @ (·, H)
+        if self.d_head_queries is not None and self.heads_weight is not None:
+            assert self.query_weight is not None  # the heads' additive queries
+            d_heads = self.d_head_queries[done : done + active]  # (b, D)
+            # (b·h, A) @ (A, d) -> (b·h, d), i.e. (b, D); then dL/ds += (b, D) @ (D, H)
+            per_head = active * heads
+            torch.mm(d_query.view(per_head, -1), self.query_weight, out=d_heads.view(per_head, -1))
+            d_state.addmm_(d_heads, self.heads_weight)
+        elif self.query_weight is not None:  # dL/ds += d_q @ W_q: (b, A or h·K) @ (·, H)
             d_state.addmm_(d_query, self.query_weight)
         else:  # q = s
             d_state += d_query
@@ -258,8 +301,8 @@ class LoopAttention:
     def gradients(self, previous: Tensor) -> tuple[Tensor | None, ...]:
         """The gradients of the attention inputs, in ``__init__``'s order, after the loop:
         ``previous`` (N', H) is each visited row's state the query came from."""
-        grads, d_queries = self.grads, self.d_queries
-        query_weight, query_bias = self.query_weight, self.query_bias
+        grads = self.grads
+        d_query_weight, d_query_bias, d_heads_weight, d_heads_bias = self.query_gradients(previous)
         d_centre_weight = d_centre_vector = None
         if self.centres is not None:
             d_centre_weight, d_centre_vector = self.centres.weight_gradients(previous)
@@ -270,8 +313,10 @@ class LoopAttention:
             grads.d_keys,
             grads.d_memory,
             None,
-            None if query_weight is None else d_queries.t() @ previous,  # (·, N') @ (N', H)
-            None if query_bias is None else d_queries.sum(0),
+            d_query_weight,
+            d_query_bias,
+            d_heads_weight,
+            d_heads_bias,
             summed_like(d_score_weight, self.score_weight),
             grads.d_key_bias,
             summed_like(grads.d_alpha, self.alpha),
@@ -280,6 +325,25 @@ class LoopAttention:
             self.d_coverage,
             d_centre_weight,
             d_centre_vector,
+        )
+
+    def query_gradients(self, previous: Tensor) -> tuple[Tensor | None, ...]:
+        """The gradients of W_q and b_q, and of the heads' W_q and b_q before an additive
+        score's (None where there are none), from every visited row's state ``previous``."""
+        d_queries, weight, bias = self.d_queries, self.query_weight, self.query_bias
+        if weight is None:
+            return None, None, None, None
+        if self.d_head_queries is None or self.head_queries is None:
+            # (·, N') @ (N', H)
+            return d_queries.t() @ previous, None if bias is None else d_queries.sum(0), None, None
+        d_heads, head_queries = self.d_head_queries, self.head_queries
+        per_head = d_queries.view(-1, weight.shape[0])  # (N'·h, A)
+        # (A, N'·h) @ (N'·h, d); (D, N') @ (N', H)
+        return (
+            per_head.t() @ head_queries.view(per_head.shape[0], -1),
+            None if bias is None else per_head.sum(0),
+            d_heads.t() @ previous,
+            None if self.heads_bias is None else d_heads.sum(0),
         )
 
 

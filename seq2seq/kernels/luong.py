@@ -43,7 +43,8 @@ class SequentialRecurrence(torch.autograd.Function):
     """input_gates (B, T, G) = W_ie e + b_ih of every step, initial (B, H), the first fed
     vector f_0 (B, H) or None (no input feeding), projected keys (B, S, K), memory (B, S, M),
     src_lens (B,), then W_q (A, H) and b_q (A,) (additive scoring; None for a product's q =
-    h), w_v (1, A) or None, the key bias (P,), a learned α (0-d), a learned temperature (0-d),
+    h), the heads' W_q (D, H) and b_q (D,) before an additive score's (``bahdanau.Recurrence``),
+    w_v (1, A) or None, the key bias (P,), a learned α (0-d), a learned temperature (0-d),
     the coverage weight (w_c (A,) or γ (0-d)) and the coverage before the first step (B, S),
     local-p's W_p (H, H) and v_p (1, H), or None each; W_if (G, H) (the fed vector's part of
     the cell's input weight; None without input feeding), W_hh (G, H), b_hh (G,) or None, W_c
@@ -67,6 +68,8 @@ class SequentialRecurrence(torch.autograd.Function):
         src_lens: Tensor,
         query_weight: Tensor | None,
         query_bias: Tensor | None,
+        heads_weight: Tensor | None,
+        heads_bias: Tensor | None,
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
@@ -100,9 +103,9 @@ class SequentialRecurrence(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
         attention = LoopAttention(
             kernels, parts, (
-                projected_keys, memory, src_lens, query_weight, query_bias, score_weight,
-                key_bias, alpha, temperature, coverage_weight, initial_coverage, centre_weight,
-                centre_vector,
+                projected_keys, memory, src_lens, query_weight, query_bias, heads_weight,
+                heads_bias, score_weight, key_bias, alpha, temperature, coverage_weight,
+                initial_coverage, centre_weight, centre_vector,
             ), batch, size, steps, needs_grad,
         )  # fmt: skip
         width = parts.heads * attention.value_size  # a context's columns: M, or h·d
@@ -256,8 +259,8 @@ class AttentionLoop(torch.autograd.Function):
     batch time-major), then ``SequentialRecurrence``'s attention inputs (projected keys ...
     local-p's v_p), ``parts`` and ``steps`` -> contexts (N, h·d or M) and weights (N, h·S).
     Without local-p (whose centres the states predict), ``hiddens`` may be the queries
-    themselves, W_q h + b_q (N, A or h·K) of every row projected before the loop, with W_q
-    and b_q None. ``library.usable`` must hold.
+    themselves, W_q h + b_q (N, A or h·K) of every row projected before the loop, with W_q,
+    b_q and the heads' W_q and b_q None. ``library.usable`` must hold.
     """
 
     @staticmethod
@@ -269,6 +272,8 @@ class AttentionLoop(torch.autograd.Function):
         src_lens: Tensor,
         query_weight: Tensor | None,
         query_bias: Tensor | None,
+        heads_weight: Tensor | None,
+        heads_bias: Tensor | None,
         score_weight: Tensor | None,
         key_bias: Tensor | None,
         alpha: Tensor | None,
@@ -288,9 +293,9 @@ class AttentionLoop(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad)  # type: ignore[attr-defined]
         attention = LoopAttention(
             kernels, parts, (
-                projected_keys, memory, src_lens, query_weight, query_bias, score_weight,
-                key_bias, alpha, temperature, coverage_weight, initial_coverage, centre_weight,
-                centre_vector,
+                projected_keys, memory, src_lens, query_weight, query_bias, heads_weight,
+                heads_bias, score_weight, key_bias, alpha, temperature, coverage_weight,
+                initial_coverage, centre_weight, centre_vector,
             ), steps.batch_sizes[0], size, steps, needs_grad,
         )  # fmt: skip
         contexts = hiddens.new_empty(rows, parts.heads * attention.value_size)

@@ -384,34 +384,29 @@ class FastDecoder(AttentionDecoder):
         weight (·, M) that reads the attention's output (the Bahdanau cell's W_ic, the Luong
         decoder's W_c1) as the loop applies it, and a bias (·,) to add after it, or None.
 
-        With several heads the block's linear maps fold into the weights the loop already
-        has: the heads' queries W_a (W_q,i s + b_i) + b_a = (W_a W_q,i) s + (W_a b_i + b_a)
-        (additive; a product's are W_q s + b_q), one (h·K, H) GEMM a step; and the output
-        weight reads W (W_o c + b_o) = (W W_o) c + W b_o of the heads' concatenated contexts c
+        The query's weights are W_q (·, H) and b_q, then the heads' own W_q (D, H) and b_q
+        (D,) where an additive score projects each head's query (else None each): a product
+        scores the block's W_q s + b_q itself, an additive score W_a (W_q,i s + b_i) + b_a per
+        head (``loop_attention``'s two GEMMs). With several heads the output weight reads W
+        (W_o c + b_o) = (W W_o) c + W b_o of the heads' concatenated contexts c
         (``head_output`` applies W_o where the loop returns them)."""
         attention = self.attention
         query_weight, query_bias, *rest = parameters
         if not isinstance(attention, MultiHeadAttention):
             source_tensors = (source.projected_keys, source.memory, source.src_lens)
-            return (*source_tensors, query_weight, query_bias, *rest), output_weight, None
+            queries: tuple[Tensor | None, ...] = (query_weight, query_bias, None, None)
+            return (*source_tensors, *queries, *rest), output_weight, None
         heads, head_projection = attention.num_heads, attention.W_q
-        per_head = head_projection.weight.view(heads, -1, head_projection.in_features)  # (h, d, H)
         bias = head_projection.bias  # (D,) or None
         if query_weight is None:  # a product scores the heads' queries themselves
-            query_weight, query_bias = head_projection.weight, bias
-        else:  # (A, d) with (h, d, H) -> (h, A, H) -> (h·A, H)
-            folded = torch.einsum("ad,hdk->hak", query_weight, per_head).flatten(0, 1)
-            shift = query_weight.new_zeros(heads, query_weight.shape[0])  # (h, A)
-            if bias is not None:  # W_a b_i: (h, d) @ (d, A)
-                shift = shift + bias.view(heads, -1) @ query_weight.t()
-            if query_bias is not None:
-                shift = shift + query_bias
-            query_weight, query_bias = folded, shift.flatten()
+            queries = (head_projection.weight, bias, None, None)
+        else:  # W_a (A, d) of each head's W_q,i s + b_i
+            queries = (query_weight, query_bias, head_projection.weight, bias)
         assert source.projected_values is not None  # a multi-head attention's source has them
         lens = source.src_lens.repeat_interleave(heads)  # (B·h,): sentence b·h + i is b's
         source_tensors = (source.projected_keys, source.projected_values, lens)
         folded_output, output_bias = self.folded_head_output(output_weight)
-        return (*source_tensors, query_weight, query_bias, *rest), folded_output, output_bias
+        return (*source_tensors, *queries, *rest), folded_output, output_bias
 
     def folded_head_output(self, output_weight: Tensor) -> tuple[Tensor, Tensor | None]:
         """A weight W (·, M) that reads a multi-head attention's output, folded with its W_o:
@@ -1085,16 +1080,19 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             source, parameters
         )
         centre_weight, centre_vector = self.centre_parameters()
-        keys, values, lens, query_weight, query_bias, *scoring = attention_inputs
+        keys, values, lens = attention_inputs[:3]
+        # W_q and b_q, the heads' W_q and b_q; then the scoring's and the other parts' inputs
+        query_weights, scoring = list(attention_inputs[3:7]), attention_inputs[7:]
         queries = hiddens
-        if query_weight is not None and centre_weight is None:
+        weight, bias, heads_weight, heads_bias = query_weights
+        if weight is not None and centre_weight is None:
             # No step's query waits for the step before: W_q h + b_q (N, A or h·K) of every row
             # in one GEMM (and its gradient in one), the loop reading them as its queries.
             # Local-p predicts its centres from the states, which the loop must then read.
-            queries = F.linear(hiddens, query_weight, query_bias)
-            query_weight = query_bias = None
+            queries = project_queries(hiddens, weight, bias, heads_weight, heads_bias, parts.heads)
+            query_weights = [None] * 4
         contexts, weights = AttentionLoop.apply(
-            queries, keys, values, lens, query_weight, query_bias, *scoring,
+            queries, keys, values, lens, *query_weights, *scoring,
             self.coverage_of(state), centre_weight, centre_vector, parts, steps,
         )  # fmt: skip
         return self.readout(contexts, hiddens, attentional_weight, attentional_bias), weights
@@ -1260,7 +1258,13 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         parts, parameters = fused
         context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
         inputs, context_weight, context_bias = self.loop_inputs(source, parameters, context_weight)
-        query_weight, query_bias, score_weight, key_bias, _, _, coverage_weight = inputs[3:]
+        query_weight, query_bias, heads_weight, heads_bias = inputs[3:7]
+        score_weight, key_bias, _, _, coverage_weight = inputs[7:12]
+        if heads_weight is not None and query_weight is not None:
+            # The C loop's one query GEMM: the two folded into one.
+            query_weight, query_bias = fold_head_queries(
+                query_weight, query_bias, heads_weight, heads_bias, parts.heads
+            )
         several = parts.heads > 1  # one head's values are W_c1 m: nothing to fold after them
         centre_weight, centre_vector = self.centre_parameters()
         return StepParts(
@@ -1268,6 +1272,39 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             context_weight if several else None, context_bias if several else None,
             centre_weight, centre_vector,
         )  # fmt: skip
+
+
+def project_queries(
+    states: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    heads_weight: Tensor | None,
+    heads_bias: Tensor | None,
+    heads: int,
+) -> Tensor:
+    """W_q s + b_q of states (N, H) -> (N, K or h·K); with the heads' own W_q (D, H) first,
+    each head's d features through W_q (A, d) -> (N, h·A) (``FastDecoder.loop_inputs``)."""
+    if heads_weight is None:
+        return F.linear(states, weight, bias)
+    head_queries = F.linear(states, heads_weight, heads_bias)  # (N, D)
+    rows = states.shape[0]
+    return F.linear(head_queries.view(rows * heads, -1), weight, bias).view(rows, -1)
+
+
+def fold_head_queries(
+    weight: Tensor, bias: Tensor | None, heads_weight: Tensor, heads_bias: Tensor | None, heads: int
+) -> tuple[Tensor, Tensor]:
+    """The heads' additive queries W_a (W_q,i s + b_i) + b_a as one map, (W_a W_q,i) s + (W_a
+    b_i + b_a): W_a (A, d) and the heads' W_q (D, H) -> (h·A, H) and (h·A,). Twice the
+    multiply-adds of the two maps for A = H = D and four heads, for a loop that takes one."""
+    per_head = heads_weight.view(heads, -1, heads_weight.shape[1])  # (h, d, H)
+    folded = torch.einsum("ad,hdk->hak", weight, per_head).flatten(0, 1)  # (h·A, H)
+    shift = weight.new_zeros(heads, weight.shape[0])  # (h, A)
+    if heads_bias is not None:  # W_a b_i: (h, d) @ (d, A)
+        shift = shift + heads_bias.view(heads, -1) @ weight.t()
+    if bias is not None:
+        shift = shift + bias
+    return folded, shift.flatten()
 
 
 def time_major(rows: Tensor) -> Tensor:
