@@ -206,6 +206,51 @@ def test_windows_give_the_keys_of_the_modules_mask(size: int) -> None:
         torch.testing.assert_close(weights, expected.float(), rtol=1e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("heads", [1, 2])
+def test_local_p_centres_and_their_backward_against_the_module(heads: int) -> None:
+    """``seq2seq_local_p_centres`` after the caller's W_p h GEMM against
+    ``LocalWindow.centres`` (eq. 9), a row's sentence read directly and through sentence_of;
+    its backward, from each head's centre gradient (summed), against autograd in float64: the
+    gradient of W_p h, and dz, whose product with tanh(W_p h) is v_p's."""
+    size = 5
+    window = LocalWindow("local_p", 2, size)
+    assert window.W_p is not None and window.v_p is not None
+    queries = random(ROWS, size, scale=2.0)
+    want = window.centres(queries[:, None], LENS, None)[:, 0].detach()  # (R,)
+    features = (queries @ window.W_p.weight.t()).detach().contiguous()  # (R, H): W_p h
+    vector = window.v_p.weight.detach().contiguous()  # (1, H)
+    gates, centres = torch.empty(ROWS), torch.empty(ROWS)
+    kernels().seq2seq_local_p_centres(
+        ROWS, size, vector.data_ptr(), LENS.data_ptr(), None, features.data_ptr(),
+        gates.data_ptr(), centres.data_ptr(),
+    )  # fmt: skip
+    torch.testing.assert_close(centres, want, rtol=1e-5, atol=1e-5)
+    reversed_rows = torch.arange(ROWS - 1, -1, -1)  # row r reads sentence R - 1 - r
+    projected, through = (queries @ window.W_p.weight.t()).detach().flip(0), torch.empty(ROWS)
+    kernels().seq2seq_local_p_centres(
+        ROWS, size, vector.data_ptr(), LENS.data_ptr(), reversed_rows.data_ptr(),
+        projected.contiguous().data_ptr(), None, through.data_ptr(),
+    )  # fmt: skip
+    torch.testing.assert_close(through, want.flip(0), rtol=1e-5, atol=1e-5)
+    leaf = (queries.double() @ window.W_p.weight.double().t()).detach().requires_grad_()
+    last = (LENS - 1).clamp(min=0).double()
+    predicted = torch.tanh(leaf) @ vector.double()[0]  # (R,): z = v_p · u
+    d_centres = random(ROWS, heads, seed=1)  # each head's, (R, h)
+    (d_leaf,) = torch.autograd.grad(
+        (last * torch.sigmoid(predicted) * d_centres.double().sum(1)).sum(), leaf
+    )
+    d_predicted, d_projected = torch.empty(ROWS), torch.empty(ROWS, size)
+    kernels().seq2seq_local_p_centres_backward(
+        ROWS, heads, size, vector.data_ptr(), LENS.data_ptr(), features.data_ptr(),
+        gates.data_ptr(), d_centres.contiguous().data_ptr(), d_predicted.data_ptr(),
+        d_projected.data_ptr(),
+    )  # fmt: skip
+    torch.testing.assert_close(d_projected, d_leaf.float(), rtol=1e-4, atol=1e-5)
+    gate = torch.sigmoid(predicted).detach()
+    want_dz = d_centres.double().sum(1) * last * gate * (1 - gate)
+    torch.testing.assert_close(d_predicted, want_dz.float(), rtol=1e-4, atol=1e-5)
+
+
 def test_coverage_terms_and_their_backward_against_autograd() -> None:
     """``seq2seq_additive_coverage`` (keys k_s + c_s w_c, AdditiveAttention.preactivations) and
     ``seq2seq_coverage`` (logits + γ c_s, Attention.covered_logits), with their backward

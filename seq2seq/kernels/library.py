@@ -269,6 +269,10 @@ def declare_attention_parts(library: ctypes.CDLL) -> None:
         # normalized, d_weights, d_centres
         "seq2seq_local_p_gaussian": [i64, i64, i64, pointer, pointer, pointer, i64, pointer],
         "seq2seq_local_p_gaussian_backward": [i64, i64, i64, *[pointer] * 5],
+        # rows, H, v_p, lengths, sentence_of, features, gates, centres; rows, heads, H, v_p,
+        # lengths, features, gates, d_centres, d_predicted, d_projected
+        "seq2seq_local_p_centres": [i64, i64, *[pointer] * 6],
+        "seq2seq_local_p_centres_backward": [i64, i64, i64, *[pointer] * 7],
         # rows, S, spans, logits, d_logits, d_temperature
         "seq2seq_temperature_backward": [i64, i64, *[pointer] * 4],
         # rows, S, P, bias, spans, logits; rows, S, P, spans, d_logits, d_bias

@@ -116,7 +116,7 @@ class LoopAttention:
         self.centres = None  # local-p's p_t, predicted from each step's state
         if centre_weight is not None and centre_vector is not None:
             self.centres = PredictedCentres(
-                centre_weight, centre_vector, src_lens[::heads], steps.rows, self.keys,
+                kernels, centre_weight, centre_vector, src_lens[::heads], steps.rows, self.keys,
                 needs_grad, heads,
             )  # fmt: skip
         self.logits = new(batch * heads, self.keys)  # scratch: a step's scores
@@ -349,13 +349,15 @@ class LoopAttention:
 
 class PredictedCentres:
     """Local-p's centres inside the loop, ``LocalWindow.centres``: p_t = (S_b - 1) ·
-    σ(v_p · tanh(W_p s)) for each visited row (N' of them, in the steps' order), with what the
-    backward pass reads: tanh(W_p s) (N', H), σ (N',), p_t (N',) and, per head row, the
-    weights before the Gaussian (N'·h, S) (``StepAttention.forward``'s ``normalized``). With
-    ``heads``, every head of a row reads the row's centre."""
+    σ(v_p · tanh(W_p s)) for each visited row (N' of them, in the steps' order), W_p s a GEMM
+    and the rest its C twin (``seq2seq_local_p_centres``), with what the backward pass reads:
+    tanh(W_p s) (N', H), σ (N',), p_t (N',) and, per head row, the weights before the Gaussian
+    (N'·h, S) (``StepAttention.forward``'s ``normalized``). With ``heads``, every head of a
+    row reads the row's centre."""
 
     def __init__(
         self,
+        kernels: ctypes.CDLL,
         weight: Tensor,
         vector: Tensor,
         src_lens: Tensor,
@@ -364,8 +366,10 @@ class PredictedCentres:
         needs_grad: bool,
         heads: int = 1,
     ) -> None:
+        self.kernels = kernels
         self.weight, self.vector, self.heads = weight, vector, heads  # W_p (H, H), v_p (1, H)
-        self.last = (src_lens - 1).clamp(min=0).to(weight.dtype)  # (B,): S_b - 1
+        self.vector_rows = vector.detach().contiguous()  # what the C twin reads of v_p
+        self.lengths = src_lens.to(torch.int64).contiguous()  # (B,): S_b
         self.features = weight.new_empty(rows, weight.shape[0])
         self.gates = weight.new_empty(rows)
         self.centres = weight.new_empty(rows)
@@ -379,11 +383,12 @@ class PredictedCentres:
         """p_t of the step's rows, from their state (b, H) -> (b·h,); rows done .. done + b."""
         active = state.shape[0]
         features = self.features[done : done + active]
-        torch.tanh(state @ self.weight.t(), out=features)  # (b, H) @ (H, H)
-        gate = self.gates[done : done + active]
-        torch.sigmoid(features @ self.vector[0], out=gate)  # (b, H) @ (H,) -> (b,)
+        torch.mm(state, self.weight.t(), out=features)  # (b, H) @ (H, H): W_p s
         centres = self.centres[done : done + active]
-        torch.mul(self.last[:active], gate, out=centres)
+        self.kernels.seq2seq_local_p_centres(
+            active, features.shape[1], self.vector_rows.data_ptr(), self.lengths.data_ptr(), None,
+            features.data_ptr(), self.gates[done].data_ptr(), centres.data_ptr(),
+        )  # fmt: skip
         if self.heads == 1:
             return centres
         head_centres = self.head_centres[done * self.heads : (done + active) * self.heads]
@@ -408,14 +413,15 @@ class PredictedCentres:
         the weight gradients need."""
         assert self.d_centres is not None and self.d_predicted is not None
         assert self.d_projected is not None
-        rows = slice(done, done + active)
-        d_centres = self.d_centres[self.head_rows(done, active)].view(active, self.heads).sum(1)
-        gate, features = self.gates[rows], self.features[rows]
-        # p = last σ(z): dz = dp · last · σ (1 - σ), z = v_p · u, u = tanh(W_p s).
-        d_predicted = self.d_predicted[rows]
-        torch.mul(d_centres * self.last[:active], gate * (1 - gate), out=d_predicted)
-        d_projected = self.d_projected[rows]  # dL/d(W_p s) = dz v_p (1 - u²): (b, H)
-        torch.mul(d_predicted[:, None] * self.vector, 1 - features.square(), out=d_projected)
+        # p = last σ(z): dz = dp · last · σ (1 - σ), z = v_p · u, u = tanh(W_p s), summed over
+        # the heads' dp; dL/d(W_p s) = dz v_p (1 - u²): (b, H), by the C twin.
+        d_projected = self.d_projected[done : done + active]
+        self.kernels.seq2seq_local_p_centres_backward(
+            active, self.heads, d_projected.shape[1], self.vector_rows.data_ptr(),
+            self.lengths.data_ptr(), self.features[done].data_ptr(), self.gates[done].data_ptr(),
+            self.d_centres[done * self.heads].data_ptr(), self.d_predicted[done].data_ptr(),
+            d_projected.data_ptr(),
+        )  # fmt: skip
         return d_projected @ self.weight  # (b, H) @ (H, H)
 
     def weight_gradients(self, previous: Tensor) -> tuple[Tensor, Tensor]:

@@ -10,11 +10,9 @@
      positions   seq2seq_key_bias          KeyBias.forward               (seq2seq/positions.py)
                  seq2seq_local_window      LocalWindow.forward's in_window (local-m's centres)
                  seq2seq_global_window     the padding mask of every other attention
-                 seq2seq_local_p_gaussian  LocalWindow.forward's local-p factor (eq. 10); its
-                                           centres, LocalWindow.centres' p_t = (S_b - 1)
-                                           sigmoid(v_p . tanh(W_p h_t)), come from the caller
-                                           (loop_attention.PredictedCentres, gru.c's
-                                           predicted_centres)
+                 seq2seq_local_p_gaussian  LocalWindow.forward's local-p factor (eq. 10)
+                 seq2seq_local_p_centres   LocalWindow.centres' p_t = (S_b - 1) sigmoid(v_p .
+                                           tanh(W_p h_t)) (eq. 9), after the caller's GEMM
      normalizers seq2seq_softmax           softmax                       (seq2seq/normalizers.py)
                  seq2seq_sparsemax         sparsemax
                  seq2seq_entmax15          entmax15
@@ -441,6 +439,52 @@ void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t 
       if (normalized != NULL) normalized[r * S + s] = p[s];
       p[s] *= exp_vec(-0.5f * distance * distance * inverse_variance);
     }
+  }
+}
+
+/* LocalWindow.centres for local-p (Luong et al., eq. 9): p_r = (S_b - 1) sigmoid(v_p . u_r)
+   with u_r = tanh(W_p h_r), row r's sentence b being sentence_of[r] (r where NULL). features
+   (rows, H) holds W_p h_r on entry (the caller's GEMM) and u_r on exit; gates (rows,) receives
+   sigmoid(v_p . u_r) for the backward pass, or is NULL. */
+void seq2seq_local_p_centres(int64_t rows, int64_t H, const float *restrict v_p,
+                             const int64_t *restrict lengths, const int64_t *restrict sentence_of,
+                             float *restrict features, float *restrict gates,
+                             float *restrict centres) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float *restrict u = features + r * H;
+    float predicted = 0.0f;
+#pragma omp simd reduction(+ : predicted)
+    for (int64_t j = 0; j < H; ++j) {
+      u[j] = tanh_vec(u[j]);
+      predicted += v_p[j] * u[j];
+    }
+    const int64_t last = lengths[sentence_of == NULL ? r : sentence_of[r]] - 1;
+    const float gate = sigmoid_vec(predicted);
+    if (gates != NULL) gates[r] = gate;
+    centres[r] = (float)(last > 0 ? last : 0) * gate;
+  }
+}
+
+/* seq2seq_local_p_centres' backward, from d_centres (rows x heads: every head of a row reads
+   its centre, and their gradients add): dz_r = dp_r (S_b - 1) g_r (1 - g_r) into d_predicted
+   (rows,), v_p's gradient's factor, and d_projected (rows, H) = dz_r v_p (1 - u_r^2), the
+   gradient of W_p h_r. */
+void seq2seq_local_p_centres_backward(int64_t rows, int64_t heads, int64_t H,
+                                      const float *restrict v_p, const int64_t *restrict lengths,
+                                      const float *restrict features, const float *restrict gates,
+                                      const float *restrict d_centres,
+                                      float *restrict d_predicted, float *restrict d_projected) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float d_centre = 0.0f;
+    for (int64_t i = 0; i < heads; ++i) d_centre += d_centres[r * heads + i];
+    const int64_t last = lengths[r] - 1;
+    const float g = gates[r];
+    const float dz = d_centre * (float)(last > 0 ? last : 0) * g * (1.0f - g);
+    d_predicted[r] = dz;
+    const float *restrict u = features + r * H;
+    float *restrict d = d_projected + r * H;
+#pragma omp simd
+    for (int64_t j = 0; j < H; ++j) d[j] = dz * v_p[j] * (1.0f - u[j] * u[j]);
   }
 }
 

@@ -470,6 +470,9 @@ void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, fl
 void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t *spans,
                               const float *centres, float *weights, int64_t w_stride,
                               float *normalized);
+void seq2seq_local_p_centres(int64_t rows, int64_t H, const float *v_p, const int64_t *lengths,
+                             const int64_t *sentence_of, float *features, float *gates,
+                             float *centres);
 void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *bias,
                       const int64_t *spans, float *logits);
 void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
@@ -581,19 +584,13 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
 }
 
 /* Local-p's centres of the `active` rows (their states `query`, (active, H)): features
-   (active, H) = tanh(query W_p^T) scratch, centres[r] = (S_b - 1) sigmoid(v_p . features_r), b
-   the row's sentence (LocalWindow.centres). */
+   (active, H) = W_p query^T, scratch, then attention.c's seq2seq_local_p_centres (row r's
+   sentence rows[r]). */
 static void predicted_centres(void *sgemm, const greedy_parts *parts, int64_t active, int64_t H,
                               const float *query, const int64_t *lens, const int64_t *rows,
                               float *features, float *centres) {
   seq2seq_affine_rows(sgemm, active, H, H, parts->W_p, H, NULL, query, features);
-  seq2seq_tanh(active * H, features);
-  for (int64_t r = 0; r < active; ++r) {
-    float predicted = 0.0f;
-    for (int64_t j = 0; j < H; ++j) predicted += parts->v_p[j] * features[r * H + j];
-    const int64_t last = lens[rows[r]] - 1;
-    centres[r] = (float)(last > 0 ? last : 0) * sigmoid_vec(predicted);
-  }
+  seq2seq_local_p_centres(active, H, parts->v_p, lens, rows, features, NULL, centres);
 }
 
 /* A greedy step's attention through the parts for the `active` rows (row r is sentence rows[r]):
