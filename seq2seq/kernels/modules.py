@@ -60,7 +60,7 @@ from seq2seq.kernels.bahdanau import Recurrence as FusedRecurrence
 from seq2seq.kernels.dropout import Dropout
 from seq2seq.kernels.greedy import StepParts, luong_greedy
 from seq2seq.kernels.gru import Steps, gru, gru_cell, gru_steps, tanh_, tanh_with_grad_
-from seq2seq.kernels.library import usable
+from seq2seq.kernels.library import library, usable
 from seq2seq.kernels.luong import AttentionLoop, SequentialRecurrence
 from seq2seq.kernels.packing import PackedTokens, pack_tokens
 from seq2seq.kernels.product_attention import PackedProductAttention, product_attend
@@ -76,6 +76,7 @@ from seq2seq.models.decoder import (
 from seq2seq.models.encoder import RNNEncoder
 from seq2seq.models.model import Seq2Seq
 from seq2seq.normalizers import Entmax
+from seq2seq.positions import LocalWindow
 from seq2seq.search import GreedyTask
 
 # W_q, b_q, w_v, the key bias, a learned α, a learned temperature, the coverage weight: each a
@@ -464,7 +465,7 @@ class FastDecoder(AttentionDecoder):
             window = getattr(self.attention.normalization, "window", None)
             assert window is not None  # step_attention named local-p
             per_sentence = queries_per_sentence(queries, source.memory.shape[0])
-            centres = window.centres(per_sentence, source.src_lens, None).reshape(-1)
+            centres = local_p_centres(window, per_sentence, source.src_lens).reshape(-1)
         # (R·Tq, M), (R·Tq, S)
         contexts, weights = parts_attend(
             parts, queries.reshape(rows * num_queries, size), source.projected_keys,
@@ -534,7 +535,7 @@ class FastDecoder(AttentionDecoder):
         if parts.needs_centres:  # local-p's p_t from the queries before their projection
             window = getattr(attention.normalization, "window", None)
             assert window is not None  # step_attention named local-p
-            centres = each_head(window.centres(per_sentence, source.src_lens, None))
+            centres = each_head(local_p_centres(window, per_sentence, source.src_lens))
         query_weight, query_bias, score_weight, key_bias, alpha, temperature, gamma = parameters
         head_coverage = coverage_weight = None
         if coverage is not None:  # γ_i c for head i, (B, h, K·Tq, S), the C twin's γ then 1
@@ -1272,6 +1273,27 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             context_weight if several else None, context_bias if several else None,
             centre_weight, centre_vector,
         )  # fmt: skip
+
+
+def local_p_centres(window: LocalWindow, queries: Tensor, src_lens: Tensor) -> Tensor:
+    """``window.centres`` of local-p for queries (B, Tq, H) -> (B, Tq): with autograd, the
+    module's; without (decoding), W_p q's GEMM and the C twin ``seq2seq_local_p_centres``,
+    a step's half-dozen ATen ops in one call."""
+    kernels = library()
+    if torch.is_grad_enabled() or kernels is None or window.W_p is None or window.v_p is None:
+        return window.centres(queries, src_lens, None)
+    batch, per_sentence, size = queries.shape
+    features = F.linear(queries.reshape(-1, size), window.W_p.weight).contiguous()  # (B·Tq, H)
+    lengths = src_lens.to(torch.int64).contiguous()
+    # row b·Tq + j reads sentence b
+    sentence_of = torch.arange(batch).repeat_interleave(per_sentence)
+    centres = features.new_empty(batch * per_sentence)
+    vector = window.v_p.weight.contiguous()  # (1, H)
+    kernels.seq2seq_local_p_centres(
+        features.shape[0], size, vector.data_ptr(), lengths.data_ptr(), sentence_of.data_ptr(),
+        features.data_ptr(), None, centres.data_ptr(),
+    )  # fmt: skip
+    return centres.view(batch, per_sentence)
 
 
 def project_queries(
