@@ -367,8 +367,8 @@ class PredictedCentres:
         heads: int = 1,
     ) -> None:
         self.kernels = kernels
-        self.weight, self.vector, self.heads = weight, vector, heads  # W_p (H, H), v_p (1, H)
-        self.vector_rows = vector.detach().contiguous()  # what the C twin reads of v_p
+        self.weight, self.heads = weight, heads  # W_p (H, H)
+        self.vector = vector.detach().contiguous()  # v_p (1, H), as the C twin reads it
         self.lengths = src_lens.to(torch.int64).contiguous()  # (B,): S_b
         self.features = weight.new_empty(rows, weight.shape[0])
         self.gates = weight.new_empty(rows)
@@ -386,7 +386,7 @@ class PredictedCentres:
         torch.mm(state, self.weight.t(), out=features)  # (b, H) @ (H, H): W_p s
         centres = self.centres[done : done + active]
         self.kernels.seq2seq_local_p_centres(
-            active, features.shape[1], self.vector_rows.data_ptr(), self.lengths.data_ptr(), None,
+            active, features.shape[1], self.vector.data_ptr(), self.lengths.data_ptr(), None,
             features.data_ptr(), self.gates[done].data_ptr(), centres.data_ptr(),
         )  # fmt: skip
         if self.heads == 1:
@@ -417,7 +417,7 @@ class PredictedCentres:
         # the heads' dp; dL/d(W_p s) = dz v_p (1 - u²): (b, H), by the C twin.
         d_projected = self.d_projected[done : done + active]
         self.kernels.seq2seq_local_p_centres_backward(
-            active, self.heads, d_projected.shape[1], self.vector_rows.data_ptr(),
+            active, self.heads, d_projected.shape[1], self.vector.data_ptr(),
             self.lengths.data_ptr(), self.features[done].data_ptr(), self.gates[done].data_ptr(),
             self.d_centres[done * self.heads].data_ptr(), self.d_predicted[done].data_ptr(),
             d_projected.data_ptr(),
