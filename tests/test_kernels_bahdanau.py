@@ -284,9 +284,9 @@ def test_searches_decode_the_same_with_and_without_the_kernels() -> None:
 
 
 def assert_searches_agree(model: Seq2Seq, uses_kernels: Callable[[Any, Tensor], bool]) -> None:
-    """Greedy and beam 4 with the accelerated ``model`` and its reference: the same tokens and
-    lengths, attention within float rounding. ``uses_kernels(source, state)`` must hold for the
-    accelerated one."""
+    """Greedy and beam 5 with the accelerated ``model`` and its reference: the same tokens and
+    lengths, beam scores and attention within float rounding. ``uses_kernels(source, state)``
+    must hold for the accelerated one."""
     src, src_lens, _ = make_batch()
     results = []
     with torch.no_grad():
@@ -297,13 +297,14 @@ def assert_searches_agree(model: Seq2Seq, uses_kernels: Callable[[Any, Tensor], 
             else:
                 to_reference(model)
             greedy = greedy_search(model, src, src_lens, BOS, EOS, PAD, max_len_a=1.0, max_len_b=3)
-            beam = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=4, n_best=2)
+            beam = beam_search(model, src, src_lens, BOS, EOS, PAD, beam_size=5, n_best=2)
             results.append((greedy, beam))
     (greedy, beam), (greedy_aten, beam_aten) = results
     for got, want in ((greedy, greedy_aten), (beam, beam_aten)):
         assert torch.equal(got.tokens, want.tokens) and torch.equal(got.lengths, want.lengths)
         # Within float32 rounding, which coverage sums over the steps.
         torch.testing.assert_close(got.attention, want.attention, rtol=1e-4, atol=5e-5)
+    torch.testing.assert_close(beam.scores, beam_aten.scores, rtol=1e-5, atol=1e-5)
 
 
 SCORING = {
