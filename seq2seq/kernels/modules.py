@@ -209,6 +209,9 @@ class DecodingSource(EncodedSource):
     # (B, S, H): the context part of Luong's attentional layer applied to every source position,
     # W_c1 m_s: W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s).
     attentional_memory: Tensor | None = None
+    # With several heads instead: W_c1 W_o (H, D) and W_c1 b_o (H,) or None, the same W_c1 c
+    # read from the heads' concatenated contexts before W_o (``FastLuongDecoder.heads_readout``).
+    heads_readout: tuple[Tensor, Tensor | None] | None = None
     tables_built: bool = False
 
     def index_select(self, indices: Tensor) -> DecodingSource:
@@ -218,6 +221,7 @@ class DecodingSource(EncodedSource):
             **{field.name: getattr(selected, field.name) for field in fields(EncodedSource)},
             token_gates=self.token_gates,
             attentional_memory=None if memory is None else memory.index_select(0, indices),
+            heads_readout=self.heads_readout,
             tables_built=self.tables_built,
         )
 
@@ -775,13 +779,16 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
     def build_tables(self, source: EncodedSource) -> None:
         """The base tables, and ``attentional_memory``: W_c1 m (B, S, H) over the S source
         positions costs about S steps' worth of the per-step W_c1 c GEMM it replaces, and beam
-        search saves it for each of its K rows per sentence."""
+        search saves it for each of its K rows per sentence. Several heads' context is W_o of
+        their averages, not an average of the memory: ``heads_readout`` folds W_c1 into W_o
+        instead, once per batch where each step would pay W_o's GEMM and W_c1's."""
         if not isinstance(source, DecodingSource) or source.tables_built or not self.is_decoding():
             return
         super().build_tables(source)
-        if isinstance(self.attention, MultiHeadAttention):
-            return  # its context is W_o of the heads' averages, not an average of the memory
         context_weight = self.attentional.weight[:, : self.memory_size]  # W_c1 (H, M)
+        if isinstance(self.attention, MultiHeadAttention):
+            source.heads_readout = self.folded_head_output(context_weight)  # (H, D), (H,)
+            return
         source.attentional_memory = F.linear(source.memory, context_weight)  # (B, S, H)
 
     def cell_runs_fused(self, *tensors: Tensor) -> bool:
@@ -910,11 +917,17 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             # (B, G) rows of the table, then the gates (see ``cell_gates``).
             cell_state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
         state, query = self.advance(cell_state, state), cell_state[0]  # query: (B, H)
+        fused_step = self.fused_step_applies(query)
+        positions = None if steps is None else steps[:, None]  # (B, 1)
+        heads = self.heads_readout(query, source, positions, None)
+        if heads is not None:
+            readout, weights = heads
+            attentional = tanh_(readout) if fused_step else torch.tanh(readout)
+            return self.output_layer(self.dropout(attentional)), state, weights
         # When decoding, the weights average ``attentional_memory`` instead of the memory:
         # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
         # which leaves no concatenation and only the W_c2 h GEMM per step.
         values = source.memory if source.attentional_memory is None else source.attentional_memory
-        fused_step = self.fused_step_applies(query)
         scale = self.fused_product_scale(source, query) if fused_step else None
         if scale is not None:
             # The scores, mask, softmax and average in one C pass: (B, M) or (B, H), and (B, S).
@@ -922,7 +935,6 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
                 query, source.projected_keys, values, source.src_lens, scale
             )
         else:
-            positions = None if steps is None else steps[:, None]  # (B, 1)
             # (B, 1, M) or (B, 1, H), and (B, 1, S)
             step_averaged, step_weights = self.attend_values(
                 query[:, None, :], source, values, positions
@@ -954,26 +966,80 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             gates = torch.addmm(gates, feed, self.cell.weight_ih[:, self.embedding_size :].t())
         cell_state = self.cell_gates(gates, state)
         query = cell_state[0]  # (B, H): h_t asks where to look
-        tables = source.attentional_memory  # W_c1 m (B, S, H), or None
-        attended = source if tables is None else replace_memory(source, tables)
-        # (B, 1, M or H), (B, 1, S)
-        averaged, weights = self.attend(
-            query[:, None, :], attended, True, None if steps is None else steps[:, None],
-            None if coverage is None else coverage[:, None, :],
-        )  # fmt: skip
-        assert weights is not None  # asked for
-        if tables is None:  # h~ = tanh(W_c [c; h])
-            attentional = self.attentional_vector(query, averaged[:, 0])
-        else:  # W_c1 c came averaged: + W_c2 h, (B, H) @ (H, H)
-            hidden_weight = self.attentional.weight[:, self.memory_size :]
-            attentional = torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t()))
+        positions = None if steps is None else steps[:, None]  # (B, 1)
+        step_coverage = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
+        heads = self.heads_readout(query, source, positions, step_coverage)
+        if heads is not None:  # h~ = tanh(W_c [c; h]) from the heads' folded readout
+            readout, weights = heads
+            attentional = torch.tanh(readout)
+        else:
+            attentional, weights = self.attended_vector(query, source, positions, step_coverage)
         attentional = self.dropout(attentional)  # (B, H): what is output and fed
         if coverage is not None:
-            coverage = coverage + weights[:, 0]
+            coverage = coverage + weights
         new_state = self.advance(
             cell_state, state, attentional if feed is not None else None, coverage
         )
-        return self.output_layer(attentional), new_state, weights[:, 0]
+        return self.output_layer(attentional), new_state, weights
+
+    def attended_vector(
+        self,
+        query: Tensor,
+        source: DecodingSource,
+        positions: Tensor | None,
+        coverage: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """A decoding step's h~ = tanh(W_c [c; h]) (B, H) and weights (B, S) through ``attend``,
+        averaging W_c1 m (``attentional_memory``) where there is one; query h (B, H),
+        positions (B, 1) and coverage (B, 1, S) or None each."""
+        tables = source.attentional_memory  # W_c1 m (B, S, H), or None
+        attended = source if tables is None else replace_memory(source, tables)
+        # (B, 1, M or H), (B, 1, S)
+        averaged, weights = self.attend(query[:, None, :], attended, True, positions, coverage)
+        assert weights is not None  # asked for
+        if tables is None:  # h~ = tanh(W_c [c; h])
+            return self.attentional_vector(query, averaged[:, 0]), weights[:, 0]
+        # W_c1 c came averaged: + W_c2 h, (B, H) @ (H, H)
+        hidden_weight = self.attentional.weight[:, self.memory_size :]
+        return torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t())), weights[:, 0]
+
+    def heads_readout(
+        self,
+        query: Tensor,
+        source: DecodingSource,
+        positions: Tensor | None,
+        coverage: Tensor | None,
+    ) -> tuple[Tensor, Tensor] | None:
+        """W_c [c; h] (B, H) before its tanh and the weights averaged over the heads (B, S),
+        from a decoding step's query h (B, H), positions (B, 1) and coverage (B, 1, S) or None,
+        where several heads attend through the C parts; else None. The context c = W_o m + b_o
+        of the heads' concatenated contexts m enters as W_c1 c = (W_c1 W_o) m + W_c1 b_o,
+        folded once per batch (``build_tables``): no W_o GEMM and no concatenation a step."""
+        folded = source.heads_readout
+        if folded is None or not usable(query):
+            return None
+        fused = self.fused_attention(source, query.shape[0])
+        if fused is None:
+            return None
+        parts, parameters = fused
+        attention = self.attention
+        assert isinstance(attention, MultiHeadAttention)  # heads_readout is built for one
+        rows, sentences = query.shape[0], source.memory.shape[0]
+        per_sentence = queries_per_sentence(query[:, None, :], sentences)  # (B', K, H)
+        merged, averaged = self.heads_context(
+            per_sentence, attention.W_q(per_sentence), source, parts, parameters, positions,
+            coverage,
+        )  # fmt: skip
+        # (B', K, ·) -> (B, ·): hypothesis k of sentence b is row b·K + k
+        merged, averaged = merged.reshape(rows, -1), averaged.reshape(rows, -1)
+        weight, bias = folded  # W_c1 W_o (H, D), W_c1 b_o (H,) or None
+        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
+        # (B, D) @ (D, H) + (B, H) @ (H, H)
+        if bias is None:
+            readout = torch.mm(merged, weight.t())
+        else:
+            readout = torch.addmm(bias, merged, weight.t())
+        return readout.addmm_(query, hidden_weight.t()), averaged
 
     def attend_values(
         self, queries: Tensor, source: EncodedSource, values: Tensor, positions: Tensor | None
