@@ -461,7 +461,10 @@ class FastDecoder(AttentionDecoder):
             return super().attend(queries, source, need_weights, positions, coverage)
         parts, parameters = fused
         if parts.heads > 1:
-            return self.attend_heads(queries, source, parts, parameters, positions, coverage)
+            merged, averaged = self.attend_heads(
+                queries, source, parts, parameters, positions, coverage
+            )
+            return self.head_output(merged), averaged  # (R, Tq, M), (R, Tq, S)
         flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
         flat_coverage = None if coverage is None else coverage.reshape(rows * num_queries, -1)
         centres = None
@@ -491,9 +494,10 @@ class FastDecoder(AttentionDecoder):
         coverage: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
         """``attend`` for a ``MultiHeadAttention`` through the C parts (``heads_context``), with
-        its projections W_q and W_o around them (through PyTorch). queries (R, Tq, H) ->
-        contexts (R, Tq, M), weights (R, Tq, S) averaged over the heads, as the reference
-        returns them."""
+        the block's W_q before them (through PyTorch) but not its W_o, which the caller applies
+        (``head_output``) or folds into the weight that reads it (``heads_readout``): queries
+        (R, Tq, H) -> the heads' concatenated contexts (R, Tq, D) and the weights averaged over
+        the heads (R, Tq, S), as the reference returns them."""
         attention = self.attention
         assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
         rows, num_queries, _ = queries.shape
@@ -503,7 +507,7 @@ class FastDecoder(AttentionDecoder):
             per_sentence, head_queries, source, parts, parameters, positions, coverage
         )
         return (
-            per_hypothesis(attention.W_o(merged), rows, num_queries),  # (R, Tq, M)
+            per_hypothesis(merged, rows, num_queries),  # (R, Tq, D)
             per_hypothesis(averaged, rows, num_queries),  # (R, Tq, S)
         )
 
@@ -1021,17 +1025,9 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         fused = self.fused_attention(source, query.shape[0])
         if fused is None:
             return None
-        parts, parameters = fused
-        attention = self.attention
-        assert isinstance(attention, MultiHeadAttention)  # heads_readout is built for one
-        rows, sentences = query.shape[0], source.memory.shape[0]
-        per_sentence = queries_per_sentence(query[:, None, :], sentences)  # (B', K, H)
-        merged, averaged = self.heads_context(
-            per_sentence, attention.W_q(per_sentence), source, parts, parameters, positions,
-            coverage,
-        )  # fmt: skip
-        # (B', K, ·) -> (B, ·): hypothesis k of sentence b is row b·K + k
-        merged, averaged = merged.reshape(rows, -1), averaged.reshape(rows, -1)
+        # (B, 1, D), (B, 1, S)
+        merged, averaged = self.attend_heads(query[:, None, :], source, *fused, positions, coverage)
+        merged, averaged = merged[:, 0], averaged[:, 0]
         weight, bias = folded  # W_c1 W_o (H, D), W_c1 b_o (H,) or None
         hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
         # (B, D) @ (D, H) + (B, H) @ (H, H)
