@@ -51,6 +51,7 @@ trains, validates and decodes on its own formula.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -785,8 +786,9 @@ def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
     it is built of (its scoring function, a multi-head block, the parts' normalizer, window and
     key bias, their linear maps and layer norms) is one of ``FORMULA_MODULES`` or a subclass
     of one that redefines none of it (``redefined``); a scoring function is one of
-    ``BUILTIN_SCORING``, a normalizer not a user's. (A method assigned to an instance, or a
-    hook, is not seen: ``seq2seq.kernels.reference_path`` runs the modules' own calls.)"""
+    ``BUILTIN_SCORING``, a normalizer not a user's; none has a function of the user's assigned
+    in place of one of its methods (``assigned_methods``) or a hook (``hook_kinds``), which
+    only the modules' own calls would run."""
     for module in attention.modules():
         if isinstance(module, Attention) and not isinstance(module, BUILTIN_SCORING):
             return f"{type(module).__name__} is not one of this package's scoring functions"
@@ -801,7 +803,53 @@ def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
         if overridden:
             methods = ", ".join(f"{builtin.__name__}.{name}" for name in overridden)
             return f"{type(module).__name__} overrides {methods}"
+        # Named by the built-in class: the accelerated subclass is not the user's to know.
+        assigned = assigned_methods(module)
+        if assigned:
+            methods = ", ".join(f"{builtin.__name__}.{name}" for name in assigned)
+            return f"a function of your own is assigned to {methods} on the instance"
+        hooks = hook_kinds(module)
+        if hooks:
+            return f"{builtin.__name__} inside the attention has a {hooks[0]} of your own"
     return None
+
+
+def assigned_methods(module: nn.Module) -> list[str]:
+    """The methods of ``module``'s class that an attribute of the instance shadows (e.g.
+    ``attention.score = my_score``): a fast path would call the class's."""
+    names = method_names(type(module))  # type: ignore[arg-type]  # as in ``redefined``
+    return [] if names.isdisjoint(module.__dict__) else sorted(names.intersection(module.__dict__))
+
+
+@functools.cache
+def method_names(klass: type[nn.Module]) -> frozenset[str]:
+    """The functions ``klass`` defines or inherits below ``nn.Module``, ``forward`` included."""
+    names = {"forward"}
+    for base in klass.__mro__:
+        if base is nn.Module:
+            break
+        names.update(name for name, value in vars(base).items() if inspect.isfunction(value))
+    return frozenset(names)
+
+
+def hook_kinds(module: nn.Module) -> list[str]:
+    """The kinds of hook registered on ``module`` itself (``register_forward_hook`` and the
+    like), which run only where the module is called: a fast path that computes it another way
+    would skip them."""
+    if not (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+    ):
+        return []  # the usual case, asked at every step: no dictionary built
+    kinds = {
+        "forward hook": module._forward_hooks,
+        "forward pre-hook": module._forward_pre_hooks,
+        "backward hook": module._backward_hooks,
+        "backward pre-hook": module._backward_pre_hooks,
+    }
+    return [kind for kind, hooks in kinds.items() if hooks]
 
 
 def sdpa_context(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,12 +31,14 @@ from seq2seq.attention import (
     MultiHeadAttention,
     own_formula,
 )
+from seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.bundle import build_model
 from seq2seq.kernels import accelerate, is_accelerated, say_once
 from seq2seq.kernels.modules import FastDecoder
 from seq2seq.models import EncoderDecoder, LuongDecoder
 from seq2seq.models.model import Seq2Seq
 from seq2seq.normalizers import Entmax
+from seq2seq.search import greedy_search
 from seq2seq.training.loss import DecoderLoss, teacher_forced_loss
 from tests.scoring import (
     MODEL_OVERRIDES,
@@ -421,6 +424,13 @@ def test_a_module_of_ones_own_anywhere_in_the_attention_keeps_the_reference_path
     with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
         fast = accelerate(copy.deepcopy(reference))
     assert any(OWN_MODULES[kind] in record.getMessage() for record in caplog.records)
+    assert_computes_as_the_reference(reference, fast, own_module(kind, False))
+
+
+def assert_computes_as_the_reference(reference: Seq2Seq, fast: Seq2Seq, unchanged: Seq2Seq) -> None:
+    """``fast`` (accelerated) trains, attends and decodes as ``reference`` does, on the
+    reference path (no C parts for its attention), and ``unchanged`` (the built-in model)
+    attends differently: what the user changed is what is computed."""
     decoder = fast.decoder  # the reference's own where its parts have no fast path at all
     assert not isinstance(decoder, FastDecoder) or decoder.step_parts() is None
     src, src_lens = torch.randint(4, 13, (3, 5)), torch.tensor([5, 3, 1])
@@ -433,8 +443,69 @@ def test_a_module_of_ones_own_anywhere_in_the_attention_keeps_the_reference_path
     ]
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
     with torch.no_grad():
-        weights = [
-            model(src, src_lens, tgt)[1] for model in (reference, fast, own_module(kind, False))
-        ]
+        weights = [model(src, src_lens, tgt)[1] for model in (reference, fast, unchanged)]
     torch.testing.assert_close(weights[1], weights[0], rtol=1e-5, atol=1e-6)
-    assert not torch.allclose(weights[2], weights[0])  # the override changes what is computed
+    assert not torch.allclose(weights[2], weights[0])  # the change changes what is computed
+    with torch.no_grad():  # the C greedy loop too stands aside
+        searches = [
+            greedy_search(model, src, src_lens, BOS_ID, EOS_ID, PAD_ID, max_len_b=3)
+            for model in (reference, fast)
+        ]
+    assert torch.equal(searches[1].tokens, searches[0].tokens)
+    torch.testing.assert_close(searches[1].attention, searches[0].attention, rtol=1e-5, atol=1e-6)
+
+
+def doubled_score(self: Attention, queries: Tensor, projected_keys: Tensor) -> Tensor:
+    """A function of a user's own for an instance's ``score``: twice the class's."""
+    return 2.0 * type(self).score(self, queries, projected_keys)
+
+
+def plain_model(decoder: str) -> Seq2Seq:
+    """A built-in reference model (hidden size 16): the Bahdanau decoder with additive
+    attention, or the Luong decoder with dot products (its own C product paths)."""
+    if decoder == "bahdanau":
+        return own_module("preactivations", False)
+    torch.manual_seed(0)
+    return Seq2Seq(
+        13, 11, attention=lambda query_size, key_size: DotProductAttention(),
+        embedding_size=8, hidden_size=16, dropout=0.0, decoder=LuongDecoder,
+    )  # fmt: skip
+
+
+def change_in_place(model: Seq2Seq, kind: str) -> None:
+    """What a notebook does to a built model's attention: assign its ``score``, or hook its
+    W_q (the hook's output, 2 W_q s, replaces the call's)."""
+    attention = model.decoder.attention
+    if kind == "assigned":
+        attention.score = types.MethodType(doubled_score, attention)
+    else:
+        attention.W_q.register_forward_hook(lambda module, inputs, output: 2.0 * output)
+
+
+IN_PLACE = {
+    ("bahdanau", "assigned"): "a function of your own is assigned to AdditiveAttention.score "
+    "on the instance",
+    ("bahdanau", "hook"): "Linear inside the attention has a forward hook of your own",
+    ("luong", "assigned"): "a function of your own is assigned to DotProductAttention.score on "
+    "the instance",
+}
+
+
+@pytest.mark.parametrize(("decoder", "kind"), list(IN_PLACE))
+def test_a_function_assigned_or_a_hook_after_building_keeps_the_reference_path(
+    decoder: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Changed after the model was built and accelerated, as a notebook would: the C kernels
+    would skip an instance's own ``score`` or a hook, so the next call runs on the reference
+    path, says so once and names the change."""
+    reference = plain_model(decoder)
+    fast = accelerate(copy.deepcopy(reference))
+    assert isinstance(fast.decoder, FastDecoder) and fast.decoder.step_parts() is not None
+    for model in (reference, fast):
+        change_in_place(model, kind)
+    message = IN_PLACE[decoder, kind]
+    assert own_formula(fast.decoder.attention) == message
+    say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger="seq2seq.kernels"):
+        assert_computes_as_the_reference(reference, fast, plain_model(decoder))
+    assert len([record for record in caplog.records if message in record.getMessage()]) == 1

@@ -35,21 +35,17 @@ checks, the exports (ONNX) and the explorer import it only to read or undo that 
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 from collections.abc import Iterator
 
 from torch import nn
 
 from seq2seq.attention import Attention, MultiHeadAttention, own_formula
-from seq2seq.kernels.attention_parts import step_attention
+from seq2seq.kernels.attention_parts import say_once, say_own_formula, step_attention
 from seq2seq.kernels.library import unavailable_reason, usable
 from seq2seq.kernels.modules import ACCELERATED
 from seq2seq.models.decoder import BahdanauDecoder, LuongDecoder
 
 KERNEL_CHOICES = ("auto", "off")
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "KERNEL_CHOICES",
@@ -134,11 +130,7 @@ def say_reference_path(attention: Attention | MultiHeadAttention) -> None:
     alone (the Transformer's: the C twins serve the RNN decoders)."""
     reason = own_formula(attention)
     if reason is not None:
-        say_once(
-            f"model.kernels=auto: {reason}, so the C kernels and PyTorch's fused attention "
-            "stand aside for it: its own formula runs on the reference path in training, "
-            "validation and decoding."
-        )
+        say_own_formula(reason)
     elif attention.normalization is not None:
         say_once(
             f"model.kernels=auto: {attention.normalization.description}: PyTorch's fused "
@@ -153,12 +145,6 @@ def composes_parts(decoder: nn.Module) -> bool:
     if not isinstance(decoder, BahdanauDecoder | LuongDecoder):
         return False
     return step_attention(decoder.attention, decoder.cell.hidden_size) is not None
-
-
-@functools.cache
-def say_once(message: str) -> None:
-    """Log ``message`` the first time it comes in this process (a model is built many times)."""
-    log.info(message)
 
 
 def reference(model: nn.Module) -> nn.Module:

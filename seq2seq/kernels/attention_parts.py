@@ -20,6 +20,8 @@ size, D query size of product scoring, V value size (the memory's M).
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +41,9 @@ from seq2seq.attention import (
 )
 from seq2seq.kernels.library import library
 from seq2seq.normalizers import BISECTION_ITERATIONS, Entmax, Entmax15, Softmax, Sparsemax
+
+# The kernels' one logger (``seq2seq.kernels``), whichever of its modules speaks.
+log = logging.getLogger("seq2seq.kernels")
 
 # The normalizer modules with a C twin -> the twin's name (``seq2seq_NAME``) and α, which picks
 # the Jacobian of the one backward pass (``entmax_backward``).
@@ -429,7 +434,9 @@ def step_attention(
     with or without the key bias, and a global, local-m or local-p window; with several heads
     (``MultiHeadAttention``), its scoring function's parts with ``heads`` set, each head scored
     as a sentence of its own (``heads_attention``)."""
-    if own_formula(attention) is not None:  # a module of the user's own, anywhere in it
+    reason = own_formula(attention)  # a module of the user's own anywhere in it, or a hook
+    if reason is not None:
+        say_own_formula(reason)  # it may have come after the model was built and accelerated
         return None
     if isinstance(attention, MultiHeadAttention):
         return heads_attention(attention)
@@ -454,6 +461,21 @@ def step_attention(
     if isinstance(attention, GeneralAttention):
         return StepAttention("product", scale, **chosen)
     return None
+
+
+def say_own_formula(reason: str) -> None:
+    """Say once why an attention (``own_formula``'s ``reason``) runs on the reference path."""
+    say_once(
+        f"model.kernels=auto: {reason}, so the C kernels and PyTorch's fused attention stand "
+        "aside for it: it runs on the reference path, the modules' own calls, in training, "
+        "validation and decoding."
+    )
+
+
+@functools.cache
+def say_once(message: str) -> None:
+    """Log ``message`` the first time it comes in this process (a model is built many times)."""
+    log.info(message)
 
 
 def part_choices(parts: Normalization | None) -> dict[str, Any] | None:

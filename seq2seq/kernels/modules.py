@@ -51,6 +51,7 @@ from seq2seq.attention import (
     GeneralAttention,
     MultiHeadAttention,
     masked_softmax,
+    own_formula,
     scores_as,
     valid_key_mask,
 )
@@ -139,10 +140,12 @@ class FastAdditiveAttention(AdditiveAttention):
     ) -> Tensor:
         """``forward``'s context from ``score + Σw_v``: tanh(x) = 2σ(2x) - 1, so
         ``score = 2 w_vᵀσ(2x) - Σw_v``, and the last term is the same for every key, which the
-        softmax ignores (another normalizer might not: it takes the reference)."""
+        softmax ignores (another normalizer might not: it takes the reference, as does a
+        function of the user's assigned to the instance or a hook, ``own_formula``)."""
         if projected_values is not None:
             values = projected_values
-        if queries.device.type != "cpu" or self.normalization is not None:
+        plain = self.normalization is None and own_formula(self) is None
+        if queries.device.type != "cpu" or not plain:
             return super().context(
                 queries, keys, values, valid_lens, projected_keys=projected_keys,
                 positions=positions,
