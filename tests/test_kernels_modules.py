@@ -284,12 +284,14 @@ def test_multi_head_models_train_and_decode_as_the_reference(decoder: str, atten
     assert isinstance(fast, Seq2Seq)
     assert_close_lists(training_results(fast), training_results(plain), rtol=1e-4, atol=1e-5)
     src, src_lens, _, _ = training_batch()
-    for beam_size in (1, 4):
+    for beam_size in (1, 5):
         results = [
             beam_search(m.eval(), src, src_lens, BOS, EOS, PAD, beam_size=beam_size)
             for m in (fast, plain)
         ]
         assert torch.equal(results[0].tokens, results[1].tokens)
+        torch.testing.assert_close(results[0].scores, results[1].scores, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(results[0].attention, results[1].attention, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
