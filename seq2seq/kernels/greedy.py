@@ -55,13 +55,17 @@ class GreedyParts(ctypes.Structure):
         ("W_p", ctypes.c_void_p),
         ("v_p", ctypes.c_void_p),
         ("gammas", ctypes.c_void_p),
+        ("W_a", ctypes.c_void_p),
+        ("b_a", ctypes.c_void_p),
     ]
 
 
 @dataclass
 class StepParts:
     """A Luong decoder's attention for ``luong_greedy``: its C twins (``StepAttention``) and
-    the tensors they read (the queries' W_q (A or h·K, H) and b_q, additive scoring's w_v (A,)
+    the tensors they read (the queries' W_q (A or h·K, H) and b_q, with several heads and an
+    additive score the block's W_q (h·d, H) and b_q in ``heads_weight`` and ``heads_bias``
+    before each head's W_q (A, d) and b_q, additive scoring's w_v (A,)
     or [w_v; γ; β] (3, A) with its layer norm, the key bias (P,), the coverage weight: w_c (A,),
     γ (0-d) or each head's γ (h,); with several heads, W_c1 W_o (H, h·d) and W_c1 b_o (H,);
     local-p's W_p (H, H) and v_p (1, H)), kept alive while the loop reads them by address."""
@@ -76,6 +80,8 @@ class StepParts:
     context_bias: Tensor | None = None
     centre_weight: Tensor | None = None
     centre_vector: Tensor | None = None
+    heads_weight: Tensor | None = None
+    heads_bias: Tensor | None = None
 
     @staticmethod
     def applies(parts: StepAttention) -> bool:
@@ -87,7 +93,7 @@ class StepParts:
         return (
             self.query_weight, self.query_bias, self.score_weight, self.key_bias,
             self.coverage_weight, self.context_weight, self.context_bias, self.centre_weight,
-            self.centre_vector,
+            self.centre_vector, self.heads_weight, self.heads_bias,
         )  # fmt: skip
 
     def structure(self) -> GreedyParts:
@@ -98,8 +104,13 @@ class StepParts:
         )
         (
             query_weight, query_bias, score_weight, key_bias, coverage_weight, context_weight,
-            context_bias, centre_weight, centre_vector,
+            context_bias, centre_weight, centre_vector, heads_weight, heads_bias,
         ) = self.kept  # fmt: skip
+        # Additive heads: the block's W_q first (the C struct's W_q), then the score's (W_a).
+        first_weight, first_bias, head_weight, head_bias = query_weight, query_bias, None, None
+        if heads_weight is not None:
+            first_weight, first_bias = heads_weight, heads_bias
+            head_weight, head_bias = query_weight, query_bias
         coverage = ("", "logits", "additive").index(parts.coverage)
         several = parts.heads > 1
         gamma = 0.0
@@ -110,14 +121,15 @@ class StepParts:
         return GreedyParts(
             parts.score == "additive", parts.scale, NORMALIZERS.index(parts.normalizer),
             parts.alpha, BISECTION_ITERATIONS, parts.window_size if windowed else -1,
-            address(key_bias), 0 if key_bias is None else key_bias.numel(), address(query_weight),
-            address(query_bias), address(score_weight),
+            address(key_bias), 0 if key_bias is None else key_bias.numel(), address(first_weight),
+            address(first_bias), address(score_weight),
             0 if score_weight is None else score_weight.shape[-1], coverage, gamma,
             address(coverage_weight) if coverage == 2 else None, parts.heads,
             0 if context_weight is None else context_weight.shape[1] // parts.heads,
             address(context_weight), address(context_bias), eps, address(centre_weight),
             address(centre_vector),
             address(coverage_weight) if coverage == 1 and several else None,
+            address(head_weight), address(head_bias),
         )  # fmt: skip
 
 
@@ -186,6 +198,8 @@ def luong_greedy(
     if parts is not None:  # parts_step's: each head's query, scores, weights, context; local-p's
         covered = length * key_size if parts.parts.coverage else 0  # tanh(W_p h) and p_t
         scratch = heads * (key_size + 2 * length + values.shape[2]) + size + 1 + covered
+        if parts.heads_weight is not None:  # additive heads' queries before their W_q
+            scratch += parts.heads_weight.shape[0]
     work = initial.new_empty(batch * (8 * size + vocabulary + scratch))
     spans = torch.empty(batch * heads, 2, dtype=torch.int64)
     structure = None if parts is None else parts.structure()

@@ -1316,8 +1316,9 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
 
     def greedy_parts(self, source: EncodedSource, query: Tensor) -> StepParts | None:
         """The attention's C parts and their tensors where ``luong_greedy`` composes them
-        (``StepParts.applies``), else None: with several heads, their projections folded
-        (``loop_inputs``, W_c1 reading the block's output)."""
+        (``StepParts.applies``), else None: with several heads, their projections as the step
+        loops take them (``loop_inputs``: an additive score's two query GEMMs, W_c1 reading the
+        block's output)."""
         fused = self.fused_attention(source, query.shape[0])
         if fused is None or not StepParts.applies(fused[0]):
             return None
@@ -1326,17 +1327,12 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         inputs, context_weight, context_bias = self.loop_inputs(source, parameters, context_weight)
         query_weight, query_bias, heads_weight, heads_bias = inputs[3:7]
         score_weight, key_bias, _, _, coverage_weight = inputs[7:12]
-        if heads_weight is not None and query_weight is not None:
-            # The C loop's one query GEMM: the two folded into one.
-            query_weight, query_bias = fold_head_queries(
-                query_weight, query_bias, heads_weight, heads_bias, parts.heads
-            )
         several = parts.heads > 1  # one head's values are W_c1 m: nothing to fold after them
         centre_weight, centre_vector = self.centre_parameters()
         return StepParts(
             parts, query_weight, query_bias, score_weight, key_bias, coverage_weight,
             context_weight if several else None, context_bias if several else None,
-            centre_weight, centre_vector,
+            centre_weight, centre_vector, heads_weight, heads_bias,
         )  # fmt: skip
 
 
@@ -1376,22 +1372,6 @@ def project_queries(
     head_queries = F.linear(states, heads_weight, heads_bias)  # (N, D)
     rows = states.shape[0]
     return F.linear(head_queries.view(rows * heads, -1), weight, bias).view(rows, -1)
-
-
-def fold_head_queries(
-    weight: Tensor, bias: Tensor | None, heads_weight: Tensor, heads_bias: Tensor | None, heads: int
-) -> tuple[Tensor, Tensor]:
-    """The heads' additive queries W_a (W_q,i s + b_i) + b_a as one map, (W_a W_q,i) s + (W_a
-    b_i + b_a): W_a (A, d) and the heads' W_q (D, H) -> (h·A, H) and (h·A,). Twice the
-    multiply-adds of the two maps for A = H = D and four heads, for a loop that takes one."""
-    per_head = heads_weight.view(heads, -1, heads_weight.shape[1])  # (h, d, H)
-    folded = torch.einsum("ad,hdk->hak", weight, per_head).flatten(0, 1)  # (h·A, H)
-    shift = weight.new_zeros(heads, weight.shape[0])  # (h, A)
-    if heads_bias is not None:  # W_a b_i: (h, d) @ (d, A)
-        shift = shift + heads_bias.view(heads, -1) @ weight.t()
-    if bias is not None:
-        shift = shift + bias
-    return folded, shift.flatten()
 
 
 def time_major(rows: Tensor) -> Tensor:

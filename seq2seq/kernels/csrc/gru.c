@@ -503,8 +503,10 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
    p_t = (S_b - 1) sigmoid(v_p . tanh(W_p h_t)) and its Gaussian; the normalizer (0 softmax,
    1 sparsemax, 2 entmax15, 3 entmax_bisect at `alpha`); coverage (0 none, 1 gamma c_s on the
    logits, 2 c_s w_c inside the additive score's tanh). With several heads (`heads` > 1), W_q
-   (heads K, H) and b_q give a row's heads' queries (FastDecoder.loop_inputs folds a
-   multi-head block's projections), head i of sentence b reads keys and values (head_size d)
+   (heads d, H) and b_q are the block's, which give a row's heads' queries, and an additive
+   score's W_a (A, d) and b_a (A, or NULL) then map each head's d of them to its A
+   (FastDecoder.loop_inputs: two GEMMs of D (H + A) multiply-adds a row, where their fold into
+   one (heads A, H) weight would take heads A H; W_a is NULL otherwise), head i of sentence b reads keys and values (head_size d)
    of sentence b heads + i and, with coverage, the heads' averaged coverage times its own
    gammas[i]; the heads' contexts, side by side, become the attentional state's part through
    W_c1 (H, heads d) and b_c1 (H, or NULL): W_c1 W_o and W_c1 b_o, the block's W_o folded in;
@@ -533,6 +535,8 @@ typedef struct {
   const float *W_p;
   const float *v_p;
   const float *gammas;
+  const float *W_a;
+  const float *b_a;
 } greedy_parts;
 
 /* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
@@ -596,8 +600,8 @@ static void predicted_centres(void *sgemm, const greedy_parts *parts, int64_t ac
 /* A greedy step's attention through the parts for the `active` rows (row r is sentence rows[r]):
    queries (active, H) -> each row's weights (the heads' average) into weights (row b's at
    b * max_steps + t) and its part of the attentional state into attentional (active, H).
-   Scratch in `work` (active * (heads * (K + 2S + d) + H + 1) floats, and S K each with
-   additive coverage) and spans (2 * active * heads). */
+   Scratch in `work` (active * (heads * (K + 2S + d) + H + 1) floats, S K each more with
+   additive coverage and heads d with additive heads) and spans (2 * active * heads). */
 static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, int64_t S,
                        int64_t H, int64_t K, int64_t t, int64_t max_steps, const float *query,
                        const float *keys, const float *values, const int64_t *lens,
@@ -608,8 +612,15 @@ static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, i
   float *head_weights = scores + active * heads * S, *contexts = head_weights + active * heads * S;
   float *features = contexts + active * heads * d, *centres = features + active * H;
   float *covered = centres + active;
-  const float *q = query; /* h, or the heads' W_q h + b_q: (active, heads K) */
-  if (parts->W_q != NULL) {
+  float *head_queries = covered + (parts->coverage == 2 ? active * S * K : 0);
+  const float *q = query; /* h, or its projection: (active, heads K) */
+  if (parts->W_a != NULL) { /* W_a (W_q,i h + b_i) + b_a: (active, heads d), then its heads' */
+    seq2seq_affine_rows(sgemm, active, heads * d, H, parts->W_q, H, parts->b_q, query,
+                        head_queries);
+    seq2seq_affine_rows(sgemm, active * heads, K, d, parts->W_a, d, parts->b_a, head_queries,
+                        projected);
+    q = projected;
+  } else if (parts->W_q != NULL) {
     seq2seq_affine_rows(sgemm, active, heads * K, H, parts->W_q, H, parts->b_q, query, projected);
     q = projected;
   }
