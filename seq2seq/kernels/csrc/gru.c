@@ -508,9 +508,9 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
    (FastDecoder.loop_inputs: two GEMMs of D (H + A) multiply-adds a row, where their fold into
    one (heads A, H) weight would take heads A H; W_a is NULL otherwise); head i of sentence b
    reads keys and values (head_size d) of sentence b heads + i and, with coverage, the heads'
-   averaged coverage times its own gammas[i]; the heads' contexts, side by side, become the attentional state's part through
-   W_c1 (H, heads d) and b_c1 (H, or NULL): W_c1 W_o and W_c1 b_o, the block's W_o folded in;
-   every head shares the row's window. */
+   averaged coverage times its own gammas[i]; the heads' contexts, side by side, become the
+   attentional state's part through W_c1 (H, heads d) and b_c1 (H, or NULL): W_c1 W_o and
+   W_c1 b_o, the block's W_o folded in; every head shares the row's window. */
 typedef struct {
   int64_t additive;
   float scale;
