@@ -740,11 +740,7 @@ def redefined(module: nn.Module, builtin: type[nn.Module]) -> list[str]:
 @functools.cache
 def redefined_by(klass: type[nn.Module], builtin: type[nn.Module]) -> tuple[str, ...]:
     """``redefined`` for a class: a function of the two classes alone, asked at every step."""
-    own = {"forward"}
-    for base in builtin.__mro__:
-        if base is nn.Module:
-            break
-        own.update(vars(base))
+    own = {"forward", *members_below_module(builtin)}  # type: ignore[arg-type]  # see redefined
     names: list[str] = []
     for below in klass.__mro__:
         if below is builtin:
@@ -824,12 +820,22 @@ def assigned_methods(module: nn.Module) -> list[str]:
 @functools.cache
 def method_names(klass: type[nn.Module]) -> frozenset[str]:
     """The functions ``klass`` defines or inherits below ``nn.Module``, ``forward`` included."""
-    names = {"forward"}
+    members = members_below_module(klass)  # type: ignore[arg-type]  # see redefined
+    return frozenset(
+        {"forward", *(name for name, value in members.items() if inspect.isfunction(value))}
+    )
+
+
+@functools.cache
+def members_below_module(klass: type[nn.Module]) -> dict[str, object]:
+    """What ``klass`` and its bases up to ``nn.Module`` define, name -> the nearest one's."""
+    members: dict[str, object] = {}
     for base in klass.__mro__:
         if base is nn.Module:
             break
-        names.update(name for name, value in vars(base).items() if inspect.isfunction(value))
-    return frozenset(names)
+        for name, value in vars(base).items():
+            members.setdefault(name, value)
+    return members
 
 
 def hook_kinds(module: nn.Module) -> list[str]:
