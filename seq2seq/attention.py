@@ -806,8 +806,18 @@ def own_formula(attention: Attention | MultiHeadAttention) -> str | None:
             return f"a function of your own is assigned to {methods} on the instance"
         hooks = hook_kinds(module)
         if hooks:
-            return f"{builtin.__name__} inside the attention has a {hooks[0]} of your own"
+            return f"{module_path(attention, module, builtin)} has a {hooks[0]} of your own"
     return None
+
+
+def module_path(attention: nn.Module, module: nn.Module, builtin: type[nn.Module]) -> str:
+    """Which of ``attention``'s modules ``module`` is, for a message: its attribute path and
+    built-in class (``W_q (Linear) inside the attention``), or the attention itself. Looked up
+    only once there is something to say: the usual call never builds the names."""
+    name = next(name for name, below in attention.named_modules() if below is module)
+    if not name:
+        return f"the attention ({builtin.__name__}) itself"
+    return f"{name} ({builtin.__name__}) inside the attention"
 
 
 def assigned_methods(module: nn.Module) -> list[str]:

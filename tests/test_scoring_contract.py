@@ -485,7 +485,7 @@ def change_in_place(model: Seq2Seq, kind: str) -> None:
 IN_PLACE = {
     ("bahdanau", "assigned"): "a function of your own is assigned to AdditiveAttention.score "
     "on the instance",
-    ("bahdanau", "hook"): "Linear inside the attention has a forward hook of your own",
+    ("bahdanau", "hook"): "W_q (Linear) inside the attention has a forward hook of your own",
     ("luong", "assigned"): "a function of your own is assigned to DotProductAttention.score on "
     "the instance",
 }
