@@ -217,6 +217,13 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.seq2seq_gru_layer_backward.restype = None
     library.seq2seq_panel_floats.argtypes = [i64, i64]
     library.seq2seq_panel_floats.restype = i64
+    # A weight into panels (K, N, the weight, its row stride, transposed, the panels) and a
+    # step's rows through them (rows, K, N, A, lda, panels, bias, accumulate, C, ldc).
+    library.seq2seq_pack_panels.argtypes = [i64, i64, pointer, i64, ctypes.c_int, pointer]
+    library.seq2seq_pack_panels.restype = None
+    library.seq2seq_panel_gemm.argtypes = [i64, i64, i64, pointer, i64, pointer, pointer]
+    library.seq2seq_panel_gemm.argtypes += [ctypes.c_int, pointer, i64]
+    library.seq2seq_panel_gemm.restype = None
     # y = x W^T + bias through a given sgemm: sgemm, rows, out, in, W, ldw, bias, x, y.
     library.seq2seq_affine_rows.argtypes = [pointer, i64, i64, i64, pointer, i64, pointer]
     library.seq2seq_affine_rows.argtypes += [pointer, pointer]

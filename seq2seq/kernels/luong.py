@@ -30,13 +30,8 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from seq2seq.kernels.attention_parts import StepAttention
 from seq2seq.kernels.gru import Steps
 from seq2seq.kernels.library import library
-from seq2seq.kernels.loop_attention import (
-    LoopAttention,
-    contiguous_or_zeros,
-    linear_into,
-    row_at,
-    strided_rows,
-)
+from seq2seq.kernels.loop_attention import LoopAttention, contiguous_or_zeros, row_at, strided_rows
+from seq2seq.kernels.step_gemm import StepWeight
 
 
 class SequentialRecurrence(torch.autograd.Function):
@@ -119,17 +114,21 @@ class SequentialRecurrence(torch.autograd.Function):
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         feed = None if initial_feed is None else initial_feed.clone()  # f_{t-1}, (B, H)
         cell_gates, recurrent = new(batch, gates), new(batch, gates)
+        # Each step's products: x @ W^T through ``StepWeight``, each weight packed once here.
         context_weight, hidden_weight = attentional_weight.split([width, size], dim=1)
+        feeds = None if feed_weight is None else StepWeight(feed_weight)
+        recurs, reads = StepWeight(weight_hh), StepWeight(context_weight)
+        hides = StepWeight(hidden_weight)
         done, stride = 0, steps.stride
         for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
             here = slice(done, done + active)  # this step's visited rows
             cell_input = strided_rows(input_gates, start, stride, active)  # (b, G)
-            if feed is not None and feed_weight is not None:  # + W_if f_{t-1}: (b, H) @ (H, G)
+            if feed is not None and feeds is not None:  # + W_if f_{t-1}: (b, H) @ (H, G)
                 if fed is not None:
                     strided_rows(fed, start, stride, active).copy_(feed[:active])
-                torch.addmm(cell_input, feed[:active], feed_weight.t(), out=cell_gates[:active])
-                cell_input = cell_gates[:active]
-            linear_into(recurrent[:active], state[:active], weight_hh, bias_hh)  # (b, G)
+                cell_input = cell_gates[:active].copy_(cell_input)
+                feeds.into(cell_input, feed[:active], accumulate=True)
+            recurs.into(recurrent[:active], state[:active], bias_hh)  # (b, H) @ (H, G)
             cell_input = cell_input.contiguous()  # kept: the C pass reads it by address
             kernels.seq2seq_gru_forward(
                 active, size, cell_input.data_ptr(), gates, recurrent.data_ptr(),
@@ -142,11 +141,9 @@ class SequentialRecurrence(torch.autograd.Function):
             )  # fmt: skip
             # h~_t = tanh(W_c1 c_t + W_c2 h_t [+ bias]): (b, M) @ (M, H) + (b, H) @ (H, H)
             tilde = tildes[here]
-            if attentional_bias is None:
-                torch.mm(contexts[here], context_weight.t(), out=tilde)
-            else:
-                torch.addmm(attentional_bias, contexts[here], context_weight.t(), out=tilde)
-            tilde.addmm_(state[:active], hidden_weight.t()).tanh_()
+            reads.into(tilde, contexts[here], attentional_bias)
+            hides.into(tilde, state[:active], accumulate=True)
+            tilde.tanh_()
             out = strided_rows(attentionals, start, stride, active)
             if keep is None:
                 out.copy_(tilde)
@@ -196,6 +193,11 @@ class SequentialRecurrence(torch.autograd.Function):
         d_input_gates = new(rows, gates)
         d_recurrent, d_pres = new(visited, gates), new(visited, size)
         d_hidden, d_context = new(batch, size), new(batch, width)
+        # Each step's products: d @ W through ``StepWeight``, each weight packed once here.
+        reads = StepWeight(context_weight, transposed=False)
+        hides = StepWeight(hidden_weight, transposed=False)
+        recurs = StepWeight(weight_hh, transposed=False)
+        feeds = None if feed_weight is None else StepWeight(feed_weight, transposed=False)
         attention.start_backward()
         done, stride = visited, steps.stride
         for t in reversed(range(len(steps.batch_sizes))):
@@ -208,8 +210,8 @@ class SequentialRecurrence(torch.autograd.Function):
                 d_out *= strided_rows(keep, start, stride, active)
             d_pre = d_pres[here]  # dL/d(W_c [c; h]) = d_out (1 - h~²): (b, H)
             torch.mul(d_out, 1 - tildes[here].square(), out=d_pre)
-            torch.mm(d_pre, context_weight, out=d_context[:active])  # (b, H) @ (H, M)
-            torch.mm(d_pre, hidden_weight, out=d_hidden[:active])  # (b, H) @ (H, H)
+            reads.into(d_context[:active], d_pre)  # (b, H) @ (H, M)
+            hides.into(d_hidden[:active], d_pre)  # (b, H) @ (H, H)
             attention.backward(
                 t, done, strided_rows(weights, start, stride, active), d_context[:active],
                 None if d_weights is None else strided_rows(d_weights, start, stride, active),
@@ -221,10 +223,9 @@ class SequentialRecurrence(torch.autograd.Function):
                 d_recurrent[done].data_ptr(),
             )  # fmt: skip
             # dL/dh_{t-1} += d_gh @ W_hh: (b, G) @ (G, H)
-            d_state[:active].addmm_(d_recurrent[here], weight_hh)
-            if feed_weight is not None:  # dL/df_{t-1} = d_gi @ W_if: (b, G) @ (G, H)
-                d_gi = strided_rows(d_input_gates, start, stride, active)
-                torch.mm(d_gi, feed_weight, out=d_feed[:active])
+            recurs.into(d_state[:active], d_recurrent[here], accumulate=True)
+            if feeds is not None:  # dL/df_{t-1} = d_gi @ W_if: (b, G) @ (G, H)
+                feeds.into(d_feed[:active], strided_rows(d_input_gates, start, stride, active))
         # The weight gradients, one GEMM each over all the steps' rows: (H, N') @ (N', M + H),
         # (G, N') @ (N', H) with each row's h_{t-1}, (G, N) @ (N, H).
         d_attentional_weight = d_pres.t() @ torch.cat([contexts, hiddens], dim=1)

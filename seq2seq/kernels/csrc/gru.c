@@ -183,6 +183,20 @@ static void panel_gemm(int64_t rows, int64_t K, int64_t N, const float *A, int64
   }
 }
 
+/* The two above for a caller that steps in Python (luong.py's input-fed loop): a weight packed
+   once per call of its loop, then each step's rows through it. C (rows, N) = start + A B, start
+   as in panel_block; the threads split the panels. */
+void seq2seq_pack_panels(int64_t K, int64_t N, const float *src, int64_t ld, int transposed,
+                         float *panels) {
+  pack_panels(K, N, src, ld, transposed, panels);
+}
+
+void seq2seq_panel_gemm(int64_t rows, int64_t K, int64_t N, const float *A, int64_t lda,
+                        const float *panels, const float *bias, int accumulate, float *C,
+                        int64_t ldc) {
+  panel_gemm(rows, K, N, A, lda, panels, bias, accumulate, C, ldc, 1);
+}
+
 /* A direction's whole recurrence: every step's recurrent GEMM (panel_gemm, W_hh packed once),
    then the step's pass above. The same arithmetic as gru.py's Python loop over the steps
    (torch's GEMMs, rounding aside), which pays about 9 us of Python, ctypes and dispatch per step

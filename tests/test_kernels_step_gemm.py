@@ -1,0 +1,82 @@
+"""A step loop's GEMMs (``seq2seq.kernels.step_gemm``): the C kernels' panels and torch's GEMM
+compute the same products, whichever one this machine's build chooses; the loops that step
+their products through them train and decode as the reference either way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.kernels import library as library_module
+from seq2seq.kernels import step_gemm
+from seq2seq.kernels.step_gemm import StepWeight, step_panels
+from tests.test_kernels_bahdanau import PARTS, assert_composed_matches_the_reference, make_composed
+
+pytestmark = pytest.mark.skipif(
+    library_module.library() is None, reason=f"no C kernels: {library_module.unavailable_reason()}"
+)
+
+
+@pytest.fixture(params=[True, False], ids=["panels", "torch"])
+def panels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each choice of ``step_panels``, whatever this machine's build would choose."""
+    monkeypatch.setattr(step_gemm, "step_panels", lambda: request.param)
+    return bool(request.param)
+
+
+def strided_rows(rows: int, columns: int, stride: int) -> torch.Tensor:
+    """Every ``stride``-th row of a (rows · stride, columns) block: a padded batch's step."""
+    block = torch.randn(rows * stride, columns)
+    return block.as_strided((rows, columns), (stride * columns, 1))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_products_match_torch(panels: bool, transposed: bool, rows: int) -> None:
+    """out = rows @ B with a bias, from zero, and accumulated onto out, for a layer's weight
+    (B = W^T) and a backward pass's (B = W), with strided rows in and out and a weight that
+    is a column block of a wider one (W_c1 of W_c = [W_c1 W_c2])."""
+    torch.manual_seed(0)
+    inner, columns = 40, 70  # neither a multiple of a panel's width
+    wide = torch.randn(columns, inner + 9) if transposed else torch.randn(inner, columns + 9)
+    weight = wide[:, :inner] if transposed else wide[:, :columns]
+    product = weight.t() if transposed else weight  # (K, N)
+    step = StepWeight(weight, transposed=transposed)
+    assert (step.panels is not None) == panels
+    inputs = strided_rows(rows, inner, 3)
+    bias = torch.randn(columns)
+    out = strided_rows(rows, columns, 2)
+    step.into(out, inputs, bias)
+    torch.testing.assert_close(out, torch.addmm(bias, inputs, product), rtol=1e-5, atol=1e-5)
+    step.into(out, inputs)
+    torch.testing.assert_close(out, inputs @ product, rtol=1e-5, atol=1e-5)
+    start = out.clone()
+    step.into(out, inputs, accumulate=True)
+    torch.testing.assert_close(out, start + inputs @ product, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_outside_the_product_are_untouched(panels: bool) -> None:
+    """A step writes its own rows of a padded block, never the rows between them."""
+    torch.manual_seed(1)
+    weight = torch.randn(20, 12)
+    block = torch.randn(8, 20)
+    before = block.clone()
+    StepWeight(weight).into(block[::2], torch.randn(4, 12))
+    assert torch.equal(block[1::2], before[1::2])
+
+
+def test_the_choice_follows_the_build() -> None:
+    """The panels where the library is built for AVX-512, torch's GEMM elsewhere."""
+    assert step_panels() == (library_module.kernel_isa() == "AVX512")
+
+
+@pytest.mark.parametrize(
+    ("scoring", "parts", "num_heads"),
+    [("additive", "softmax", 1), ("dot", "coverage+sparsemax", 1), ("scaled_dot", "coverage", 2)],
+)
+def test_input_feeding_trains_and_decodes_as_the_reference_either_way(
+    panels: bool, scoring: str, parts: str, num_heads: int
+) -> None:
+    """The input-fed Luong loop (``luong.SequentialRecurrence``) with each choice."""
+    model = make_composed(scoring, PARTS[parts], "luong", input_feeding=True, num_heads=num_heads)
+    assert_composed_matches_the_reference(model)
