@@ -31,13 +31,8 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from seq2seq.kernels.attention_parts import StepAttention
 from seq2seq.kernels.gru import Steps
 from seq2seq.kernels.library import library
-from seq2seq.kernels.loop_attention import (
-    LoopAttention,
-    contiguous_or_zeros,
-    linear_into,
-    row_at,
-    strided_rows,
-)
+from seq2seq.kernels.loop_attention import LoopAttention, contiguous_or_zeros, row_at, strided_rows
+from seq2seq.kernels.step_gemm import StepWeight
 
 
 class Recurrence(torch.autograd.Function):
@@ -124,6 +119,8 @@ class Recurrence(torch.autograd.Function):
         saved_cells = new(steps.rows, 5 * size) if needs_grad else None
         state = initial.clone(memory_format=torch.contiguous_format)  # each step updates it
         cell_gates, recurrent = new(batch, gates), new(batch, gates)
+        # Each step's products: x @ W^T through ``StepWeight``, each weight packed once here.
+        reads, recurs = StepWeight(context_weight), StepWeight(weight_hh)
         done, stride = 0, steps.stride  # rows of the steps before t
         for t, (active, start) in enumerate(zip(steps.batch_sizes, steps.starts, strict=True)):
             # The step's first ``active`` sentences, rows start, start + stride, ... of each.
@@ -133,11 +130,9 @@ class Recurrence(torch.autograd.Function):
                 step_contexts,
             )  # fmt: skip
             # W_ie e + b_ih + W_ic c: (b, G) + (b, M) @ (M, G)
-            torch.addmm(
-                strided_rows(input_gates, start, stride, active), step_contexts,
-                context_weight.t(), out=cell_gates[:active],
-            )  # fmt: skip
-            linear_into(recurrent[:active], state[:active], weight_hh, bias_hh)  # (b, G)
+            step_gates = cell_gates[:active].copy_(strided_rows(input_gates, start, stride, active))
+            reads.into(step_gates, step_contexts, accumulate=True)
+            recurs.into(recurrent[:active], state[:active], bias_hh)  # (b, H) @ (H, G)
             kernels.seq2seq_gru_forward(
                 active, size, cell_gates.data_ptr(), gates, recurrent.data_ptr(),
                 state.data_ptr(), row_at(states, start), stride * size,
@@ -177,6 +172,9 @@ class Recurrence(torch.autograd.Function):
         d_input_gates = contexts.new_empty(rows, gates)
         d_recurrent = contexts.new_empty(steps.rows, gates)  # in the steps' order, as saved
         d_context = contexts.new_empty(attention.batch, width)
+        # Each step's products: d @ W through ``StepWeight``, each weight packed once here.
+        reads = StepWeight(context_weight, transposed=False)
+        recurs = StepWeight(weight_hh, transposed=False)
         attention.start_backward()
         done, stride = steps.rows, steps.stride
         for t in reversed(range(len(steps.batch_sizes))):
@@ -188,13 +186,13 @@ class Recurrence(torch.autograd.Function):
                 d_recurrent[done].data_ptr(),
             )  # fmt: skip
             # dL/ds_{t-1} += d_gh @ W_hh: (b, G) @ (G, H)
-            d_state[:active].addmm_(d_recurrent[done : done + active], weight_hh)
+            recurs.into(d_state[:active], d_recurrent[done : done + active], accumulate=True)
             # dL/dc_t: the output's part plus d_gi @ W_ic, (b, M) + (b, G) @ (G, M)
-            torch.addmm(
-                strided_rows(d_contexts, start, stride, active),
-                strided_rows(d_input_gates, start, stride, active),
-                context_weight,
-                out=d_context[:active],
+            step_d_context = d_context[:active].copy_(
+                strided_rows(d_contexts, start, stride, active)
+            )
+            reads.into(
+                step_d_context, strided_rows(d_input_gates, start, stride, active), accumulate=True
             )
             attention.backward(
                 t, done, strided_rows(weights, start, stride, active), d_context[:active],

@@ -37,6 +37,7 @@ from seq2seq.kernels.attention_parts import (
 )
 from seq2seq.kernels.gru import Steps
 from seq2seq.kernels.library import FLOAT_BYTES
+from seq2seq.kernels.step_gemm import StepWeight
 
 
 class LoopAttention:
@@ -79,6 +80,9 @@ class LoopAttention:
         self.value_size = memory.shape[2]
         self.query_weight, self.query_bias = query_weight, query_bias
         self.heads_weight, self.heads_bias = heads_weight, heads_bias
+        # The query's products, W_q s and the heads' W_q s, each weight packed once per loop.
+        self.queries = None if query_weight is None else StepWeight(query_weight)
+        self.head_projection = None if heads_weight is None else StepWeight(heads_weight)
         self.score_weight, self.alpha, self.temperature = score_weight, alpha, temperature
         self.coverage_weight = coverage_weight
         self.steps = steps
@@ -150,7 +154,8 @@ class LoopAttention:
         if self.query is not None and self.query_weight is not None:  # q = W_q s + b_q
             query = self.query[:active]  # (b, H) -> (b, A or h·K)
             if self.heads_weight is None:
-                linear_into(query, state, self.query_weight, self.query_bias)
+                assert self.queries is not None  # a W_q
+                self.queries.into(query, state, self.query_bias)
             else:
                 self.project_heads(done, state, query)
         if self.saved_queries is not None:
@@ -175,13 +180,11 @@ class LoopAttention:
         active = state.shape[0]
         at = done if self.needs_grad else 0  # kept per visited row only for the backward pass
         head_queries = self.head_queries[at : at + active]  # (b, D)
-        assert self.heads_weight is not None
-        linear_into(head_queries, state, self.heads_weight, self.heads_bias)  # (b, H) @ (H, D)
+        assert self.head_projection is not None and self.queries is not None
+        self.head_projection.into(head_queries, state, self.heads_bias)  # (b, H) @ (H, D)
         per_head = active * self.heads  # (b·h, d) @ (d, A) -> (b·h, A), i.e. (b, h·A)
-        linear_into(
-            query.view(per_head, -1), head_queries.view(per_head, -1), self.query_weight,
-            self.query_bias,
-        )  # fmt: skip
+        queries = query.view(per_head, -1)
+        self.queries.into(queries, head_queries.view(per_head, -1), self.query_bias)
 
     def step_coverage(self, done: int, active: int) -> Tensor | None:
         """The coverage a step's rows read (b·h, S), kept per visited row for the backward pass:
@@ -221,6 +224,12 @@ class LoopAttention:
             self.d_step_coverage = new(batch * heads, keys)
         if self.gamma is not None:
             self.d_gamma = torch.zeros_like(self.gamma)
+        # dL/ds's products, d_q @ W_q and the heads' d @ W_q, each weight packed once.
+        weight, heads_weight = self.query_weight, self.heads_weight
+        self.d_queries_of = None if weight is None else StepWeight(weight, transposed=False)
+        self.d_heads_of = None
+        if heads_weight is not None:
+            self.d_heads_of = StepWeight(heads_weight, transposed=False)
 
     def backward(
         self,
@@ -274,15 +283,15 @@ class LoopAttention:
         if self.centres is not None:  # dL/ds through p_t
             d_state += self.centres.backward(done, active)
         d_query = self.d_queries[done : done + active]
-        if self.d_head_queries is not None and self.heads_weight is not None:
-            assert self.query_weight is not None  # the heads' additive queries
+        if self.d_head_queries is not None and self.d_heads_of is not None:
+            assert self.d_queries_of is not None  # the heads' additive queries
             d_heads = self.d_head_queries[done : done + active]  # (b, D)
             # (b·h, A) @ (A, d) -> (b·h, d), i.e. (b, D); then dL/ds += (b, D) @ (D, H)
             per_head = active * heads
-            torch.mm(d_query.view(per_head, -1), self.query_weight, out=d_heads.view(per_head, -1))
-            d_state.addmm_(d_heads, self.heads_weight)
-        elif self.query_weight is not None:  # dL/ds += d_q @ W_q: (b, A or h·K) @ (·, H)
-            d_state.addmm_(d_query, self.query_weight)
+            self.d_queries_of.into(d_heads.view(per_head, -1), d_query.view(per_head, -1))
+            self.d_heads_of.into(d_state, d_heads, accumulate=True)
+        elif self.d_queries_of is not None:  # dL/ds += d_q @ W_q: (b, A or h·K) @ (·, H)
+            self.d_queries_of.into(d_state, d_query, accumulate=True)
         else:  # q = s
             d_state += d_query
 
@@ -436,14 +445,6 @@ def summed_like(per_row: Tensor | None, parameter: Tensor | None) -> Tensor | No
     if per_row is None or parameter is None:
         return None
     return per_row.sum(0).view_as(parameter)
-
-
-def linear_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor | None) -> None:
-    """out = inputs @ weight.T (+ bias), written in place: (N, I) @ (I, O) -> (N, O)."""
-    if bias is None:
-        torch.mm(inputs, weight.t(), out=out)
-    else:
-        torch.addmm(bias, inputs, weight.t(), out=out)
 
 
 def row_at(tensor: Tensor, row: int) -> int:
