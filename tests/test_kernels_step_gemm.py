@@ -9,6 +9,7 @@ import torch
 
 from seq2seq.kernels import library as library_module
 from seq2seq.kernels import step_gemm
+from seq2seq.kernels.modules import DecodingSource
 from seq2seq.kernels.step_gemm import StepWeight, step_panels
 from tests.test_kernels_bahdanau import PARTS, assert_composed_matches_the_reference, make_composed
 
@@ -71,12 +72,38 @@ def test_the_choice_follows_the_build() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scoring", "parts", "num_heads"),
-    [("additive", "softmax", 1), ("dot", "coverage+sparsemax", 1), ("scaled_dot", "coverage", 2)],
+    ("decoder", "scoring", "parts", "input_feeding", "num_heads"),
+    [
+        ("bahdanau", "additive", "softmax", False, 1),
+        ("bahdanau", "scaled_dot", "coverage", False, 2),
+        ("luong", "general", "softmax", False, 1),
+        ("luong", "additive", "sparsemax", False, 2),
+        ("luong", "additive", "softmax", True, 1),
+        ("luong", "dot", "coverage+sparsemax", True, 1),
+        ("luong", "scaled_dot", "coverage", True, 2),
+    ],
 )
-def test_input_feeding_trains_and_decodes_as_the_reference_either_way(
-    panels: bool, scoring: str, parts: str, num_heads: int
+def test_loops_and_decoding_train_and_decode_as_the_reference_either_way(
+    panels: bool, decoder: str, scoring: str, parts: str, input_feeding: bool, num_heads: int
 ) -> None:
-    """The input-fed Luong loop (``luong.SequentialRecurrence``) with each choice."""
-    model = make_composed(scoring, PARTS[parts], "luong", input_feeding=True, num_heads=num_heads)
+    """The step loops (``bahdanau.Recurrence``, ``luong.SequentialRecurrence``, the attention's
+    queries) and the decoding steps (the cell's W_hh, W_ic, W_if, W_c2 and several heads'
+    folded readout, packed once per batch) with each choice."""
+    model = make_composed(scoring, PARTS[parts], decoder, input_feeding, num_heads)
     assert_composed_matches_the_reference(model)
+
+
+def test_a_source_packs_its_weights_once_and_only_when_decoding(panels: bool) -> None:
+    """``DecodingSource.product``: None before the decoding tables are built (teacher forcing,
+    validation's forward), then one ``StepWeight`` per weight for the whole batch."""
+    model = make_composed("additive", PARTS["softmax"], "bahdanau").eval()
+    src, src_lens = torch.tensor([[4, 5, 6]]), torch.tensor([3])
+    with torch.no_grad():
+        source, state = model.encode(src, src_lens)
+        weight = model.decoder.cell.weight_hh
+        assert isinstance(source, DecodingSource) and source.product(weight) is None
+        model.decode_step(torch.tensor([1]), state, source)
+        packed = source.product(weight)
+        assert packed is not None and source.product(weight) is packed
+        assert (packed.panels is not None) == panels
+        assert source.index_select(torch.tensor([0, 0])).product(weight) is packed

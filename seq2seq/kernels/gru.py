@@ -40,6 +40,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.nn.utils.rnn import PackedSequence
 
 from seq2seq.kernels.library import FLOAT_BYTES, float32_references, library
+from seq2seq.kernels.step_gemm import StepWeight
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "loops": whether the C loops agree with the Python loop (once)
@@ -491,10 +492,15 @@ def gru_steps(
 
 
 def gru_cell(
-    input_gates: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor | None
+    input_gates: Tensor,
+    hidden: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+    packed: StepWeight | None = None,
 ) -> Tensor:
     """One ``nn.GRUCell`` step without autograd, for decoding: the input projection
-    ``W_ih x + b_ih`` (B, 3H, made by the caller) and the state (B, H) -> the new state (B, H).
+    ``W_ih x + b_ih`` (B, 3H, made by the caller) and the state (B, H) -> the new state (B, H);
+    ``packed``, W_hh as a ``StepWeight`` (packed once per batch), or None for torch's GEMM.
 
     A decoding step is one GEMM and one C pass here instead of ATen's half-dozen elementwise
     kernels (``AttentionDecoder.cell_gates``). It saves nothing for a backward pass, so the caller
@@ -506,7 +512,10 @@ def gru_cell(
     if input_gates.stride(-1) != 1:
         input_gates = input_gates.contiguous()
     # (B, H) @ (H, 3H) -> (B, 3H)
-    if bias_hh is None:
+    if packed is not None:
+        recurrent = hidden.new_empty(rows, weight_hh.shape[0])
+        packed.into(recurrent, hidden, bias_hh)
+    elif bias_hh is None:
         recurrent = torch.mm(hidden, weight_hh.t())
     else:
         recurrent = torch.addmm(bias_hh, hidden, weight_hh.t())

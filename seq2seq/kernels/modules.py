@@ -65,6 +65,7 @@ from seq2seq.kernels.library import library, usable
 from seq2seq.kernels.luong import AttentionLoop, SequentialRecurrence
 from seq2seq.kernels.packing import PackedTokens, pack_tokens
 from seq2seq.kernels.product_attention import PackedProductAttention, product_attend
+from seq2seq.kernels.step_gemm import StepWeight
 from seq2seq.models.decoder import (
     AttentionDecoder,
     BahdanauDecoder,
@@ -216,6 +217,9 @@ class DecodingSource(EncodedSource):
     # read from the heads' concatenated contexts before W_o (``FastLuongDecoder.heads_readout``).
     heads_readout: tuple[Tensor, Tensor | None] | None = None
     tables_built: bool = False
+    # The weights a decoding step multiplies its rows by, each packed once per batch at its
+    # first use (``product``), by address: the same parameters at every step of a search.
+    products: dict[tuple[int, bool], StepWeight] | None = None
 
     def index_select(self, indices: Tensor) -> DecodingSource:
         selected = super().index_select(indices)
@@ -226,7 +230,19 @@ class DecodingSource(EncodedSource):
             attentional_memory=None if memory is None else memory.index_select(0, indices),
             heads_readout=self.heads_readout,
             tables_built=self.tables_built,
+            products=self.products,
         )
+
+    def product(self, weight: Tensor, transposed: bool = True) -> StepWeight | None:
+        """``weight`` as a ``StepWeight`` packed for this batch's decoding steps (x @ W^T, or
+        x @ W without ``transposed``), or None before the tables are built (not decoding)."""
+        if self.products is None:
+            return None
+        key = (weight.data_ptr(), transposed)
+        packed = self.products.get(key)
+        if packed is None:
+            packed = self.products[key] = StepWeight(weight, transposed)
+        return packed
 
 
 class FastDecoder(AttentionDecoder):
@@ -276,6 +292,7 @@ class FastDecoder(AttentionDecoder):
         if not isinstance(source, DecodingSource) or source.tables_built or not self.is_decoding():
             return
         source.tables_built = True
+        source.products = {}
         memory = source.memory
         small_vocabulary = (
             self.embedding.num_embeddings <= TABLE_TOKENS_PER_SENTENCE * memory.shape[0]
@@ -568,14 +585,18 @@ class FastDecoder(AttentionDecoder):
         averaged = weights.view(sentences, heads, per_head_rows, -1).mean(dim=1)  # (B, K·Tq, S)
         return merged, averaged
 
-    def cell_gates(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+    def cell_gates(
+        self, input_gates: Tensor, state: DecoderState, source: EncodedSource | None = None
+    ) -> DecoderState:
         """The cell from its input projection ``W_ih x + b_ih`` (B, G): the same function as
         ``nn.GRUCell`` / ``nn.LSTMCell`` (their gate order), with the input GEMM done by the
         caller; a GRU decoding on the CPU takes the C pass (one pass where the ops below are
-        five kernels)."""
+        five kernels), its W_hh packed once per batch where ``source`` has the tables."""
         hidden = state[0]  # (B, H)
         if self.fused_step_applies(hidden):
-            return (gru_cell(input_gates, hidden, self.cell.weight_hh, self.cell.bias_hh),)
+            weight_hh = self.cell.weight_hh
+            packed = source.product(weight_hh) if isinstance(source, DecodingSource) else None
+            return (gru_cell(input_gates, hidden, weight_hh, self.cell.bias_hh, packed),)
         recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
         if self.is_lstm:
             # Gates i, f, g, o (PyTorch's order), each (B, H).
@@ -652,10 +673,21 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
         if not fused_step:
             new_state = self.cpu_cell(context, input_gates, state, context_weight)
         else:
-            # W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G)
-            gates = torch.addmm(input_gates, context, context_weight.t())
-            new_state = self.cell_gates(gates, state)
+            new_state = self.cell_gates(
+                self.context_gates(input_gates, context, source, context_weight), state, source
+            )
         return self.advance(new_state, state, coverage=coverage), context, weights
+
+    def context_gates(
+        self, input_gates: Tensor, context: Tensor, source: EncodedSource, context_weight: Tensor
+    ) -> Tensor:
+        """The cell's input W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G). A decoding step's
+        ``input_gates`` are its own (a table's rows), so W_ic c adds into them in place."""
+        packed = source.product(context_weight) if isinstance(source, DecodingSource) else None
+        if packed is None:
+            return torch.addmm(input_gates, context, context_weight.t())
+        packed.into(input_gates, context, accumulate=True)
+        return input_gates
 
     def forward(
         self, tgt_in: Tensor, state: DecoderState, source: EncodedSource, need_weights: bool = True
@@ -922,7 +954,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             cell_state = self.step_cell(embedded, state)
         else:
             # (B, G) rows of the table, then the gates (see ``cell_gates``).
-            cell_state = self.cell_gates(source.token_gates.index_select(0, prev_tokens), state)
+            gates = source.token_gates.index_select(0, prev_tokens)
+            cell_state = self.cell_gates(gates, state, source)
         state, query = self.advance(cell_state, state), cell_state[0]  # query: (B, H)
         fused_step = self.fused_step_applies(query)
         positions = None if steps is None else steps[:, None]  # (B, 1)
@@ -949,8 +982,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             averaged, weights = step_averaged[:, 0], step_weights[:, 0]
         if source.attentional_memory is None:
             return self.output(query, averaged), state, weights
-        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        attentional = torch.addmm(averaged, query, hidden_weight.t())  # (B, H)
+        attentional = self.add_hidden_part(averaged, query, source)  # (B, H)
         # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
         attentional = tanh_(attentional) if fused_step else torch.tanh(attentional)
         return self.output_layer(self.dropout(attentional)), state, weights
@@ -969,9 +1001,14 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             gates = self.embedding_gates(embedded, embedding_weight)  # (B, G)
         else:
             gates = source.token_gates.index_select(0, prev_tokens)  # (B, G)
-        if feed is not None:  # + W_if h~_{t-1}: (B, H) @ (H, G)
-            gates = torch.addmm(gates, feed, self.cell.weight_ih[:, self.embedding_size :].t())
-        cell_state = self.cell_gates(gates, state)
+        if feed is not None:  # + W_if h~_{t-1}: (B, H) @ (H, G), into the step's own gates
+            feed_weight = self.cell.weight_ih[:, self.embedding_size :]
+            packed = source.product(feed_weight)
+            if packed is None:
+                gates = torch.addmm(gates, feed, feed_weight.t())
+            else:
+                packed.into(gates, feed, accumulate=True)
+        cell_state = self.cell_gates(gates, state, source)
         query = cell_state[0]  # (B, H): h_t asks where to look
         positions = None if steps is None else steps[:, None]  # (B, 1)
         step_coverage = None if coverage is None else coverage[:, None, :]  # (B, 1, S)
@@ -1006,9 +1043,18 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         assert weights is not None  # asked for
         if tables is None:  # h~ = tanh(W_c [c; h])
             return self.attentional_vector(query, averaged[:, 0]), weights[:, 0]
-        # W_c1 c came averaged: + W_c2 h, (B, H) @ (H, H)
-        hidden_weight = self.attentional.weight[:, self.memory_size :]
-        return torch.tanh(torch.addmm(averaged[:, 0], query, hidden_weight.t())), weights[:, 0]
+        return torch.tanh(self.add_hidden_part(averaged[:, 0], query, source)), weights[:, 0]
+
+    def add_hidden_part(self, averaged: Tensor, query: Tensor, source: DecodingSource) -> Tensor:
+        """W_c [c; h] = W_c1 c + W_c2 h (B, H) from W_c1 c as it came averaged (B, H, a
+        step's own) and the query h (B, H): (B, H) @ (H, H), added in place where the tables
+        pack W_c2."""
+        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
+        packed = source.product(hidden_weight)
+        if packed is None:
+            return torch.addmm(averaged, query, hidden_weight.t())
+        packed.into(averaged, query, accumulate=True)
+        return averaged
 
     def heads_readout(
         self,
@@ -1032,13 +1078,16 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         merged, averaged = self.attend_heads(query[:, None, :], source, *fused, positions, coverage)
         merged, averaged = merged[:, 0], averaged[:, 0]
         weight, bias = folded  # W_c1 W_o (H, D), W_c1 b_o (H,) or None
-        hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
         # (B, D) @ (D, H) + (B, H) @ (H, H)
-        if bias is None:
+        packed = source.product(weight)
+        if packed is not None:
+            readout = merged.new_empty(merged.shape[0], weight.shape[0])
+            packed.into(readout, merged, bias)
+        elif bias is None:
             readout = torch.mm(merged, weight.t())
         else:
             readout = torch.addmm(bias, merged, weight.t())
-        return readout.addmm_(query, hidden_weight.t()), averaged
+        return self.add_hidden_part(readout, query, source), averaged
 
     def attend_values(
         self, queries: Tensor, source: EncodedSource, values: Tensor, positions: Tensor | None

@@ -72,7 +72,9 @@ class StepWeight:
             else:
                 torch.addmm(bias, rows, product, out=out)
             return
-        assert rows.stride(1) == 1 and out.stride(1) == 1  # rows the C side reads by address
+        if rows.stride(1) != 1:
+            rows = rows.contiguous()
+        assert out.stride(1) == 1  # rows the C side writes by address
         self.kernels.seq2seq_panel_gemm(
             rows.shape[0], self.inner, self.columns, rows.data_ptr(), rows.stride(0),
             self.panels.data_ptr(), None if bias is None else bias.data_ptr(), int(accumulate),
