@@ -87,8 +87,9 @@ def test_loops_and_decoding_train_and_decode_as_the_reference_either_way(
     panels: bool, decoder: str, scoring: str, parts: str, input_feeding: bool, num_heads: int
 ) -> None:
     """The step loops (``bahdanau.Recurrence``, ``luong.SequentialRecurrence``, the attention's
-    queries) and the decoding steps (the cell's W_hh, W_ic, W_if, W_c2 and several heads'
-    folded readout, packed once per batch) with each choice."""
+    queries), the decoding steps (the cell's W_hh, W_ic, W_if, W_c2 and several heads' folded
+    readout, packed once per batch) and the Luong greedy loop in C (``step_weight``) with each
+    choice."""
     model = make_composed(scoring, PARTS[parts], decoder, input_feeding, num_heads)
     assert_composed_matches_the_reference(model)
 

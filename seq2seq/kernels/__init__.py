@@ -18,6 +18,8 @@ checks, the exports (ONNX) and the explorer import it only to read or undo that 
   (the Luong decoder's T steps at once, every decoding step; several heads are rows of their
   own, ``StepAttention.heads``);
 - ``loop_attention``: the attention inside the step loops, one step at a time;
+- ``step_gemm``: a loop's per-step products with a weight packed once (``csrc/gru.c``'s panels
+  on an AVX-512 build, torch's GEMM otherwise), for the step loops and decoding steps;
 - ``bahdanau``: the Bahdanau decoder's step loop with its attention's parts, one autograd node;
 - ``luong``: the Luong decoder's step loop where each step waits for the one before (input
   feeding), one autograd node, and with coverage alone the attention's own loop

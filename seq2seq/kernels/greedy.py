@@ -5,8 +5,9 @@ recurrent product, W_c2 h and the output layer) and, around them, a dozen small 
 (the token-gate rows, the C passes' wrappers, argmax, the writes into the outputs, the finished
 rows' test and their removal from the batch). At the reverse task's batch of 64 those ops cost
 about as much as the GEMMs. ``csrc/gru.c``'s ``seq2seq_luong_greedy`` runs the same GEMMs
-(torch's own ``sgemm_``) and the same C passes in the same order for every step of a batch, and
-drops finished sentences as ``greedy_search`` does, so both give the same tokens.
+(torch's own ``sgemm_``, or on an AVX-512 build the panels that ``step_gemm`` chooses, each
+weight packed once per call) and the same C passes in the same order for every step of a batch,
+and drops finished sentences as ``greedy_search`` does, so both give the same tokens.
 
 Shape legend: B sentences, S source length, H state size, V vocabulary, L step limit.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from seq2seq.kernels import step_gemm
 from seq2seq.kernels.attention_parts import StepAttention
 from seq2seq.kernels.library import blas_sgemm, library, usable
 from seq2seq.normalizers import BISECTION_ITERATIONS
@@ -221,5 +223,6 @@ def luong_greedy(
         weights.data_ptr(), None if structure is None else ctypes.addressof(structure),
         spans.data_ptr(), address(coverage), address(feed_weight),
         0 if feed_weight is None else feed_weight.stride(0), address(feed),
+        int(step_gemm.step_panels()),
     )  # fmt: skip
     return tokens, weights, int(steps)

@@ -231,11 +231,11 @@ def open_library(path: Path) -> ctypes.CDLL:
     # seq2seq.kernels.greedy's loop: sgemm, B, S, H, V, max_steps, bos, eos, the cell's table and
     # weights, keys, values, lens, scale, W_c2 and its row stride, the output layer, limits,
     # the state and scratch, the outputs, the parts (a GreedyParts, or NULL) with their spans
-    # scratch and the coverage, and input feeding's W_if, its row stride and the fed vector; it
-    # returns the steps it ran.
+    # scratch and the coverage, input feeding's W_if, its row stride and the fed vector, and
+    # whether to pack the weights into panels (step_gemm.step_panels); it returns the steps.
     greedy: list[type[ctypes._SimpleCData[Any]]] = [pointer, *[i64] * 7, *[pointer] * 6]
     greedy += [ctypes.c_float, pointer, i64, *[pointer] * 9, pointer, pointer, pointer]
-    greedy += [pointer, i64, pointer]
+    greedy += [pointer, i64, pointer, ctypes.c_int]
     library.seq2seq_luong_greedy.argtypes = greedy
     library.seq2seq_luong_greedy.restype = i64
     # seq2seq.kernels.dropout's keep mask: n, seed, dropped, scale, mask.

@@ -39,17 +39,17 @@ class StepWeight:
     itself (a backward pass's ``d_out @ W``). Rows and out may be any row-strided views (the
     steps' rows of a padded batch); every tensor is float32 on the CPU with unit column stride.
 
-    With ``step_panels()`` the weight is packed once, here, into the C kernels' panels; the
-    object then holds them (and the weight) until the loop drops it."""
+    With ``panels`` (by default ``step_panels()``) the weight is packed once, here, into the C
+    kernels' panels; the object then holds them (and the weight) until the loop drops it."""
 
-    def __init__(self, weight: Tensor, transposed: bool = True) -> None:
+    def __init__(self, weight: Tensor, transposed: bool = True, panels: bool | None = None) -> None:
         assert weight.dim() == 2 and weight.stride(1) == 1  # rows of a contiguous block
         self.weight, self.transposed = weight, transposed
         self.inner, self.columns = weight.shape[::-1] if transposed else weight.shape
         self.panels: Tensor | None = None
-        if step_panels():
+        if step_panels() if panels is None else panels:
             kernels = library()
-            assert kernels is not None  # step_panels() checked it
+            assert kernels is not None  # step_panels() checks it; a caller asking must too
             self.kernels = kernels
             self.panels = weight.new_empty(kernels.seq2seq_panel_floats(self.inner, self.columns))
             kernels.seq2seq_pack_panels(

@@ -21,6 +21,7 @@
 */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vector_math.h"
@@ -100,9 +101,8 @@ void seq2seq_gru_backward(int64_t rows, int64_t H, float *restrict dh,
 
 /* The recurrences' GEMMs: a step multiplies its few rows (1-64 here) by the same recurrent
    weight, which stays in cache from step to step. A BLAS sgemm re-packs that weight on every call
-   and splits small products badly: on the project's 2-core AMD EPYC, torch's mm (MKL) took 43 us
-   for 8 x 256 by 256 x 768 and 171 us for 64 rows, against 16 and 114 us here (192 and 221
-   GFLOP/s, two threads; side by side, torch's times with its dispatch). So the weight is packed once per layer call into panels of PANEL
+   and splits small products badly (torch's against these: docs/performance.md, "A step's GEMMs
+   through the panels"). So the weight is packed once per layer call into panels of PANEL
    columns ((K, PANEL) each, contiguous, the last zero-padded), and each step multiplies its rows
    by every panel: PANEL_ROWS rows at a time, whose PANEL_ROWS x PANEL sums the compiler keeps in
    vector registers (16 of them) while it streams the panel's K rows once. The panels are split
@@ -553,6 +553,48 @@ typedef struct {
   const float *b_a;
 } greedy_parts;
 
+/* A weight W (out, in), read at row stride ld, that the greedy loop multiplies its rows by:
+   through torch's sgemm, or where `panels` is not NULL through panel_gemm, W^T packed once per
+   call (an AVX-512 build: seq2seq/kernels/step_gemm.py says why). */
+typedef struct {
+  const float *W;
+  int64_t ld, out, in;
+  float *panels;
+} step_weight;
+
+/* The greedy loop's weights: the cell's W_if and W_hh, the parts' W_q, W_a, W_p and W_c1, the
+   attentional layer's W_c2 and the output layer's W_s (each unused one's W NULL). */
+typedef struct {
+  void *sgemm;
+  step_weight W_if, W_hh, W_q, W_a, W_p, W_c1, W_c2, W_s;
+} greedy_weights;
+
+static void step_weight_pack(step_weight *w, const float *W, int64_t ld, int64_t out, int64_t in,
+                             int packed) {
+  w->W = W;
+  w->ld = ld;
+  w->out = out;
+  w->in = in;
+  w->panels = NULL;
+  if (!packed || W == NULL) return;
+  w->panels = malloc((size_t)seq2seq_panel_floats(in, out) * sizeof(float));
+  if (w->panels != NULL) pack_panels(in, out, W, ld, 1, w->panels); /* else: through sgemm */
+}
+
+/* y (rows, out) = x (rows, in) W^T + bias (bias NULL: 0), or with `accumulate` y += x W^T. */
+static void step_rows(const greedy_weights *products, const step_weight *w, int64_t rows,
+                      const float *bias, int accumulate, const float *x, float *y) {
+  if (w->panels != NULL) {
+    panel_gemm(rows, w->in, w->out, x, w->in, w->panels, bias, accumulate, y, w->out, 1);
+  } else if (accumulate) { /* y^T (out, rows) += W x^T, column-major */
+    const float one = 1.0f;
+    ((sgemm_fn)products->sgemm)("T", "N", &w->out, &rows, &w->in, &one, w->W, &w->ld, x, &w->in,
+                               &one, y, &w->out);
+  } else {
+    seq2seq_affine_rows(products->sgemm, rows, w->out, w->in, w->W, w->ld, bias, x, y);
+  }
+}
+
 /* Row r's attention at step t through the parts: keys (S, K) and values (S, H) its sentence's,
    length its lens entry; q its query (K floats: h, or W_q h + b_q); centre its local-p centre
    (NULL without); coverage (S) what it attended so far (NULL without), scaled by gamma on the
@@ -604,10 +646,10 @@ static void parts_row(const greedy_parts *parts, int64_t S, int64_t K, int64_t H
 /* Local-p's centres of the `active` rows (their states `query`, (active, H)): features
    (active, H) = W_p query^T, scratch, then attention.c's seq2seq_local_p_centres (row r's
    sentence rows[r]). */
-static void predicted_centres(void *sgemm, const greedy_parts *parts, int64_t active, int64_t H,
-                              const float *query, const int64_t *lens, const int64_t *rows,
-                              float *features, float *centres) {
-  seq2seq_affine_rows(sgemm, active, H, H, parts->W_p, H, NULL, query, features);
+static void predicted_centres(const greedy_weights *products, const greedy_parts *parts,
+                              int64_t active, int64_t H, const float *query, const int64_t *lens,
+                              const int64_t *rows, float *features, float *centres) {
+  step_rows(products, &products->W_p, active, NULL, 0, query, features);
   seq2seq_local_p_centres(active, H, parts->v_p, lens, rows, features, NULL, centres);
 }
 
@@ -616,7 +658,8 @@ static void predicted_centres(void *sgemm, const greedy_parts *parts, int64_t ac
    b * max_steps + t) and its part of the attentional state into attentional (active, H).
    Scratch in `work` (active * (heads * (K + 2S + d) + H + 1) floats, S K each more with
    additive coverage and heads d with additive heads) and spans (2 * active * heads). */
-static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, int64_t S,
+static void parts_step(const greedy_weights *products, const greedy_parts *parts, int64_t active,
+                       int64_t S,
                        int64_t H, int64_t K, int64_t t, int64_t max_steps, const float *query,
                        const float *keys, const float *values, const int64_t *lens,
                        const int64_t *rows, float *coverage, float *weights, float *attentional,
@@ -629,17 +672,15 @@ static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, i
   float *head_queries = covered + (parts->coverage == 2 ? active * S * K : 0);
   const float *q = query; /* h, or its projection: (active, heads K) */
   if (parts->W_a != NULL) { /* W_a (W_q,i h + b_i) + b_a: (active, heads d), then its heads' */
-    seq2seq_affine_rows(sgemm, active, heads * d, H, parts->W_q, H, parts->b_q, query,
-                        head_queries);
-    seq2seq_affine_rows(sgemm, active * heads, K, d, parts->W_a, d, parts->b_a, head_queries,
-                        projected);
+    step_rows(products, &products->W_q, active, parts->b_q, 0, query, head_queries);
+    step_rows(products, &products->W_a, active * heads, parts->b_a, 0, head_queries, projected);
     q = projected;
   } else if (parts->W_q != NULL) {
-    seq2seq_affine_rows(sgemm, active, heads * K, H, parts->W_q, H, parts->b_q, query, projected);
+    step_rows(products, &products->W_q, active, parts->b_q, 0, query, projected);
     q = projected;
   }
-  if (parts->W_p != NULL) predicted_centres(sgemm, parts, active, H, query, lens, rows, features,
-                                            centres);
+  if (parts->W_p != NULL)
+    predicted_centres(products, parts, active, H, query, lens, rows, features, centres);
   /* One head: the context is the attentional state's part itself (values are W_c1 m). */
   float *context = heads > 1 ? contexts : attentional;
 #pragma omp parallel for schedule(static) if (active * heads * S * 2 * K >= 4 * PARALLEL_MIN)
@@ -666,14 +707,14 @@ static void parts_step(void *sgemm, const greedy_parts *parts, int64_t active, i
     }
   }
   if (heads > 1) /* W_c1 (W_o c + b_o) = (W_c1 W_o) c + W_c1 b_o: (active, H) */
-    seq2seq_affine_rows(sgemm, active, H, heads * d, parts->W_c1, heads * d, parts->b_c1,
-                        contexts, attentional);
+    step_rows(products, &products->W_c1, active, parts->b_c1, 0, contexts, attentional);
 }
 
 /* Greedy decoding with the Luong decoder (seq2seq/kernels/greedy.py): a GRU cell, attention scored
    scale * q . k' (seq2seq_product_forward) averaging W_c1 m, the attentional state
    tanh(W_c1 c + W_c2 h) and the logits W_s a + b_s, every step of a batch in one call. It is
-   LuongDecoder.decode_step and greedy_search's loop, the same GEMMs (torch's sgemm_) and C passes
+   LuongDecoder.decode_step and greedy_search's loop, the same GEMMs (torch's sgemm_, or with
+   `panels` panel_gemm, each weight packed once per call: step_weight) and C passes
    in the same order, without the dozen Python-dispatched ops per step between them.
 
    table (V, 3H) holds W_ie e + b_ih of every target token, W_hh (3H, H) and b_hh (3H, or NULL)
@@ -702,18 +743,32 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                              int64_t *restrict tokens, float *restrict weights,
                              const greedy_parts *parts, int64_t *restrict spans,
                              float *restrict coverage, const float *W_if, int64_t ld_if,
-                             float *restrict feed) {
+                             float *restrict feed, int panels) {
   const int64_t G = 3 * H;
   /* A key's size: additive scoring's A, a head's d, or the state's. */
   int64_t K = H;
   if (parts != NULL && parts->additive) K = parts->A;
   else if (parts != NULL && parts->heads > 1) K = parts->head_size;
   const int covers = parts != NULL && parts->coverage != 0;
-  const float one = 1.0f;
+  /* Every weight the steps multiply by, packed once here with `panels`. */
+  greedy_weights products = {.sgemm = sgemm};
+  step_weight_pack(&products.W_if, W_if, ld_if, G, H, panels);
+  step_weight_pack(&products.W_hh, W_hh, H, G, H, panels);
+  step_weight_pack(&products.W_c2, W_c2, ld_c2, H, H, panels);
+  step_weight_pack(&products.W_s, W_s, H, V, H, panels);
+  if (parts != NULL) {
+    const int64_t heads = parts->heads, d = heads > 1 ? parts->head_size : H;
+    const int64_t queries = parts->W_a != NULL ? heads * d : heads * K; /* W_q's rows */
+    step_weight_pack(&products.W_q, parts->W_q, H, queries, H, panels);
+    step_weight_pack(&products.W_a, parts->W_a, d, K, d, panels);
+    step_weight_pack(&products.W_p, parts->W_p, H, H, H, panels);
+    step_weight_pack(&products.W_c1, heads > 1 ? parts->W_c1 : NULL, heads * d, H, heads * d,
+                     panels);
+  }
   float *gates = work, *recurrent = gates + B * G, *query = recurrent + B * G;
   float *attentional = query + B * H, *logits = attentional + B * H;
   float *scratch = logits + B * V; /* parts_step's */
-  int64_t active = B;
+  int64_t active = B, steps = max_steps;
   for (int64_t b = 0; b < B; ++b) {
     rows[b] = b;
     prev[b] = bos;
@@ -723,10 +778,8 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
        updating h and writing the query. */
     for (int64_t r = 0; r < active; ++r)
       memcpy(gates + r * G, table + prev[r] * G, G * sizeof(float));
-    if (W_if != NULL) /* + W_if f_{t-1}: gates^T (3H, A) += W_if f^T */
-      ((sgemm_fn)sgemm)("T", "N", &G, &active, &H, &one, W_if, &ld_if, feed, &H, &one, gates,
-                        &G);
-    seq2seq_affine_rows(sgemm, active, G, H, W_hh, H, b_hh, h, recurrent);
+    if (W_if != NULL) step_rows(&products, &products.W_if, active, NULL, 1, feed, gates);
+    step_rows(&products, &products.W_hh, active, b_hh, 0, h, recurrent);
     seq2seq_gru_forward(active, H, gates, G, recurrent, h, query, H, NULL);
     /* Attention: row r is sentence rows[r]; its weights go straight to the output. */
     if (parts == NULL) {
@@ -737,15 +790,14 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
                     values + b * S * H, weights + (b * max_steps + t) * S, attentional + r * H);
       }
     } else {
-      parts_step(sgemm, parts, active, S, H, K, t, max_steps, query, keys, values, lens, rows,
+      parts_step(&products, parts, active, S, H, K, t, max_steps, query, keys, values, lens, rows,
                  coverage, weights, attentional, scratch, spans);
     }
     /* attentional (A, H) = tanh(W_c1 c + h W_c2^T), then logits (A, V) = b_s + a W_s^T. */
-    ((sgemm_fn)sgemm)("T", "N", &H, &active, &H, &one, W_c2, &ld_c2, query, &H, &one,
-                      attentional, &H);
+    step_rows(&products, &products.W_c2, active, NULL, 1, query, attentional);
     seq2seq_tanh(active * H, attentional);
     if (W_if != NULL) memcpy(feed, attentional, active * H * sizeof(float)); /* f_t = h~_t */
-    seq2seq_affine_rows(sgemm, active, V, H, W_s, H, b_s, attentional, logits);
+    step_rows(&products, &products.W_s, active, b_s, 0, attentional, logits);
     /* The most probable token as torch.argmax picks it (the first of equal ones; the first
        NaN, which it ranks above every number), and the rows that go on, moved up in order. */
     int64_t kept = 0;
@@ -769,9 +821,15 @@ int64_t seq2seq_luong_greedy(void *sgemm, int64_t B, int64_t S, int64_t H, int64
       ++kept;
     }
     active = kept;
-    if (active == 0) return t + 1;
+    if (active == 0) {
+      steps = t + 1;
+      break;
+    }
   }
-  return max_steps;
+  step_weight *packed[] = {&products.W_if, &products.W_hh, &products.W_q,  &products.W_a,
+                           &products.W_p,  &products.W_c1, &products.W_c2, &products.W_s};
+  for (size_t i = 0; i < sizeof packed / sizeof *packed; ++i) free(packed[i]->panels);
+  return steps;
 }
 
 /* Dropout's keep mask (seq2seq/dropout.py): mask[i] = scale where the top 16 bits of output i of
