@@ -108,3 +108,20 @@ def test_a_source_packs_its_weights_once_and_only_when_decoding(panels: bool) ->
         assert packed is not None and source.product(weight) is packed
         assert (packed.panels is not None) == panels
         assert source.index_select(torch.tensor([0, 0])).product(weight) is packed
+
+
+def test_no_packed_product_under_autocast_or_for_other_dtypes(panels: bool) -> None:
+    """A decoding step under CPU autocast (bf16 validation) or in another dtype keeps torch's
+    ops, which compute in the autocast dtype as the reference's do."""
+    model = make_composed("additive", PARTS["softmax"], "bahdanau").eval()
+    src, src_lens = torch.tensor([[4, 5, 6]]), torch.tensor([3])
+    with torch.no_grad():
+        source, state = model.encode(src, src_lens)
+        model.decode_step(torch.tensor([1]), state, source)
+        weight = model.decoder.cell.weight_hh
+        assert isinstance(source, DecodingSource)
+        assert source.product(weight, torch.zeros(1, 3, dtype=torch.bfloat16)) is None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert source.product(weight, torch.zeros(1, 3)) is None
+            logits, _, _ = model.decode_step(torch.tensor([1]), state, source)
+        assert logits.dtype == torch.bfloat16

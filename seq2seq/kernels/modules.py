@@ -219,7 +219,7 @@ class DecodingSource(EncodedSource):
     tables_built: bool = False
     # The weights a decoding step multiplies its rows by, each packed once per batch at its
     # first use (``product``), by address: the same parameters at every step of a search.
-    products: dict[tuple[int, bool], StepWeight] | None = None
+    products: dict[int, StepWeight] | None = None
 
     def index_select(self, indices: Tensor) -> DecodingSource:
         selected = super().index_select(indices)
@@ -233,15 +233,16 @@ class DecodingSource(EncodedSource):
             products=self.products,
         )
 
-    def product(self, weight: Tensor, transposed: bool = True) -> StepWeight | None:
-        """``weight`` as a ``StepWeight`` packed for this batch's decoding steps (x @ W^T, or
-        x @ W without ``transposed``), or None before the tables are built (not decoding)."""
-        if self.products is None:
+    def product(self, weight: Tensor, *operands: Tensor) -> StepWeight | None:
+        """``weight`` as a ``StepWeight`` packed for this batch's decoding steps (x @ W^T), or
+        None before the tables are built (not decoding) or where ``operands``, what the step
+        multiplies and adds, are not tensors the kernels take (autocast's, say): the caller's
+        torch op then computes as the reference's."""
+        if self.products is None or not usable(weight, *operands):
             return None
-        key = (weight.data_ptr(), transposed)
-        packed = self.products.get(key)
+        packed = self.products.get(weight.data_ptr())
         if packed is None:
-            packed = self.products[key] = StepWeight(weight, transposed)
+            packed = self.products[weight.data_ptr()] = StepWeight(weight)
         return packed
 
 
@@ -595,7 +596,9 @@ class FastDecoder(AttentionDecoder):
         hidden = state[0]  # (B, H)
         if self.fused_step_applies(hidden):
             weight_hh = self.cell.weight_hh
-            packed = source.product(weight_hh) if isinstance(source, DecodingSource) else None
+            packed = None
+            if isinstance(source, DecodingSource):
+                packed = source.product(weight_hh, hidden, input_gates)
             return (gru_cell(input_gates, hidden, weight_hh, self.cell.bias_hh, packed),)
         recurrent = F.linear(hidden, self.cell.weight_hh, self.cell.bias_hh)  # (B, G)
         if self.is_lstm:
@@ -683,7 +686,9 @@ class FastBahdanauDecoder(FastDecoder, BahdanauDecoder):
     ) -> Tensor:
         """The cell's input W_ie e + b_ih + W_ic c: (B, G) + (B, M) @ (M, G). A decoding step's
         ``input_gates`` are its own (a table's rows), so W_ic c adds into them in place."""
-        packed = source.product(context_weight) if isinstance(source, DecodingSource) else None
+        packed = None
+        if isinstance(source, DecodingSource):
+            packed = source.product(context_weight, input_gates, context)
         if packed is None:
             return torch.addmm(input_gates, context, context_weight.t())
         packed.into(input_gates, context, accumulate=True)
@@ -1003,7 +1008,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             gates = source.token_gates.index_select(0, prev_tokens)  # (B, G)
         if feed is not None:  # + W_if h~_{t-1}: (B, H) @ (H, G), into the step's own gates
             feed_weight = self.cell.weight_ih[:, self.embedding_size :]
-            packed = source.product(feed_weight)
+            packed = source.product(feed_weight, gates, feed)
             if packed is None:
                 gates = torch.addmm(gates, feed, feed_weight.t())
             else:
@@ -1050,7 +1055,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         step's own) and the query h (B, H): (B, H) @ (H, H), added in place where the tables
         pack W_c2."""
         hidden_weight = self.attentional.weight[:, self.memory_size :]  # W_c2 (H, H)
-        packed = source.product(hidden_weight)
+        packed = source.product(hidden_weight, averaged, query)
         if packed is None:
             return torch.addmm(averaged, query, hidden_weight.t())
         packed.into(averaged, query, accumulate=True)
@@ -1079,7 +1084,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         merged, averaged = merged[:, 0], averaged[:, 0]
         weight, bias = folded  # W_c1 W_o (H, D), W_c1 b_o (H,) or None
         # (B, D) @ (D, H) + (B, H) @ (H, H)
-        packed = source.product(weight)
+        packed = source.product(weight, merged, *([] if bias is None else [bias]))
         if packed is not None:
             readout = merged.new_empty(merged.shape[0], weight.shape[0])
             packed.into(readout, merged, bias)

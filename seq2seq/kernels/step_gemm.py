@@ -75,6 +75,7 @@ class StepWeight:
         if rows.stride(1) != 1:
             rows = rows.contiguous()
         assert out.stride(1) == 1  # rows the C side writes by address
+        assert rows.dtype == out.dtype == torch.float32  # what the C side reads and writes
         self.kernels.seq2seq_panel_gemm(
             rows.shape[0], self.inner, self.columns, rows.data_ptr(), rows.stride(0),
             self.panels.data_ptr(), None if bias is None else bias.data_ptr(), int(accumulate),
