@@ -218,8 +218,8 @@ class DecodingSource(EncodedSource):
     heads_readout: tuple[Tensor, Tensor | None] | None = None
     tables_built: bool = False
     # The weights a decoding step multiplies its rows by, each packed once per batch at its
-    # first use (``product``), by address: the same parameters at every step of a search.
-    products: dict[int, StepWeight] | None = None
+    # first use (``product``), by address and layout: the same parameters at every step.
+    products: dict[tuple[int, ...], StepWeight] | None = None
 
     def index_select(self, indices: Tensor) -> DecodingSource:
         selected = super().index_select(indices)
@@ -240,9 +240,10 @@ class DecodingSource(EncodedSource):
         torch op then computes as the reference's."""
         if self.products is None or not usable(weight, *operands):
             return None
-        packed = self.products.get(weight.data_ptr())
+        key = (weight.data_ptr(), *weight.shape, *weight.stride())  # a view: where, and how read
+        packed = self.products.get(key)
         if packed is None:
-            packed = self.products[weight.data_ptr()] = StepWeight(weight)
+            packed = self.products[key] = StepWeight(weight)
         return packed
 
 

@@ -1,10 +1,13 @@
-"""A step loop's GEMMs: every step multiplies its few rows (a batch's, 1-64) by the same weight.
+"""A step loop's GEMMs: every step multiplies its few rows (a batch's, or beam search's B·K) by
+the same weights.
 
 A BLAS sgemm packs the weight again on every call and splits a small product over the threads
 poorly. The C kernels' panel GEMM (``csrc/gru.c``: the weight packed once into column panels,
 each step's rows streamed through them, the panels split over the threads) is what the GRU
-layers' C loops run; ``StepWeight`` gives the same to loops that step in Python (the Luong
-decoder's input-fed loop, ``luong.SequentialRecurrence``), one C call per step's product.
+layers' C loops run; ``StepWeight`` gives the same to the loops that step in Python (the
+decoders' step loops and their attention's queries, one C call per step's product) and to the
+decoding steps (``modules.DecodingSource.product``: packed once per batch). The Luong greedy
+loop in C has its own twin of it, ``step_weight``.
 
 Which of the two is faster depends on the build: with AVX-512 the panels keep a block's sums in
 zmm registers and beat torch's GEMM at these shapes on the AMD and Intel CPUs measured; the AVX2
@@ -48,6 +51,7 @@ class StepWeight:
         self.inner, self.columns = weight.shape[::-1] if transposed else weight.shape
         self.panels: Tensor | None = None
         if step_panels() if panels is None else panels:
+            assert weight.dtype == torch.float32  # what the panels hold
             kernels = library()
             assert kernels is not None  # step_panels() checks it; a caller asking must too
             self.kernels = kernels
@@ -76,6 +80,7 @@ class StepWeight:
             rows = rows.contiguous()
         assert out.stride(1) == 1  # rows the C side writes by address
         assert rows.dtype == out.dtype == torch.float32  # what the C side reads and writes
+        assert bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())
         self.kernels.seq2seq_panel_gemm(
             rows.shape[0], self.inner, self.columns, rows.data_ptr(), rows.stride(0),
             self.panels.data_ptr(), None if bias is None else bias.data_ptr(), int(accumulate),
