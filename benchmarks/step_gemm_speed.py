@@ -22,7 +22,7 @@ from benchmarks.benchmark import machine
 from seq2seq.kernels.library import kernel_isa, library
 from seq2seq.kernels.step_gemm import StepWeight
 
-ROWS = (8, 32, 64, 320)  # greedy's and training's batch rows, beam 5's B·K
+ROWS = (8, 32, 64, 320)  # a step's rows once sentences have ended, a batch's, beam 5's B·K
 SHAPES = ((256, 768), (768, 256), (256, 256))  # (K, N): W_hh^T, W_hh, an H × H weight
 
 

@@ -10,10 +10,11 @@ decoding steps (``modules.DecodingSource.product``: packed once per batch). The 
 loop in C has its own twin of it, ``step_weight``.
 
 Which of the two is faster depends on the build: with AVX-512 the panels keep a block's sums in
-zmm registers and beat torch's GEMM at these shapes on the AMD and Intel CPUs measured; the AVX2
-build (half the lanes, as many registers for the sums) loses to it (docs/performance.md, "A
-step's GEMMs through the panels"). So ``step_panels`` chooses by the instruction set the library
-is built for, and torch's ``addmm`` runs otherwise: the same product either way, rounding aside.
+zmm registers, beat torch's GEMM at these shapes on the AMD CPUs measured and match it on the
+Intel Xeon; the AVX2 build (half the lanes, as many registers for the sums) loses to it from a
+few dozen rows on (docs/performance.md, "A step's GEMMs through the panels"). So
+``step_panels`` chooses by the instruction set the library is built for, and torch's ``addmm``
+runs otherwise: the same product either way, rounding aside.
 
 Shape legend: R a step's rows, K the product's inner size, N its output columns.
 """
@@ -39,14 +40,16 @@ class StepWeight:
     """A weight that a loop multiplies each step's rows by: ``into(out, rows)`` writes
     out (R, N) = rows (R, K) @ B, + bias (N,) or + out itself (``accumulate``), where B is
     ``weight.T`` for a layer's weight (N, K) (``transposed``, the default) or ``weight`` (K, N)
-    itself (a backward pass's ``d_out @ W``). Rows and out may be any row-strided views (the
-    steps' rows of a padded batch); every tensor is float32 on the CPU with unit column stride.
+    itself (a backward pass's ``d_out @ W``). The weight may be a row-strided view (a column
+    block of a wider weight), and so may out (the steps' rows of a padded batch), each with
+    unit column stride; rows of another layout are copied first. Every tensor is float32 on
+    the CPU.
 
     With ``panels`` (by default ``step_panels()``) the weight is packed once, here, into the C
     kernels' panels; the object then holds them (and the weight) until the loop drops it."""
 
     def __init__(self, weight: Tensor, transposed: bool = True, panels: bool | None = None) -> None:
-        assert weight.dim() == 2 and weight.stride(1) == 1  # rows of a contiguous block
+        assert weight.dim() == 2 and weight.stride(1) == 1  # rows of a row-strided block
         self.weight, self.transposed = weight, transposed
         self.inner, self.columns = weight.shape[::-1] if transposed else weight.shape
         self.panels: Tensor | None = None

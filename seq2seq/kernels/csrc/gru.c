@@ -183,7 +183,7 @@ static void panel_gemm(int64_t rows, int64_t K, int64_t N, const float *A, int64
   }
 }
 
-/* The two above for a caller that steps in Python (luong.py's input-fed loop): a weight packed
+/* The two above for a caller that steps in Python (kernels/step_gemm.py): a weight packed
    once per call of its loop, then each step's rows through it. C (rows, N) = start + A B, start
    as in panel_block; the threads split the panels. */
 void seq2seq_pack_panels(int64_t K, int64_t N, const float *src, int64_t ld, int transposed,
