@@ -45,6 +45,25 @@
 
 #include "vector_math.h"
 
+/* Each part's rows are split over the threads where the part is long enough (PARALLEL_MIN).
+   gru.c includes this file a second time, with SEQ2SEQ_SERIAL_PARTS defined, for its greedy
+   loop, which calls the parts one row at a time inside a parallel region of its own: there
+   every part is static and its loop serial, because an `omp parallel` whose `if` is false
+   still opens a team of one thread (the team's allocation and a barrier, per call). They are
+   also kept whole (noipa): GCC's copies of them inlined into or specialised for the greedy
+   loop lost the `omp simd` reductions' vectorisation. */
+#define SEQ2SEQ_PRAGMA(text) _Pragma(#text)
+#if defined(SEQ2SEQ_SERIAL_PARTS) && defined(__clang__)
+#define PART static __attribute__((unused, noinline))
+#define PARALLEL_FOR(split)
+#elif defined(SEQ2SEQ_SERIAL_PARTS)
+#define PART static __attribute__((unused, noipa))
+#define PARALLEL_FOR(split)
+#else
+#define PART
+#define PARALLEL_FOR(split) SEQ2SEQ_PRAGMA(omp parallel for schedule(static) if (split))
+#endif
+
 /* ---- Scores ------------------------------------------------------------------------------ */
 
 /* t = tanh(q_r + k_s) over A features into t, and w_v . t: computed first, then summed (one
@@ -63,11 +82,12 @@ static inline float additive_key_score(int64_t A, const float *restrict q_r,
 /* AdditiveAttention.score: e_s = scale * w_v . tanh(q + k_s), q = W_q s (+ b) and k_s = W_k h_s
    projected by the caller, scale = 1 / T. saved (rows, S, A) receives tanh(q + k_s) for the
    backward pass, or is NULL (the backward pass then recomputes it). */
+PART
 void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
                             const float *restrict q, const float *restrict keys,
                             const float *restrict w_v, const int64_t *restrict spans,
                             float *restrict saved, float *restrict logits) {
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     float t_scratch[A];
@@ -97,6 +117,7 @@ static inline void additive_key_backward(int64_t A, float d_score, const float *
   }
 }
 
+PART
 void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
                                      float scale, const float *restrict saved,
                                      const float *restrict q, const float *restrict keys,
@@ -104,7 +125,7 @@ void seq2seq_additive_score_backward(int64_t rows, int64_t group, int64_t S, int
                                      const float *restrict d_logits, float *restrict d_q,
                                      float *restrict d_keys, float *restrict d_w_v) {
   /* Over sentences: a sentence's rows add into its keys' gradient, from one thread. */
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
     float t_scratch[A];
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
@@ -161,6 +182,7 @@ static inline float layer_normed_key(int64_t A, float eps, const float *restrict
    features of q + k_s (layer_normed_key). params (3 x A) holds w_v, gamma and beta. saved_u
    and saved_normed (rows, S, A) receive tanh(y) and the normalized x, saved_rstd (rows, S)
    1 / sqrt(var + eps), for the backward pass, or are NULL (it then recomputes them). */
+PART
 void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
                                        float scale, float eps, const float *restrict q,
                                        const float *restrict keys, const float *restrict params,
@@ -168,7 +190,7 @@ void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, i
                                        float *restrict saved_normed, float *restrict saved_rstd,
                                        float *restrict logits) {
   const float *restrict w_v = params, *restrict gamma = params + A, *restrict beta = params + 2 * A;
-#pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 2 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     float n_scratch[A], u_scratch[A];
@@ -193,6 +215,7 @@ void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, i
    d_keys (sentences, S, A) added into row r's sentence, r / group. Reads u, x^ and rstd from
    what the forward pass saved, or where saved_u is NULL recomputes them from q (rows, A) and
    keys (layer_normed_key, the same floats: the same values). */
+PART
 void seq2seq_additive_layer_norm_score_backward(
     int64_t rows, int64_t group, int64_t S, int64_t A, float scale, float eps,
     const float *restrict saved_u, const float *restrict saved_normed,
@@ -200,7 +223,7 @@ void seq2seq_additive_layer_norm_score_backward(
     const float *restrict params, const int64_t *restrict spans, const float *restrict d_logits,
     float *restrict d_q, float *restrict d_keys, float *restrict d_params) {
   const float *restrict w_v = params, *restrict gamma = params + A, *restrict beta = params + 2 * A;
-#pragma omp parallel for schedule(static) if (rows * S * A >= 2 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 2 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
     float g[A], n_scratch[A], u_scratch[A];
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
@@ -250,10 +273,11 @@ void seq2seq_additive_layer_norm_score_backward(
 /* DotProductAttention.score (scale 1, or 1 / sqrt(D) scaled) and GeneralAttention.score (whose
    keys the caller projected, W h_s), each divided by the temperature:
    e_s = scale * q . k_s. */
+PART
 void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
                            const float *restrict q, const float *restrict keys,
                            const int64_t *restrict spans, float *restrict logits) {
-#pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * D >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict q_r = q + r * D;
@@ -269,12 +293,13 @@ void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, fl
 
 /* dq = scale sum_s de_s k_s (written), dk_s += scale de_s q (added into row r's sentence,
    r / group). */
+PART
 void seq2seq_product_score_backward(int64_t rows, int64_t group, int64_t S, int64_t D,
                                     float scale, const float *restrict q,
                                     const float *restrict keys, const int64_t *restrict spans,
                                     const float *restrict d_logits, float *restrict d_q,
                                     float *restrict d_keys) {
-#pragma omp parallel for schedule(static) if (rows * S * D >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * D >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];
@@ -299,6 +324,7 @@ void seq2seq_product_score_backward(int64_t rows, int64_t group, int64_t S, int6
    sum_s de_s e_s. Adds row r's sum_s de_s e_s into d_temperature[r] (the caller sums the rows
    and divides by -T once, after all steps). logits are e as the score wrote them, before
    coverage and the key bias were added. */
+PART
 void seq2seq_temperature_backward(int64_t rows, int64_t S, const int64_t *restrict spans,
                                   const float *restrict logits, const float *restrict d_logits,
                                   float *restrict d_temperature) {
@@ -322,11 +348,12 @@ static inline void outside(int64_t first, int64_t end, int64_t S, float *restric
 /* AdditiveAttention.preactivations' coverage term (See et al., eq. 11): the keys row r scores
    are k_s + c_s w_c, c (rows, S) the attention its sentence paid so far, written per row into
    covered (rows, S, A), which seq2seq_additive_score then reads with group 1. */
+PART
 void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
                                const int64_t *restrict spans, const float *restrict keys,
                                const float *restrict coverage, const float *restrict w_c,
                                float *restrict covered) {
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     for (int64_t s = first; s < end; ++s) {
@@ -342,13 +369,14 @@ void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A
 /* From the covered keys' gradient d_covered (rows, S, A): d_keys += it (into row r's sentence,
    r / group), d_coverage_s = d_covered_s . w_c (written, rows x S), d_w_c += sum_s c_s
    d_covered_s (row r's part, rows x A). */
+PART
 void seq2seq_additive_coverage_backward(int64_t rows, int64_t group, int64_t S, int64_t A,
                                         const int64_t *restrict spans,
                                         const float *restrict coverage,
                                         const float *restrict w_c,
                                         const float *restrict d_covered, float *restrict d_keys,
                                         float *restrict d_coverage, float *restrict d_w_c) {
-#pragma omp parallel for schedule(static) if (rows * S * A >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * A >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];
@@ -372,6 +400,7 @@ void seq2seq_additive_coverage_backward(int64_t rows, int64_t group, int64_t S, 
 }
 
 /* Attention.covered_logits for every other score: e_s += gamma c_s. */
+PART
 void seq2seq_coverage(int64_t rows, int64_t S, const int64_t *restrict spans, float gamma,
                       const float *restrict coverage, float *restrict logits) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -382,6 +411,7 @@ void seq2seq_coverage(int64_t rows, int64_t S, const int64_t *restrict spans, fl
 }
 
 /* d_coverage_s = gamma de_s (written, rows x S); d_gamma[r] += sum_s c_s de_s. */
+PART
 void seq2seq_coverage_backward(int64_t rows, int64_t S, const int64_t *restrict spans,
                                float gamma, const float *restrict coverage,
                                const float *restrict d_logits, float *restrict d_coverage,
@@ -400,6 +430,7 @@ void seq2seq_coverage_backward(int64_t rows, int64_t S, const int64_t *restrict 
 /* ---- Positions (seq2seq/positions.py) ------------------------------------------------------ */
 
 /* Global attention's span: row r reads its sentence's real keys [0, length), clamped to S. */
+PART
 void seq2seq_global_window(int64_t rows, int64_t group, int64_t S,
                            const int64_t *restrict lengths, int64_t *restrict spans) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -411,6 +442,7 @@ void seq2seq_global_window(int64_t rows, int64_t group, int64_t S,
 /* LocalWindow.forward's in_window: the keys s with |s - round(p_t)| <= D among the sentence's
    real ones, p_t the row's centre (centres (rows,), in [0, length - 1]). round is to the
    nearest even on a tie, as torch.round. */
+PART
 void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
                           const int64_t *restrict lengths, const float *restrict centres,
                           int64_t *restrict spans) {
@@ -428,6 +460,7 @@ void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
    sigma = D / 2, p_t the row's real centre (centres (rows,)). The weights (at their stride) are
    multiplied in place; normalized (rows x S) receives them before, for the backward pass, or
    is NULL. */
+PART
 void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t *restrict spans,
                               const float *restrict centres, float *restrict weights,
                               int64_t w_stride, float *restrict normalized) {
@@ -446,6 +479,7 @@ void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t 
    with u_r = tanh(W_p h_r), row r's sentence b being sentence_of[r] (r where NULL). features
    (rows, H) holds W_p h_r on entry (the caller's GEMM) and u_r on exit; gates (rows,) receives
    sigmoid(v_p . u_r) for the backward pass, or is NULL. */
+PART
 void seq2seq_local_p_centres(int64_t rows, int64_t H, const float *restrict v_p,
                              const int64_t *restrict lengths, const int64_t *restrict sentence_of,
                              float *restrict features, float *restrict gates,
@@ -469,6 +503,7 @@ void seq2seq_local_p_centres(int64_t rows, int64_t H, const float *restrict v_p,
    its centre, and their gradients add): dz_r = dp_r (S_b - 1) g_r (1 - g_r) into d_predicted
    (rows,), v_p's gradient's factor, and d_projected (rows, H) = dz_r v_p (1 - u_r^2), the
    gradient of W_p h_r. */
+PART
 void seq2seq_local_p_centres_backward(int64_t rows, int64_t heads, int64_t H,
                                       const float *restrict v_p, const int64_t *restrict lengths,
                                       const float *restrict features, const float *restrict gates,
@@ -491,6 +526,7 @@ void seq2seq_local_p_centres_backward(int64_t rows, int64_t heads, int64_t H,
 /* From the gradient of the multiplied weights (d_weights, rows x S, overwritten with the
    normalizer's weights' gradient, d_p_s * g_s): d_centres[r] += sum_s d_s p_s g_s (s - p_t) /
    sigma^2, the Gaussian's pull on the centre (the window's edges have no gradient). */
+PART
 void seq2seq_local_p_gaussian_backward(int64_t rows, int64_t S, int64_t D,
                                        const int64_t *restrict spans,
                                        const float *restrict centres,
@@ -511,6 +547,7 @@ void seq2seq_local_p_gaussian_backward(int64_t rows, int64_t S, int64_t D,
 
 /* KeyBias.forward: e_s += b_s for the source positions s < P the table holds (later positions,
    never seen in training, get 0). */
+PART
 void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *restrict bias,
                       const int64_t *restrict spans, float *restrict logits) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -520,6 +557,7 @@ void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *restrict 
 }
 
 /* db_s += sum_r de_{r,s}. One thread: every row adds into the same table. */
+PART
 void seq2seq_key_bias_backward(int64_t rows, int64_t S, int64_t P, const int64_t *restrict spans,
                                const float *restrict d_logits, float *restrict d_bias) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -531,9 +569,10 @@ void seq2seq_key_bias_backward(int64_t rows, int64_t S, int64_t P, const int64_t
 /* ---- Normalizers ------------------------------------------------------------------------- */
 
 /* softmax: p_s = exp(z_s - max) / sum over the valid keys. */
+PART
 void seq2seq_softmax(int64_t rows, int64_t S, const int64_t *restrict spans,
                      const float *restrict logits, float *restrict weights, int64_t w_stride) {
-#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict z = logits + r * S;
@@ -600,7 +639,7 @@ static float entmax15_threshold(int64_t len, const float *restrict sorted) {
 static void thresholded(int64_t rows, int64_t S, const int64_t *restrict spans,
                         const float *restrict logits, float *restrict weights, int64_t w_stride,
                         int entmax15) {
-#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     float *restrict p = weights + r * w_stride;
@@ -624,12 +663,14 @@ static void thresholded(int64_t rows, int64_t S, const int64_t *restrict spans,
 }
 
 /* sparsemax: p = [z - tau]_+, the Euclidean projection of the logits onto the simplex. */
+PART
 void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *restrict spans,
                        const float *restrict logits, float *restrict weights, int64_t w_stride) {
   thresholded(rows, S, spans, logits, weights, w_stride, 0);
 }
 
 /* entmax15: p = [z / 2 - tau]_+^2, alpha-entmax at alpha 1.5. */
+PART
 void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
                       const float *restrict logits, float *restrict weights, int64_t w_stride) {
   thresholded(rows, S, spans, logits, weights, w_stride, 1);
@@ -641,10 +682,11 @@ void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
    last tau whose sum is >= 1, and the weights are divided by their sum, so that rows sum to 1
    exactly. The powers are pow_vec's, so that each halving's sum is one vectorised loop rather
    than a libm call per key. */
+PART
 void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict spans, float alpha,
                            int64_t iterations, const float *restrict logits,
                            float *restrict weights, int64_t w_stride) {
-#pragma omp parallel for schedule(static) if (rows * S * iterations >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * iterations >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t first = spans[2 * r], end = spans[2 * r + 1], len = end - first;
     const float *restrict z = logits + r * S;
@@ -691,6 +733,7 @@ void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict span
    2019, Proposition 1), one number per row (added into d_alpha (rows,), summed by the caller):
    sum_i dp_i [(p_i - t_i) / (alpha - 1)^2 - (h_i - t_i sum_j h_j) / (alpha - 1)], with
    t = s / sum(s), s_i = p_i^(2 - alpha) on the support and h_i = p_i log p_i. */
+PART
 void seq2seq_entmax_alpha_backward(int64_t rows, int64_t S, float alpha,
                                    const int64_t *restrict spans, const float *restrict weights,
                                    int64_t w_stride, const float *restrict d_weights,
@@ -721,10 +764,11 @@ void seq2seq_entmax_alpha_backward(int64_t rows, int64_t S, float alpha,
    2019, Prop. 2), dz = s * dp - s (s . dp) / sum(s), with s_i = p_i^(2 - alpha) where p_i > 0,
    else 0: p for softmax (alpha 1), the support's indicator for sparsemax (2), sqrt(p) for
    entmax15. d_weights and d_logits are (rows, S); a row without support gets zeros. */
+PART
 void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t *restrict spans,
                              const float *restrict weights, int64_t w_stride,
                              const float *restrict d_weights, float *restrict d_logits) {
-#pragma omp parallel for schedule(static) if (rows * S * 16 >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * 16 >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict p = weights + r * w_stride, *restrict dp = d_weights + r * S;
@@ -751,11 +795,12 @@ void seq2seq_entmax_backward(int64_t rows, int64_t S, float alpha, const int64_t
 /* ---- The context -------------------------------------------------------------------------- */
 
 /* Attention.forward's context = weights @ values: c = sum_s p_s v_s over the valid keys. */
+PART
 void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V,
                                const float *restrict weights, int64_t w_stride,
                                const int64_t *restrict spans, const float *restrict values,
                                float *restrict context, int64_t c_stride) {
-#pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * V >= 4 * PARALLEL_MIN)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / group, first = spans[2 * r], end = spans[2 * r + 1];
     const float *restrict p = weights + r * w_stride;
@@ -774,6 +819,7 @@ void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V
 /* dp_s = dc . v_s (written into d_weights (rows, S)) plus the weights' own gradient where they
    are an output that a loss reads (d_weights_out at its row stride, or NULL), dv_s += p_s dc
    (added into row r's sentence, r / group). */
+PART
 void seq2seq_attention_context_backward(int64_t rows, int64_t group, int64_t S, int64_t V,
                                         const float *restrict weights, int64_t w_stride,
                                         const int64_t *restrict spans,
@@ -781,7 +827,7 @@ void seq2seq_attention_context_backward(int64_t rows, int64_t group, int64_t S, 
                                         const float *restrict d_context, int64_t dc_stride,
                                         const float *restrict d_weights_out, int64_t dwo_stride,
                                         float *restrict d_weights, float *restrict d_values) {
-#pragma omp parallel for schedule(static) if (rows * S * V >= 4 * PARALLEL_MIN)
+PARALLEL_FOR(rows * S * V >= 4 * PARALLEL_MIN)
   for (int64_t b = 0; b < rows / group; ++b) {
     for (int64_t r = b * group; r < (b + 1) * group; ++r) {
       const int64_t first = spans[2 * r], end = spans[2 * r + 1];

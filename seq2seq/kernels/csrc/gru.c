@@ -465,47 +465,14 @@ void seq2seq_affine_rows(void *sgemm, int64_t rows, int64_t out, int64_t in, con
                     bias != NULL ? &one : &zero, y, &out);
 }
 
-/* The parts of attention.c a greedy step composes (prototypes; attention.c says what each is). */
-void seq2seq_global_window(int64_t rows, int64_t group, int64_t S, const int64_t *lengths,
-                           int64_t *spans);
-void seq2seq_local_window(int64_t rows, int64_t group, int64_t S, int64_t D,
-                          const int64_t *lengths, const float *centres, int64_t *spans);
-void seq2seq_additive_score(int64_t rows, int64_t group, int64_t S, int64_t A, float scale,
-                            const float *q, const float *keys, const float *w_v,
-                            const int64_t *spans, float *saved, float *logits);
-void seq2seq_additive_layer_norm_score(int64_t rows, int64_t group, int64_t S, int64_t A,
-                                       float scale, float eps, const float *q,
-                                       const float *keys, const float *params,
-                                       const int64_t *spans, float *saved_u, float *saved_normed,
-                                       float *saved_rstd, float *logits);
-void seq2seq_product_score(int64_t rows, int64_t group, int64_t S, int64_t D, float scale,
-                           const float *q, const float *keys, const int64_t *spans,
-                           float *logits);
-void seq2seq_local_p_gaussian(int64_t rows, int64_t S, int64_t D, const int64_t *spans,
-                              const float *centres, float *weights, int64_t w_stride,
-                              float *normalized);
-void seq2seq_local_p_centres(int64_t rows, int64_t H, const float *v_p, const int64_t *lengths,
-                             const int64_t *sentence_of, float *features, float *gates,
-                             float *centres);
-void seq2seq_key_bias(int64_t rows, int64_t S, int64_t P, const float *bias,
-                      const int64_t *spans, float *logits);
-void seq2seq_additive_coverage(int64_t rows, int64_t group, int64_t S, int64_t A,
-                               const int64_t *spans, const float *keys, const float *coverage,
-                               const float *w_c, float *covered);
-void seq2seq_coverage(int64_t rows, int64_t S, const int64_t *spans, float gamma,
-                      const float *coverage, float *logits);
-void seq2seq_softmax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
-                     float *weights, int64_t w_stride);
-void seq2seq_sparsemax(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
-                       float *weights, int64_t w_stride);
-void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *spans, const float *logits,
-                      float *weights, int64_t w_stride);
-void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *spans, float alpha,
-                           int64_t iterations, const float *logits, float *weights,
-                           int64_t w_stride);
-void seq2seq_attention_context(int64_t rows, int64_t group, int64_t S, int64_t V,
-                               const float *weights, int64_t w_stride, const int64_t *spans,
-                               const float *values, float *context, int64_t c_stride);
+/* The parts of attention.c a greedy step composes (attention.c says what each is), compiled
+   here a second time: static, and each with its row loop serial, for parts_row calls them one
+   row at a time inside parts_step's parallel region. */
+#define SEQ2SEQ_SERIAL_PARTS
+#include "attention.c"
+#undef SEQ2SEQ_SERIAL_PARTS
+#undef PART
+#undef PARALLEL_FOR
 
 /* Which parts a greedy step's attention is composed of, field for field the ctypes Structure
    GreedyParts of seq2seq/kernels/greedy.py (from attention_parts.StepAttention): the score
