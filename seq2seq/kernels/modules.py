@@ -246,6 +246,25 @@ class DecodingSource(EncodedSource):
             packed = self.products[key] = StepWeight(weight)
         return packed
 
+    def linear(self, layer: nn.Linear, inputs: Tensor) -> Tensor:
+        """``layer(inputs)`` (…, K) -> (…, N) through the weight packed for this batch
+        (``product``) while decoding without a gradient, else the layer itself."""
+        flat = inputs.reshape(-1, inputs.shape[-1])  # (N', K)
+        bias = [] if layer.bias is None else [layer.bias]
+        packed = None if torch.is_grad_enabled() else self.product(layer.weight, flat, *bias)
+        if packed is None:
+            return layer(inputs)
+        out = flat.new_empty(flat.shape[0], layer.out_features)  # (N', N)
+        packed.into(out, flat, layer.bias)
+        return out.view(*inputs.shape[:-1], layer.out_features)
+
+
+def source_linear(layer: nn.Module, inputs: Tensor, source: EncodedSource) -> Tensor:
+    """``layer(inputs)``, through ``DecodingSource.linear`` where ``source`` is one."""
+    if isinstance(source, DecodingSource) and isinstance(layer, nn.Linear):
+        return source.linear(layer, inputs)
+    return layer(inputs)
+
 
 class FastDecoder(AttentionDecoder):
     """What both accelerated decoders share: the decoding tables, the cell from its input
@@ -444,11 +463,18 @@ class FastDecoder(AttentionDecoder):
         output_bias = None if output.bias is None else output_weight @ output.bias  # (·,)
         return output_weight @ output.weight, output_bias  # (·, M) @ (M, D)
 
-    def head_output(self, contexts: Tensor) -> Tensor:
-        """A loop's contexts (…, h·d) as the reference's (…, M): the heads' through W_o; one
-        head's as they are."""
+    def head_output(self, contexts: Tensor, source: EncodedSource | None = None) -> Tensor:
+        """A loop's contexts (…, h·d) as the reference's (…, M): the heads' through W_o (with a
+        decoding step's ``source``, its packed weight: ``source_linear``); one head's as they
+        are."""
         attention = self.attention
-        return attention.W_o(contexts) if isinstance(attention, MultiHeadAttention) else contexts
+        if not isinstance(attention, MultiHeadAttention):
+            return contexts
+        return (
+            attention.W_o(contexts)
+            if source is None
+            else source_linear(attention.W_o, contexts, source)
+        )
 
     def average_heads(self, weights: Tensor) -> Tensor:
         """A loop's weights (…, h·S) as the reference's (…, S): averaged over the heads."""
@@ -486,7 +512,7 @@ class FastDecoder(AttentionDecoder):
             merged, averaged = self.attend_heads(
                 queries, source, parts, parameters, positions, coverage
             )
-            return self.head_output(merged), averaged  # (R, Tq, M), (R, Tq, S)
+            return self.head_output(merged, source), averaged  # (R, Tq, M), (R, Tq, S)
         flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
         flat_coverage = None if coverage is None else coverage.reshape(rows * num_queries, -1)
         centres = None
@@ -524,7 +550,7 @@ class FastDecoder(AttentionDecoder):
         assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
         rows, num_queries, _ = queries.shape
         per_sentence = queries_per_sentence(queries, source.memory.shape[0])  # (B, K·Tq, H)
-        head_queries = attention.W_q(per_sentence)  # (B, K·Tq, D)
+        head_queries = source_linear(attention.W_q, per_sentence, source)  # (B, K·Tq, D)
         merged, averaged = self.heads_context(
             per_sentence, head_queries, source, parts, parameters, positions, coverage
         )
