@@ -295,13 +295,22 @@ class FastDecoder(AttentionDecoder):
         positions = real.nonzero().squeeze(1)  # (N_s,) b·S + s of each real position
         rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
 
-        def heads_of(projected: Tensor) -> Tensor:
-            """(N_s, D) -> (B·h, S, d), zeros at the padding."""
-            grid = projected.new_zeros(batch * steps, projected.shape[1])  # (B·S, D)
-            grid = grid.index_copy(0, positions, projected).view(batch, steps, -1)
-            return attention.split_heads(grid)
+        heads = attention.num_heads
+        sentence, position = positions // steps, positions % steps  # (N_s,) each
 
-        projected_keys = attention.scoring.project_keys(heads_of(attention.W_k(rows)))
+        def heads_of(projected: Tensor) -> Tensor:
+            """(N_s, D) -> (B·h, S, d), zeros at the padding: ``split_heads`` of the (B, S, D)
+            grid, written in its layout at once (B, h, S, d) rather than copied into it."""
+            grid = projected.new_zeros(batch, heads, steps, projected.shape[1] // heads)
+            grid[sentence, :, position] = projected.view(-1, heads, grid.shape[-1])
+            return grid.view(batch * heads, steps, -1)
+
+        # Each head's keys projected by the score (W_a k: an additive score's A features) on the
+        # real positions alone, (N_s, h, d) -> (N_s, h·K): a built-in score's project_keys reads
+        # each key by itself.
+        head_keys = attention.W_k(rows).view(rows.shape[0], heads, -1)
+        projected = attention.scoring.project_keys(head_keys).flatten(1)  # (N_s, h·K)
+        projected_keys = heads_of(projected)  # (B·h, S, K)
         return EncodedSource(memory, keys, projected_keys, src_lens, heads_of(attention.W_v(rows)))
 
     def is_decoding(self) -> bool:
