@@ -27,7 +27,8 @@ checks, the exports (ONNX) and the explorer import it only to read or undo that 
   readout over every row after);
 - ``product_attention``: dot-product and general attention over packed rows and decoding steps;
 - ``greedy``: the Luong decoder's greedy loop in one C call, its attention composed of the same
-  C twins where it has parts (input feeding and coverage carried as the loop's state);
+  C twins where it has parts (input feeding and coverage carried as the loop's state); it calls
+  a serial copy of them a row and head at a time (``SEQ2SEQ_SERIAL_PARTS``);
 - ``packing``: a batch's real tokens as rows, so that padding is never computed;
 - ``dropout`` and ``splitmix``: the keep mask from a counter-based hash;
 - ``modules``: the accelerated subclasses of the reference modules, which call the kernels where

@@ -46,12 +46,13 @@
 #include "vector_math.h"
 
 /* Each part's rows are split over the threads where the part is long enough (PARALLEL_MIN).
-   gru.c includes this file a second time, with SEQ2SEQ_SERIAL_PARTS defined, for its greedy
-   loop, which calls the parts one row at a time inside a parallel region of its own: there
-   every part is static and its loop serial, because an `omp parallel` whose `if` is false
-   still opens a team of one thread (the team's allocation and a barrier, per call). They are
-   also kept whole (noipa): GCC's copies of them inlined into or specialised for the greedy
-   loop lost the `omp simd` reductions' vectorisation. */
+   gru.c includes this file (which library.py also compiles on its own) with
+   SEQ2SEQ_SERIAL_PARTS defined, for its greedy loop, which calls the parts one row at a time
+   inside a parallel region of its own: there every part is static and its loop serial,
+   because an `omp parallel` whose `if` is false still opens a team of one thread (the team's
+   allocation and a barrier, per call). They are also kept out of line (GCC's noipa, no
+   inter-procedural optimisation; clang has only noinline): GCC's copies of them inlined into
+   or specialised for the greedy loop lost the `omp simd` reductions' vectorisation. */
 #define SEQ2SEQ_PRAGMA(text) _Pragma(#text)
 #if defined(SEQ2SEQ_SERIAL_PARTS) && defined(__clang__)
 #define PART static __attribute__((unused, noinline))
