@@ -235,10 +235,11 @@ class DecodingSource(EncodedSource):
 
     def product(self, weight: Tensor, *operands: Tensor) -> StepWeight | None:
         """``weight`` as a ``StepWeight`` packed for this batch's decoding steps (x @ W^T), or
-        None before the tables are built (not decoding) or where ``operands``, what the step
-        multiplies and adds, are not tensors the kernels take (autocast's, say): the caller's
-        torch op then computes as the reference's."""
-        if self.products is None or not usable(weight, *operands):
+        None before the tables are built (not decoding), while autograd records (the panels
+        have no backward), or where ``operands``, what the step multiplies and adds, are not
+        tensors the kernels take (autocast's, say): the caller's torch op then computes as the
+        reference's."""
+        if self.products is None or torch.is_grad_enabled() or not usable(weight, *operands):
             return None
         key = (weight.data_ptr(), *weight.shape, *weight.stride())  # a view: where, and how read
         packed = self.products.get(key)
@@ -246,24 +247,26 @@ class DecodingSource(EncodedSource):
             packed = self.products[key] = StepWeight(weight)
         return packed
 
-    def linear(self, layer: nn.Linear, inputs: Tensor) -> Tensor:
-        """``layer(inputs)`` (…, K) -> (…, N) through the weight packed for this batch
-        (``product``) while decoding without a gradient, else the layer itself."""
-        flat = inputs.reshape(-1, inputs.shape[-1])  # (N', K)
-        bias = [] if layer.bias is None else [layer.bias]
-        packed = None if torch.is_grad_enabled() else self.product(layer.weight, flat, *bias)
+    def affine(self, rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+        """rows (N, K) @ weight (M, K)^T + bias (M,) or None -> (N, M) through the weight
+        packed for this batch, or None where ``product`` does not give it (the caller's torch
+        op then computes it)."""
+        packed = self.product(weight, rows, *([] if bias is None else [bias]))
         if packed is None:
-            return layer(inputs)
-        out = flat.new_empty(flat.shape[0], layer.out_features)  # (N', N)
-        packed.into(out, flat, layer.bias)
-        return out.view(*inputs.shape[:-1], layer.out_features)
+            return None
+        out = rows.new_empty(rows.shape[0], weight.shape[0])  # (N, M)
+        packed.into(out, rows, bias)
+        return out
 
 
-def source_linear(layer: nn.Module, inputs: Tensor, source: EncodedSource) -> Tensor:
-    """``layer(inputs)``, through ``DecodingSource.linear`` where ``source`` is one."""
-    if isinstance(source, DecodingSource) and isinstance(layer, nn.Linear):
-        return source.linear(layer, inputs)
-    return layer(inputs)
+def source_linear(layer: nn.Module, inputs: Tensor, source: EncodedSource | None) -> Tensor:
+    """``layer(inputs)`` (…, K) -> (…, N), through ``DecodingSource.affine`` where ``source``
+    is one (a decoding step's) and the layer an ``nn.Linear``."""
+    if not (isinstance(source, DecodingSource) and isinstance(layer, nn.Linear)):
+        return layer(inputs)
+    flat = inputs.reshape(-1, inputs.shape[-1])  # (N', K)
+    out = source.affine(flat, layer.weight, layer.bias)
+    return layer(inputs) if out is None else out.view(*inputs.shape[:-1], layer.out_features)
 
 
 class FastDecoder(AttentionDecoder):
@@ -479,11 +482,7 @@ class FastDecoder(AttentionDecoder):
         attention = self.attention
         if not isinstance(attention, MultiHeadAttention):
             return contexts
-        return (
-            attention.W_o(contexts)
-            if source is None
-            else source_linear(attention.W_o, contexts, source)
-        )
+        return source_linear(attention.W_o, contexts, source)
 
     def average_heads(self, weights: Tensor) -> Tensor:
         """A loop's weights (…, h·S) as the reference's (…, S): averaged over the heads."""
@@ -1119,15 +1118,9 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         merged, averaged = self.attend_heads(query[:, None, :], source, *fused, positions, coverage)
         merged, averaged = merged[:, 0], averaged[:, 0]
         weight, bias = folded  # W_c1 W_o (H, D), W_c1 b_o (H,) or None
-        # (B, D) @ (D, H) + (B, H) @ (H, H)
-        packed = source.product(weight, merged, *([] if bias is None else [bias]))
-        if packed is not None:
-            readout = merged.new_empty(merged.shape[0], weight.shape[0])
-            packed.into(readout, merged, bias)
-        elif bias is None:
-            readout = torch.mm(merged, weight.t())
-        else:
-            readout = torch.addmm(bias, merged, weight.t())
+        readout = source.affine(merged, weight, bias)  # (B, D) @ (D, H) + (B, H) @ (H, H)
+        if readout is None:
+            readout = F.linear(merged, weight, bias)
         return self.add_hidden_part(readout, query, source), averaged
 
     def attend_values(
