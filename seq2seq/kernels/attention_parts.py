@@ -440,6 +440,13 @@ def step_attention(
         return None
     if isinstance(attention, MultiHeadAttention):
         return heads_attention(attention)
+    return builtin_parts(attention, query_size)
+
+
+def builtin_parts(attention: Attention, query_size: int) -> StepAttention | None:
+    """``step_attention`` of an attention that ``own_formula`` found built of this package's
+    modules alone (a multi-head block's scoring function: the block's check covered it, and a
+    decoding step asks at every step)."""
     chosen = part_choices(attention.normalization)
     if chosen is None:
         return None
@@ -505,7 +512,7 @@ def heads_attention(attention: MultiHeadAttention) -> StepAttention | None:
     whatever the scoring, as the block adds it)."""
     scoring = attention.scoring
     size = attention.W_q.out_features // attention.num_heads  # d, what a head's query has
-    single = step_attention(scoring, size)
+    single = builtin_parts(scoring, size)  # step_attention checked the whole block
     chosen = part_choices(attention.normalization)
     if single is None or chosen is None:
         return None

@@ -220,6 +220,11 @@ class DecodingSource(EncodedSource):
     # The weights a decoding step multiplies its rows by, each packed once per batch at its
     # first use (``product``), by address and layout: the same parameters at every step.
     products: dict[tuple[int, ...], StepWeight] | None = None
+    # The attention's C parts and what they read (``FastDecoder.fused_attention``), decided at
+    # the batch's first decoding step, as the products are packed: one list of the attention's
+    # modules walked per batch, not per step (``own_formula``), and a learned α's 1 + softplus
+    # computed once. A one-element list: [None] where the parts do not compute it.
+    attention_parts: list[tuple[StepAttention, AttentionParameters] | None] | None = None
 
     def index_select(self, indices: Tensor) -> DecodingSource:
         selected = super().index_select(indices)
@@ -231,6 +236,7 @@ class DecodingSource(EncodedSource):
             heads_readout=self.heads_readout,
             tables_built=self.tables_built,
             products=self.products,
+            attention_parts=self.attention_parts,
         )
 
     def product(self, weight: Tensor, *operands: Tensor) -> StepWeight | None:
@@ -267,6 +273,19 @@ def source_linear(layer: nn.Module, inputs: Tensor, source: EncodedSource | None
     flat = inputs.reshape(-1, inputs.shape[-1])  # (N', K)
     out = source.affine(flat, layer.weight, layer.bias)
     return layer(inputs) if out is None else out.view(*inputs.shape[:-1], layer.out_features)
+
+
+def step_queries(
+    source: EncodedSource, queries: Tensor, weight: Tensor | None, bias: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """An additive score's queries (R, H) and its W_q (A, H) and b_q (A,) as ``parts_attend``
+    takes them: in a decoding step, projected here through W_q packed for the batch
+    (``DecodingSource.affine``), (R, A) and None twice; else as they are (``parts_attend``
+    projects them through torch, with their gradient). A product's (no W_q): as they are."""
+    if weight is None or not isinstance(source, DecodingSource):
+        return queries, weight, bias
+    projected = source.affine(queries, weight, bias)  # (R, A)
+    return (queries, weight, bias) if projected is None else (projected, None, None)
 
 
 class FastDecoder(AttentionDecoder):
@@ -423,12 +442,22 @@ class FastDecoder(AttentionDecoder):
     ) -> tuple[StepAttention, AttentionParameters] | None:
         """The C parts and what they read of the attention (``attention_parameters``), where
         ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries; else None.
-        Read once per call: a decoding step asks once, not once to check and once to run."""
-        parts = self.step_parts()
-        if parts is None or not self.fused_attention_source(source, rows):
+        Read once per call: a decoding step asks once, not once to check and once to run, and
+        a batch's decoding steps once for all (``DecodingSource.attention_parts``)."""
+        if not self.fused_attention_source(source, rows):
             return None
-        parameters = self.attention_parameters()
-        return (parts, parameters) if usable(*(p for p in parameters if p is not None)) else None
+        batch = source if isinstance(source, DecodingSource) and source.tables_built else None
+        if batch is not None and batch.attention_parts is not None:
+            return batch.attention_parts[0]
+        fused = None
+        parts = self.step_parts()
+        if parts is not None:
+            parameters = self.attention_parameters()
+            if usable(*(p for p in parameters if p is not None)):
+                fused = parts, parameters
+        if batch is not None:
+            batch.attention_parts = [fused]
+        return fused
 
     def fused_attention_applies(self, source: EncodedSource, rows: int) -> bool:
         """Whether ``seq2seq.kernels.bahdanau`` can compute this attention for ``rows`` queries."""
@@ -529,11 +558,16 @@ class FastDecoder(AttentionDecoder):
             assert window is not None  # step_attention named local-p
             per_sentence = queries_per_sentence(queries, source.memory.shape[0])
             centres = local_p_centres(window, per_sentence, source.src_lens).reshape(-1)
+        query_weight, query_bias, *rest = parameters
+        flat, query_weight, query_bias = step_queries(
+            source, queries.reshape(rows * num_queries, size), query_weight, query_bias
+        )
+        score_weight, key_bias, alpha, temperature, coverage_weight = rest
         # (R·Tq, M), (R·Tq, S)
         contexts, weights = parts_attend(
-            parts, queries.reshape(rows * num_queries, size), source.projected_keys,
-            source.memory, source.src_lens, *parameters, positions=flat_positions,
-            coverage=flat_coverage, centres=centres,
+            parts, flat, source.projected_keys, source.memory, source.src_lens, query_weight,
+            query_bias, score_weight, key_bias, alpha, temperature, coverage_weight,
+            positions=flat_positions, coverage=flat_coverage, centres=centres,
         )  # fmt: skip
         contexts = contexts.view(rows, num_queries, -1)  # (R, Tq, M)
         if not (need_weights or coverage is not None):
@@ -610,9 +644,12 @@ class FastDecoder(AttentionDecoder):
             coverage_weight = gamma.new_ones(())
         values = source.projected_values
         assert values is not None  # a multi-head attention's source has them
+        flat, query_weight, query_bias = step_queries(
+            source, split.reshape(-1, head_size), query_weight, query_bias
+        )
         # (B·h·K·Tq, d), (B·h·K·Tq, S)
         contexts, weights = parts_attend(
-            parts, split.reshape(-1, head_size), source.projected_keys, values,
+            parts, flat, source.projected_keys, values,
             source.src_lens.repeat_interleave(heads), query_weight, query_bias, score_weight,
             key_bias, alpha, temperature, coverage_weight, positions=flat_positions,
             coverage=head_coverage, centres=centres,
