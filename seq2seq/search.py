@@ -90,8 +90,9 @@ def greedy_search(
 ) -> Hypotheses:
     """Batched greedy decoding: the most probable token at each step, until EOS or the limit.
 
-    A sentence leaves the decoder's batch at its EOS (or limit), so the steps the longer ones still
-    need cost nothing for it.
+    A sentence stops decoding at its EOS (or limit); the decoder's batch drops the rows of ended
+    sentences once half of its rows have ended (``worth_compacting``), so the steps the longer
+    ones still need cost the ended ones little.
     """
     source, state = model.encode(src, src_lens)
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
@@ -114,39 +115,58 @@ def _greedy_steps(
     number of steps run."""
     limits, max_steps, bos_id, eos_id = task.limits, task.max_steps, task.bos_id, task.eos_id
     batch_size, device = limits.shape[0], limits.device
-    # The sentences still decoding, in the order of the decoder's rows (A,).
+    # The decoder's rows, each a sentence's row in the outputs (A,); a row whose sentence has
+    # ended points at row B, a spare that is cut off at the end, until the rows are compacted.
     active = torch.arange(batch_size, device=device)
     active_limits = limits  # (A,)
+    decoding = torch.ones(batch_size, dtype=torch.bool, device=device)  # (A,) not yet ended
+    num_decoding = batch_size
     prev_tokens = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (A,)
-    # Each step writes its active rows in place (PAD and zero weights stay for the finished
-    # ones): a step costs as few small ops as possible, which is most of greedy's time here.
-    tokens = torch.full((batch_size, max_steps), task.pad_id, dtype=torch.long, device=device)
-    weights: Tensor | None = None  # (B, L, S), once the first step gives the dtype
+    # Each step writes its rows in place (PAD and zero weights stay for the finished ones):
+    # a step costs as few small ops as possible, which is most of greedy's time here.
+    tokens = torch.full((batch_size + 1, max_steps), task.pad_id, dtype=torch.long, device=device)
+    weights: Tensor | None = None  # (B + 1, L, S), once the first step gives the dtype
     num_steps = max_steps
     for t in range(max_steps):
         logits, state, step_weights = model.decode_step(prev_tokens, state, source)
         next_tokens = logits.argmax(dim=-1)  # (A,)
         if weights is None:
-            weights = step_weights.new_zeros(batch_size, max_steps, step_weights.shape[1])
+            weights = step_weights.new_zeros(batch_size + 1, max_steps, step_weights.shape[1])
         tokens[active, t] = next_tokens
         weights[active, t] = step_weights
-        finishing = (next_tokens == eos_id) | (t + 1 >= active_limits)  # (A,)
+        finishing = ((next_tokens == eos_id) | (t + 1 >= active_limits)) & decoding  # (A,)
         num_finishing = int(finishing.sum())  # the one host sync of the step
-        if num_finishing == len(active):
+        if num_finishing == num_decoding:
             num_steps = t + 1
             break
         prev_tokens = next_tokens
         if num_finishing:
-            still = (~finishing).nonzero()[:, 0]  # (A',) positions among the active sentences
-            active, active_limits, prev_tokens = (
-                active[still],
-                active_limits[still],
-                prev_tokens[still],
-            )
-            source = source.index_select(still)
-            state = tuple(tensor.index_select(0, still) for tensor in state)
+            num_decoding -= num_finishing
+            decoding = decoding & ~finishing
+            active = active.masked_fill(finishing, batch_size)
+            if worth_compacting(len(active), num_decoding):
+                still = decoding.nonzero()[:, 0]  # (A',) the rows still decoding
+                active, active_limits, prev_tokens = (
+                    active[still],
+                    active_limits[still],
+                    prev_tokens[still],
+                )
+                decoding = decoding[still]
+                source = source.index_select(still)
+                state = tuple(tensor.index_select(0, still) for tensor in state)
     assert weights is not None  # the loop runs at least once
-    return tokens, weights, num_steps
+    return tokens[:batch_size], weights[:batch_size], num_steps
+
+
+def worth_compacting(rows: int, decoding: int) -> bool:
+    """Whether greedy search drops its ended sentences' rows from the decoder's batch: once
+    half of them have ended. A compaction copies every per-sentence tensor of the source for
+    the rows that stay (several heads' keys are a few megabytes a batch, in fresh memory), while
+    an ended row costs a step only its share of the step's row-wise work, much of a step being
+    fixed cost: compacting at every sentence's end copied the source a dozen times a batch.
+    Halving bounds the rows copied over a batch's decoding by the batch itself, and the rows
+    decoded for nothing by those still decoding."""
+    return 2 * (rows - decoding) >= rows
 
 
 def length_penalty_factor(lengths: Tensor, alpha: float) -> Tensor:

@@ -413,8 +413,13 @@ def test_done_sentences_leave_the_batch_and_the_outputs_do_not_change(beam_size:
         batch = beam_search(
             counting, src, src_lens, BOS, EOS, PAD, beam_size, max_len_a=1.0, max_len_b=0
         ).best
-    # Three sentences for one step, two until the third step, then the longest alone.
-    assert counting.rows == [3 * beam_size] + [2 * beam_size] * 2 + [beam_size] * 4
+    if beam_size == 1:
+        # Greedy search keeps an ended sentence's row until half the rows have ended: all
+        # three rows until the third step, then the longest alone.
+        assert counting.rows == [3] * 3 + [1] * 4
+    else:
+        # Three sentences for one step, two until the third step, then the longest alone.
+        assert counting.rows == [3 * beam_size] + [2 * beam_size] * 2 + [beam_size] * 4
     assert batch.lengths.tolist() == [1, 3, 7]
     for b in range(3):
         n = int(src_lens[b])
