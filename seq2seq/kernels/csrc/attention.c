@@ -677,12 +677,17 @@ void seq2seq_entmax15(int64_t rows, int64_t S, const int64_t *restrict spans,
   thresholded(rows, S, spans, logits, weights, w_stride, 1);
 }
 
-/* entmax_bisect (_bisect_weights) for any alpha > 1: with x = (alpha - 1)(z - max z),
-   sum_s [x_s - tau]_+^(1 / (alpha - 1)) falls as tau rises, from >= 1 at tau = -1 to <= 1 at
-   tau = -n^(1 - alpha) (n keys in the span); `iterations` halvings of that interval keep the
-   last tau whose sum is >= 1, and the weights are divided by their sum, so that rows sum to 1
-   exactly. The powers are pow_vec's, so that each halving's sum is one vectorised loop rather
-   than a libm call per key. */
+/* entmax_bisect (_bisect_weights) for any alpha > 1: with x = (alpha - 1)(z - max z), the tau
+   where f(tau) = sum_s [x_s - tau]_+^(1 / (alpha - 1)) = 1, and p_s = [x_s - tau]_+^(1 /
+   (alpha - 1)) divided by their sum, so that rows sum to 1 exactly. f falls as tau rises, from
+   >= 1 at tau = -1 to <= 1 at tau = -n^(1 - alpha) (n keys in the span). For alpha > 2 tau is
+   found as the reference finds it: `iterations` halvings of that interval, keeping the last tau
+   whose sum is >= 1. For alpha <= 2 the exponent is >= 1 and f is convex, so that Newton's
+   method from tau = -1, tau += (f - 1) / (-f'), f' = -(1 / (alpha - 1)) sum_s [x_s - tau]_+^(1 /
+   (alpha - 1) - 1), rises to the same tau from below without passing it (each tangent meets 1
+   before f does), in a handful of steps where the halvings take about 24 to reach float's
+   resolution; it stops where a step no longer raises tau. The powers are pow_vec's, so that
+   each step's sums are one vectorised loop rather than a libm call per key. */
 PART
 void seq2seq_entmax_bisect(int64_t rows, int64_t S, const int64_t *restrict spans, float alpha,
                            int64_t iterations, const float *restrict logits,
@@ -694,15 +699,28 @@ PARALLEL_FOR(rows * S * iterations >= 4 * PARALLEL_MIN)
     float *restrict p = weights + r * w_stride;
     if (len > 0) {
       const float exponent = 1.0f / (alpha - 1.0f);
-      /* x padded to whole vectors of 8 with keys that are never above a middle (-1 <= middle),
-         so that the halvings' loop has no scalar remainder. */
+      /* x padded to whole vectors of 8 with keys that are never above a tau (-1 <= tau), so
+         that the loops over the keys have no scalar remainder. */
       const int64_t padded = (len + 7) / 8 * 8;
       float x[padded], largest = z[first];
       for (int64_t s = len; s < padded; ++s) x[s] = -2.0f;
       for (int64_t s = first + 1; s < end; ++s) largest = z[s] > largest ? z[s] : largest;
       for (int64_t s = 0; s < len; ++s) x[s] = (z[first + s] - largest) * (alpha - 1.0f);
       float low = -1.0f, width = 1.0f - __builtin_powf((float)len, 1.0f - alpha);
-      for (int64_t i = 0; i < iterations; ++i) {
+      for (int64_t i = 0; alpha <= 2.0f && i < iterations; ++i) { /* Newton's, from below */
+        float total = 0.0f, slope = 0.0f; /* f(low) and -f'(low) (alpha - 1) */
+#pragma omp simd reduction(+ : total, slope)
+        for (int64_t s = 0; s < padded; ++s) {
+          const float above = x[s] - low;
+          const float power = above > 0.0f ? pow_vec(above, exponent) : 0.0f;
+          total += power;
+          slope += above > 0.0f ? power / above : 0.0f;
+        }
+        const float next = low + (total - 1.0f) / (exponent * slope);
+        if (!(next > low)) break; /* at the root, to float's resolution */
+        low = next;
+      }
+      for (int64_t i = 0; alpha > 2.0f && i < iterations; ++i) { /* the reference's halvings */
         width /= 2.0f;
         const float middle = low + width;
         /* Past float's resolution around low, every later halving sums at low itself (>= 1)
