@@ -288,6 +288,13 @@ def step_queries(
     return (queries, weight, bias) if projected is None else (projected, None, None)
 
 
+def decoding_tanh(readout: Tensor, fused: bool) -> Tensor:
+    """h~ = tanh(W_c [c; h]) of a decoding step's fresh readout (B, H): in place through the C
+    pass where the step's cell went through C too (``FastDecoder.fused_step_applies``: a GRU,
+    no autograd, tensors the kernels take), else ``torch.tanh``."""
+    return tanh_(readout) if fused else torch.tanh(readout)
+
+
 class FastDecoder(AttentionDecoder):
     """What both accelerated decoders share: the decoding tables, the cell from its input
     projection, and the conditions of the C paths."""
@@ -1039,8 +1046,11 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         heads = self.heads_readout(query, source, positions, None)
         if heads is not None:
             readout, weights = heads
-            attentional = tanh_(readout) if fused_step else torch.tanh(readout)
-            return self.output_layer(self.dropout(attentional)), state, weights
+            return (
+                self.output_layer(self.dropout(decoding_tanh(readout, fused_step))),
+                state,
+                weights,
+            )
         # When decoding, the weights average ``attentional_memory`` instead of the memory:
         # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
         # which leaves no concatenation and only the W_c2 h GEMM per step.
@@ -1059,9 +1069,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             averaged, weights = step_averaged[:, 0], step_weights[:, 0]
         if source.attentional_memory is None:
             return self.output(query, averaged), state, weights
-        attentional = self.add_hidden_part(averaged, query, source)  # (B, H)
-        # The C pass's tanh where the cell took it too (decoding a GRU on the CPU).
-        attentional = tanh_(attentional) if fused_step else torch.tanh(attentional)
+        attentional = decoding_tanh(self.add_hidden_part(averaged, query, source), fused_step)
         return self.output_layer(self.dropout(attentional)), state, weights
 
     def sequential_decode_step(
@@ -1092,7 +1100,7 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         heads = self.heads_readout(query, source, positions, step_coverage)
         if heads is not None:  # h~ = tanh(W_c [c; h]) from the heads' folded readout
             readout, weights = heads
-            attentional = torch.tanh(readout)
+            attentional = decoding_tanh(readout, self.fused_step_applies(query))
         else:
             attentional, weights = self.attended_vector(query, source, positions, step_coverage)
         attentional = self.dropout(attentional)  # (B, H): what is output and fed
@@ -1120,7 +1128,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         assert weights is not None  # asked for
         if tables is None:  # h~ = tanh(W_c [c; h])
             return self.attentional_vector(query, averaged[:, 0]), weights[:, 0]
-        return torch.tanh(self.add_hidden_part(averaged[:, 0], query, source)), weights[:, 0]
+        readout = self.add_hidden_part(averaged[:, 0], query, source)  # W_c [c; h] (B, H)
+        return decoding_tanh(readout, self.fused_step_applies(query)), weights[:, 0]
 
     def add_hidden_part(self, averaged: Tensor, query: Tensor, source: DecodingSource) -> Tensor:
         """W_c [c; h] = W_c1 c + W_c2 h (B, H) from W_c1 c as it came averaged (B, H, a
