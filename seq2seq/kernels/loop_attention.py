@@ -111,12 +111,14 @@ class LoopAttention:
         if needs_grad:
             self.saved_norm = parts.layer_norm_buffers(visited, self.keys, self.key_size, keys)
         # What each sentence attended so far (B, S), updated after every step, and per visited
-        # row the coverage its step read; with heads, a step's γ_i c (b·h, S).
+        # row the coverage its step read; with heads, what each head read, γ_i c (b·h, S), per
+        # visited row where the backward pass reads it again.
         self.coverage = self.saved_coverage = self.head_coverage = None
         if initial_coverage is not None:
             self.coverage = initial_coverage.clone(memory_format=torch.contiguous_format)
             self.saved_coverage = new(steps.rows, self.keys) if needs_grad else None
-            self.head_coverage = new(batch * heads, self.keys) if heads > 1 else None
+            if heads > 1:
+                self.head_coverage = new((steps.rows if needs_grad else batch) * heads, self.keys)
         self.centres = None  # local-p's p_t, predicted from each step's state
         if centre_weight is not None and centre_vector is not None:
             self.centres = PredictedCentres(
@@ -195,7 +197,8 @@ class LoopAttention:
             self.saved_coverage[done : done + active] = self.coverage[:active]
         if self.gamma is None or self.head_coverage is None:
             return self.coverage[:active]
-        scaled = self.head_coverage[: active * self.heads]
+        at = done if self.needs_grad else 0
+        scaled = self.head_coverage[at * self.heads : (at + active) * self.heads]
         # (h, 1) · (b, 1, S) -> (b, h, S)
         per_head = scaled.view(active, self.heads, -1)
         torch.mul(self.gamma[:, None], self.coverage[:active, None], out=per_head)
@@ -217,13 +220,13 @@ class LoopAttention:
         self.scratch = (new(batch * heads, keys), new(batch * heads, keys))
         self.grads = AttentionGrads.zeros(self.source, batch * heads)  # per row, summed after
         # dL/dc_{t+1} while step t is undone (c_{t+1} = c_t + a_t: a_t's gradient too), and
-        # the part a step's own score adds (per head row); with heads, γ's.
-        self.d_coverage = self.d_step_coverage = self.d_gamma = None
+        # the part a step's own score adds (per head row).
+        self.d_coverage = self.d_step_coverage = None
         if self.saved_coverage is not None:
             self.d_coverage = self.source.memory.new_zeros(batch, keys)
-            self.d_step_coverage = new(batch * heads, keys)
-        if self.gamma is not None:
-            self.d_gamma = torch.zeros_like(self.gamma)
+            # With γ, per visited row: γ's gradient sums them all after the loop.
+            visited = self.steps.rows if self.gamma is not None else batch
+            self.d_step_coverage = new(visited * heads, keys)
         # dL/ds's products, d_q @ W_q and the heads' d @ W_q, each weight packed once.
         weight, heads_weight = self.query_weight, self.heads_weight
         self.d_queries_of = None if weight is None else StepWeight(weight, transposed=False)
@@ -263,9 +266,10 @@ class LoopAttention:
         coverage = d_step_coverage = None
         if self.saved_coverage is not None and self.d_step_coverage is not None:
             coverage = self.saved_coverage[done : done + active]  # (b, S)
-            if self.gamma is not None:  # what the heads read: γ_i c, (b·h, S)
-                coverage = (self.gamma[:, None] * coverage[:, None]).flatten(0, 1)
             d_step_coverage = self.d_step_coverage[: active * heads]
+            if self.gamma is not None and self.head_coverage is not None:
+                coverage = self.head_coverage[rows]  # what the heads read: γ_i c, (b·h, S)
+                d_step_coverage = self.d_step_coverage[rows]
         parts.backward(
             self.kernels, active * heads,
             0 if self.saved_queries is None else self.saved_queries[done].data_ptr(), self.source,
@@ -298,14 +302,14 @@ class LoopAttention:
     def add_coverage_gradient(self, done: int, active: int, d_step_coverage: Tensor) -> None:
         """dL/dc_t from a step's score: its rows' (b·h, S), through γ_i with heads (and γ's)."""
         assert self.d_coverage is not None
-        if self.gamma is None or self.d_gamma is None:
+        if self.gamma is None:
             self.d_coverage[:active] += d_step_coverage
             return
         per_head = d_step_coverage.view(active, self.heads, -1)  # (b, h, S)
-        assert self.saved_coverage is not None
-        covered = self.saved_coverage[done : done + active]  # (b, S)
-        self.d_coverage[:active] += (self.gamma[:, None] * per_head).sum(dim=1)
-        self.d_gamma += (per_head * covered[:, None]).sum(dim=(0, 2))
+        # Σ_i γ_i dL/d(γ_i c): (b, 1, h) @ (b, h, S) -> (b, 1, S), added in place; γ's own
+        # gradient waits for the loop's end (``gradients``).
+        weights = self.gamma.view(1, 1, -1).expand(active, 1, -1)
+        self.d_coverage[:active, None].baddbmm_(weights, per_head)
 
     def gradients(self, previous: Tensor) -> tuple[Tensor | None, ...]:
         """The gradients of the attention inputs, in ``__init__``'s order, after the loop:
@@ -316,8 +320,12 @@ class LoopAttention:
         if self.centres is not None:
             d_centre_weight, d_centre_vector = self.centres.weight_gradients(previous)
         d_score_weight, d_cover = grads.d_score_weight, grads.d_coverage_weight
-        if self.d_gamma is not None:
-            d_cover = self.d_gamma[None]  # (1, h): summed over its one row below
+        if self.gamma is not None and self.d_step_coverage is not None:
+            assert self.saved_coverage is not None  # coverage with a gradient
+            # dL/dγ_i = Σ over visited rows and keys of dL/d(γ_i c) · c: (N', h, S), (N', S)
+            visited = self.saved_coverage.shape[0]
+            per_head = self.d_step_coverage.view(visited, self.heads, -1)
+            d_cover = torch.einsum("nhs,ns->h", per_head, self.saved_coverage)[None]  # (1, h)
         return (
             grads.d_keys,
             grads.d_memory,
