@@ -90,9 +90,10 @@ def greedy_search(
 ) -> Hypotheses:
     """Batched greedy decoding: the most probable token at each step, until EOS or the limit.
 
-    A sentence stops decoding at its EOS (or limit); the decoder's batch drops the rows of ended
+    A sentence stops decoding at its EOS (or limit); the stepped loop drops the rows of ended
     sentences once half of its rows have ended (``worth_compacting``), so the steps the longer
-    ones still need cost the ended ones little.
+    ones still need cost the ended ones little (a model's fused loop, ``FusedGreedyModel``,
+    decodes only the sentences still going).
     """
     source, state = model.encode(src, src_lens)
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
@@ -163,7 +164,7 @@ def worth_compacting(rows: int, decoding: int) -> bool:
     half of them have ended. A compaction copies every per-sentence tensor of the source for
     the rows that stay (several heads' keys are a few megabytes a batch, in fresh memory), while
     an ended row costs a step only its share of the step's row-wise work, much of a step being
-    fixed cost: compacting at every sentence's end copied the source a dozen times a batch.
+    fixed cost: compacting at every sentence's end copied the source about 15 times a batch.
     Halving bounds the rows copied over a batch's decoding by the batch itself, and the rows
     decoded for nothing by those still decoding."""
     return 2 * (rows - decoding) >= rows
