@@ -1046,11 +1046,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         heads = self.heads_readout(query, source, positions, None)
         if heads is not None:
             readout, weights = heads
-            return (
-                self.output_layer(self.dropout(decoding_tanh(readout, fused_step))),
-                state,
-                weights,
-            )
+            attentional = decoding_tanh(readout, fused_step)
+            return self.output_layer(self.dropout(attentional)), state, weights
         # When decoding, the weights average ``attentional_memory`` instead of the memory:
         # W_c [c; h] = W_c1 c + W_c2 h, and W_c1 c = Σ_s a_s (W_c1 m_s), projected once per batch,
         # which leaves no concatenation and only the W_c2 h GEMM per step.

@@ -706,33 +706,37 @@ PARALLEL_FOR(rows * S * iterations >= 4 * PARALLEL_MIN)
       for (int64_t s = len; s < padded; ++s) x[s] = -2.0f;
       for (int64_t s = first + 1; s < end; ++s) largest = z[s] > largest ? z[s] : largest;
       for (int64_t s = 0; s < len; ++s) x[s] = (z[first + s] - largest) * (alpha - 1.0f);
-      float low = -1.0f, width = 1.0f - __builtin_powf((float)len, 1.0f - alpha);
-      for (int64_t i = 0; alpha <= 2.0f && i < iterations; ++i) { /* Newton's, from below */
-        float total = 0.0f, slope = 0.0f; /* f(low) and -f'(low) (alpha - 1) */
+      float low = -1.0f; /* a tau where the sum is >= 1 */
+      if (alpha <= 2.0f) {
+        for (int64_t i = 0; i < iterations; ++i) { /* Newton's, from below */
+          float total = 0.0f, slope = 0.0f; /* f(low) and -f'(low) (alpha - 1) */
 #pragma omp simd reduction(+ : total, slope)
-        for (int64_t s = 0; s < padded; ++s) {
-          const float above = x[s] - low;
-          const float power = above > 0.0f ? pow_vec(above, exponent) : 0.0f;
-          total += power;
-          slope += above > 0.0f ? power / above : 0.0f;
+          for (int64_t s = 0; s < padded; ++s) {
+            const float above = x[s] - low;
+            const float power = above > 0.0f ? pow_vec(above, exponent) : 0.0f;
+            total += power;
+            slope += above > 0.0f ? power / above : 0.0f;
+          }
+          const float next = low + (total - 1.0f) / (exponent * slope);
+          if (!(next > low)) break; /* at the root, to float's resolution */
+          low = next;
         }
-        const float next = low + (total - 1.0f) / (exponent * slope);
-        if (!(next > low)) break; /* at the root, to float's resolution */
-        low = next;
-      }
-      for (int64_t i = 0; alpha > 2.0f && i < iterations; ++i) { /* the reference's halvings */
-        width /= 2.0f;
-        const float middle = low + width;
-        /* Past float's resolution around low, every later halving sums at low itself (>= 1)
-           and keeps it: stopping here gives the same tau as running them all. */
-        if (middle == low) break;
-        float total = 0.0f;
+      } else {
+        float width = 1.0f - __builtin_powf((float)len, 1.0f - alpha); /* to a sum <= 1 */
+        for (int64_t i = 0; i < iterations; ++i) { /* the reference's halvings */
+          width /= 2.0f;
+          const float middle = low + width;
+          /* Past float's resolution around low, every later halving sums at low itself (>= 1)
+             and keeps it: stopping here gives the same tau as running them all. */
+          if (middle == low) break;
+          float total = 0.0f;
 #pragma omp simd reduction(+ : total)
-        for (int64_t s = 0; s < padded; ++s) {
-          const float above = x[s] - middle;
-          total += above > 0.0f ? pow_vec(above, exponent) : 0.0f;
+          for (int64_t s = 0; s < padded; ++s) {
+            const float above = x[s] - middle;
+            total += above > 0.0f ? pow_vec(above, exponent) : 0.0f;
+          }
+          if (total >= 1.0f) low = middle;
         }
-        if (total >= 1.0f) low = middle;
       }
       float total = 0.0f;
 #pragma omp simd reduction(+ : total)
