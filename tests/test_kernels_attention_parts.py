@@ -24,7 +24,12 @@ from seq2seq.attention import (
     valid_key_mask,
 )
 from seq2seq.kernels import library
-from seq2seq.kernels.attention_parts import NORMALIZER_TWINS, StepAttention, step_attention
+from seq2seq.kernels.attention_parts import (
+    NORMALIZER_TWINS,
+    StepAttention,
+    attend,
+    step_attention,
+)
 from seq2seq.normalizers import Entmax15, Softmax, Sparsemax
 from seq2seq.positions import KeyBias, LocalWindow
 
@@ -441,6 +446,52 @@ def test_product_score_and_its_backward_against_autograd(group: int) -> None:
     )  # fmt: skip
     for got, expected in zip((d_q, d_keys), grads, strict=True):
         torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        StepAttention("additive", 1.0, "sparsemax"),
+        StepAttention("additive", 1.0, layer_norm_eps=1e-5),
+    ],
+    ids=["additive-sparsemax", "layer-normed"],
+)
+def test_attend_skips_the_rows_live_leaves_out(parts: StepAttention) -> None:
+    """``attend`` with ``live`` (a Luong decoder's padded grid): the rows it names get what
+    attending every row gives them, and so do the gradients of a loss on those rows; every
+    other row gets exactly zero weights and context, and its query no gradient."""
+    sentences, group, size, key_size, memory_size = 4, 5, 7, 9, 5
+    rows = sentences * group
+    src_lens = torch.tensor([KEYS, 0, 3, 5])  # sentence 1 has no key
+    live = torch.tensor([0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13, 15])  # b·group + t, t < T_b
+    dead = torch.ones(rows, dtype=torch.bool).index_fill_(0, live, False)
+    score_rows = 3 if parts.layer_norm_eps is not None else 1  # [w_v; γ; β] or w_v
+    inputs = [
+        random(rows, size),  # queries
+        random(sentences, KEYS, key_size, seed=1),  # projected keys
+        random(sentences, KEYS, memory_size, seed=2),  # memory
+        random(key_size, size, seed=3),  # W_q
+        random(key_size, seed=4),  # b_q
+        random(score_rows, key_size, seed=5) + (torch.arange(score_rows) == 1)[:, None],
+    ]
+    d_contexts, d_weights = random(rows, memory_size, seed=6), random(rows, KEYS, seed=7)
+    results = []
+    for given in (None, live):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        queries, keys, memory, query_weight, query_bias, score_weight = leaves
+        contexts, weights = attend(
+            parts, queries, keys, memory, src_lens, query_weight, query_bias, score_weight,
+            live=given,
+        )  # fmt: skip
+        loss = (contexts[live] * d_contexts[live]).sum() + (weights[live] * d_weights[live]).sum()
+        results.append((contexts, weights, torch.autograd.grad(loss, leaves)))
+    (contexts, weights, grads), (live_contexts, live_weights, live_grads) = results
+    torch.testing.assert_close(live_contexts[live], contexts[live])
+    torch.testing.assert_close(live_weights[live], weights[live])
+    assert not live_contexts[dead].any() and not live_weights[dead].any()
+    assert not live_grads[0][dead].any()  # the padding's queries
+    for got, want in zip(live_grads, grads, strict=True):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize(

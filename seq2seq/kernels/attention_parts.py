@@ -678,6 +678,7 @@ def attend(
     positions: Tensor | None = None,
     coverage: Tensor | None = None,
     centres: Tensor | None = None,
+    live: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The attention of R queries through the C parts, differentiable: queries (R, H),
     projected keys (B, S, K), memory (B, S, M), src_lens (B,) -> contexts (R, M), weights
@@ -688,18 +689,34 @@ def attend(
     centred on it; coverage (R, S): what each row attended so far, for a model with coverage;
     centres (R,): local-p's predicted p_t (``LocalWindow.centres``), with their gradient.
     ``parts`` holds α's and T's values (a learned one's tensor, ``alpha`` or ``temperature``,
-    takes the gradient).
+    takes the gradient). live (N,): where the rows are not all real, the indices of those that
+    are (a Luong decoder's teacher forcing on the padded (B, T) grid: ``PackedTokens.positions``);
+    the others are padding, neither projected nor attended (an empty span: zero weights and
+    context, no gradient).
     ``library.usable`` must hold."""
     kernels = library()
     assert kernels is not None  # usable() checked it
     rows, batch = queries.shape[0], projected_keys.shape[0]
     group = rows // batch
     if query_weight is not None:  # (R, H) -> (R, A)
-        queries = F.linear(queries, query_weight, query_bias)
+        queries = live_linear(queries, query_weight, query_bias, live)
     source = AttentionSource.of(projected_keys, memory, src_lens, None, None)
     spans = parts.spans(kernels, rows, group, source, positions, centres)
+    if live is not None:  # the padding's rows read no key
+        kept = spans.index_select(0, live)  # (N, 2)
+        spans = spans.zero_().index_copy_(0, live, kept)
     result: tuple[Tensor, Tensor] = PartsAttention.apply(
         queries, source.keys, source.memory, source.src_lens, score_weight, key_bias, alpha,
         temperature, coverage_weight, coverage, centres, spans, parts, group,
     )  # fmt: skip
     return result
+
+
+def live_linear(rows: Tensor, weight: Tensor, bias: Tensor | None, live: Tensor | None) -> Tensor:
+    """``F.linear`` of rows (R, H) -> (R, A), of only the rows ``live`` (N,) names where it is
+    given, zeros at the others (the padding ``attend`` skips): a GEMM and its gradient of N
+    rows rather than R."""
+    if live is None:
+        return F.linear(rows, weight, bias)
+    projected = F.linear(rows.index_select(0, live), weight, bias)  # (N, A)
+    return projected.new_zeros(rows.shape[0], projected.shape[1]).index_copy(0, live, projected)

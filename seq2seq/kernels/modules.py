@@ -300,32 +300,39 @@ class FastDecoder(AttentionDecoder):
     projection, and the conditions of the C paths."""
 
     def prepare_source(self, memory: Tensor, src_lens: Tensor) -> DecodingSource:
-        source = self.packed_heads_source(memory, src_lens)
+        source = self.packed_source(memory, src_lens)
         if source is None:
             source = super().prepare_source(memory, src_lens)
         return DecodingSource(
             **{field.name: getattr(source, field.name) for field in fields(source)}
         )
 
-    def packed_heads_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource | None:
-        """The reference's ``prepare_source`` for several heads with the block's W_k and W_v
-        over the real source positions alone, or None where the C parts do not attend (the
-        reference's then). Their padded positions hold zeros where the reference has the
-        projection of the padding: no part reads a key or value past a sentence's length
-        (padded keys get weight exactly 0, an empty row attends to nothing)."""
+    def packed_source(self, memory: Tensor, src_lens: Tensor) -> EncodedSource | None:
+        """The reference's ``prepare_source`` with the attention's projections of the keys (a
+        scoring's W_k or W; several heads' W_k and W_v too) over the real source positions
+        alone, or None where the C parts do not attend (the reference's then) or the keys are
+        not projected. Their padded positions hold zeros where the reference has the projection
+        of the padding: no part reads a key or value past a sentence's length (padded keys get
+        weight exactly 0, an empty row attends to nothing)."""
         attention = self.attention
-        if not isinstance(attention, MultiHeadAttention) or self.step_parts() is None:
+        heads = getattr(attention, "num_heads", 1)
+        projects = heads > 1 or isinstance(attention, (AdditiveAttention, GeneralAttention))
+        if not projects or self.step_parts() is None:
             return None
         if memory.device.type != "cpu" or src_lens.dim() != 1 or not usable(memory):
             return None
         batch, steps, size = memory.shape
-        keys = self.key_projection(memory)  # the memory itself: the heads project their own
+        keys = self.key_projection(memory)  # (B, S, K); the memory itself with several heads
         real = valid_key_mask(src_lens, 1, steps).reshape(-1)  # (B·S,)
         positions = real.nonzero().squeeze(1)  # (N_s,) b·S + s of each real position
-        rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
-
-        heads = attention.num_heads
         sentence, position = positions // steps, positions % steps  # (N_s,) each
+        if not isinstance(attention, MultiHeadAttention):
+            rows = keys.reshape(batch * steps, -1).index_select(0, positions)  # (N_s, K)
+            projected = attention.project_keys(rows)  # (N_s, A): a built-in's reads each key
+            grid = projected.new_zeros(batch, steps, projected.shape[1])  # (B, S, A)
+            grid[sentence, position] = projected
+            return EncodedSource(memory, keys, grid, src_lens)
+        rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
 
         def heads_of(projected: Tensor) -> Tensor:
             """(N_s, D) -> (B·h, S, d), zeros at the padding: ``split_heads`` of the (B, S, D)
@@ -540,11 +547,14 @@ class FastDecoder(AttentionDecoder):
         need_weights: bool = True,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
+        *,
+        live: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The reference's ``attend`` through the attention's C parts where they compute it
         (``fused_attention``), with its gradient: queries (R, Tq, H) -> contexts (R, Tq, M),
         weights (R, Tq, S) or None. Hypothesis r's Tq queries are rows r·Tq .. r·Tq + Tq - 1 of
-        its sentence, r / (R / B): (R·Tq) rows, (R / B)·Tq per sentence."""
+        its sentence, r / (R / B): (R·Tq) rows, (R / B)·Tq per sentence. ``live`` (N,): which of
+        the R·Tq rows are real where the others are padding (``parts_attend``'s), else None."""
         rows, num_queries, size = queries.shape
         fused = None
         if source.memory.device.type == "cpu" and usable(queries):
@@ -574,7 +584,7 @@ class FastDecoder(AttentionDecoder):
         contexts, weights = parts_attend(
             parts, flat, source.projected_keys, source.memory, source.src_lens, query_weight,
             query_bias, score_weight, key_bias, alpha, temperature, coverage_weight,
-            positions=flat_positions, coverage=flat_coverage, centres=centres,
+            positions=flat_positions, coverage=flat_coverage, centres=centres, live=live,
         )  # fmt: skip
         contexts = contexts.view(rows, num_queries, -1)  # (R, Tq, M)
         if not (need_weights or coverage is not None):
@@ -617,13 +627,16 @@ class FastDecoder(AttentionDecoder):
         parameters: AttentionParameters,
         positions: Tensor | None,
         coverage: Tensor | None,
+        live: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The heads between W_q and W_o: head i of sentence b scored as a sentence of its own,
         b·h + i, against that head's keys and values (the source's, split into heads once per
         batch), the rows of sentence b (its K hypotheses' Tq queries) its rows. per_sentence
         (B, K·Tq, H), the queries before W_q (local-p predicts its centre from them), and
         head_queries (B, K·Tq, D), after it -> the heads' concatenated contexts (B, K·Tq, D),
-        before W_o, and the weights averaged over the heads (B, K·Tq, S)."""
+        before W_o, and the weights averaged over the heads (B, K·Tq, S). ``live`` (N,): the
+        real rows b·K·Tq + j of the (B, K·Tq) grid where the others are padding (skipped, their
+        contexts and weights zeros), else None."""
         attention = self.attention
         assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
         heads, sentences = parts.heads, source.memory.shape[0]
@@ -654,12 +667,17 @@ class FastDecoder(AttentionDecoder):
         flat, query_weight, query_bias = step_queries(
             source, split.reshape(-1, head_size), query_weight, query_bias
         )
+        head_live = None
+        if live is not None:  # row b·P + j of the grid is row (b·h + i)·P + j of head i
+            sentence, row = live // per_head_rows, live % per_head_rows  # (N,) each
+            head_rows = sentence[:, None] * heads + torch.arange(heads, device=live.device)
+            head_live = (head_rows * per_head_rows + row[:, None]).flatten()  # (N·h,)
         # (B·h·K·Tq, d), (B·h·K·Tq, S)
         contexts, weights = parts_attend(
             parts, flat, source.projected_keys, values,
             source.src_lens.repeat_interleave(heads), query_weight, query_bias, score_weight,
             key_bias, alpha, temperature, coverage_weight, positions=flat_positions,
-            coverage=head_coverage, centres=centres,
+            coverage=head_coverage, centres=centres, live=head_live,
         )  # fmt: skip
         merged = attention.merge_heads(contexts.view(sentences * heads, per_head_rows, -1))
         averaged = weights.view(sentences, heads, per_head_rows, -1).mean(dim=1)  # (B, K·Tq, S)
@@ -1342,7 +1360,8 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
         projection and steps, W_c and the output layer skip the padding, much of a batch of mixed
         lengths. Product scoring (dot, scaled dot, general) attends from the
         rows too, each over its sentence's keys (``PackedProductAttention``); other scoring
-        reads the states back on the padded grid, one (B, T, S) product."""
+        reads the states back on the padded grid, one (B, T, S) product whose padded rows the
+        C parts skip (``attend``'s ``live``), W_q included."""
         params = self.cell_parameters()
         if self.is_sequential:
             fused = self.fused_sequential(source, state[0])
@@ -1369,8 +1388,11 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             if heads_logits is not None:
                 return heads_logits, targets
             # (B, T, H) queries against (B, S, K) -> contexts (B, T, M) -> the rows' (N, M): the
-            # attention's C parts where they apply (``attend``), all T steps in one call.
-            padded, _ = self.attend(packed.pad(hiddens), source, False, positions)
+            # attention's C parts where they apply (``attend``), all T steps in one call, the
+            # padding's rows skipped.
+            padded, _ = self.attend(
+                packed.pad(hiddens), source, False, positions, live=packed.positions
+            )
             contexts = packed.select(padded)
         return self.output(hiddens, contexts), targets  # (N, V), (N,)
 
@@ -1389,9 +1411,11 @@ class FastLuongDecoder(FastDecoder, LuongDecoder):
             return None
         parts, parameters = fused
         head_queries = packed.pad(attention.W_q(hiddens))  # (N, D) -> (B, T, D)
+        # (B, T, D), zeros at the padding, whose rows the C parts skip
         merged, _ = self.heads_context(
-            packed.pad(hiddens), head_queries, source, parts, parameters, positions, None
-        )  # (B, T, D)
+            packed.pad(hiddens), head_queries, source, parts, parameters, positions, None,
+            packed.positions,
+        )  # fmt: skip
         weight = self.attentional.weight
         context_weight, hidden_weight = weight.split([self.memory_size, weight.shape[0]], dim=1)
         folded, bias = self.folded_head_output(context_weight)  # (H, D), (H,) or None
