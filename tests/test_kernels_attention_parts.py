@@ -453,39 +453,52 @@ def test_product_score_and_its_backward_against_autograd(group: int) -> None:
     [
         StepAttention("additive", 1.0, "sparsemax"),
         StepAttention("additive", 1.0, layer_norm_eps=1e-5),
+        StepAttention("product", 1.0, "entmax15", 1.5, window="local_m", window_size=1),
     ],
-    ids=["additive-sparsemax", "layer-normed"],
+    ids=["additive-sparsemax", "layer-normed", "product-local-m"],
 )
 def test_attend_skips_the_rows_live_leaves_out(parts: StepAttention) -> None:
     """``attend`` with ``live`` (a Luong decoder's padded grid): the rows it names get what
     attending every row gives them, and so do the gradients of a loss on those rows; every
     other row gets exactly zero weights and context, and its query no gradient."""
-    sentences, group, size, key_size, memory_size = 4, 5, 7, 9, 5
+    sentences, group, size, memory_size = 4, 5, 7, 5
     rows = sentences * group
+    additive = parts.score == "additive"
+    key_size = 9 if additive else size  # a product's keys have the query's size
     src_lens = torch.tensor([KEYS, 0, 3, 5])  # sentence 1 has no key
     live = torch.tensor([0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13, 15])  # b·group + t, t < T_b
     dead = torch.ones(rows, dtype=torch.bool).index_fill_(0, live, False)
+    positions = torch.arange(rows) % group if parts.window == "local_m" else None  # t
     score_rows = 3 if parts.layer_norm_eps is not None else 1  # [w_v; γ; β] or w_v
     inputs = [
         random(rows, size),  # queries
         random(sentences, KEYS, key_size, seed=1),  # projected keys
         random(sentences, KEYS, memory_size, seed=2),  # memory
-        random(key_size, size, seed=3),  # W_q
-        random(key_size, seed=4),  # b_q
-        random(score_rows, key_size, seed=5) + (torch.arange(score_rows) == 1)[:, None],
     ]
+    if additive:  # W_q, b_q and the score's weights
+        inputs += [random(key_size, size, seed=3), random(key_size, seed=4)]
+        inputs += [random(score_rows, key_size, seed=5) + (torch.arange(score_rows) == 1)[:, None]]
     d_contexts, d_weights = random(rows, memory_size, seed=6), random(rows, KEYS, seed=7)
-    results = []
-    for given in (None, live):
+
+    def attended(given: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor]]:
         leaves = [x.clone().requires_grad_() for x in inputs]
-        queries, keys, memory, query_weight, query_bias, score_weight = leaves
+        queries, keys, memory, *weights = leaves
+        query_weight, query_bias, score_weight = weights if additive else (None, None, None)
         contexts, weights = attend(
             parts, queries, keys, memory, src_lens, query_weight, query_bias, score_weight,
-            live=given,
+            positions=positions, live=given,
         )  # fmt: skip
-        loss = (contexts[live] * d_contexts[live]).sum() + (weights[live] * d_weights[live]).sum()
-        results.append((contexts, weights, torch.autograd.grad(loss, leaves)))
-    (contexts, weights, grads), (live_contexts, live_weights, live_grads) = results
+        return contexts, weights, leaves
+
+    def loss(contexts: Tensor, weights: Tensor, chosen: Tensor | slice) -> Tensor:
+        return (contexts * d_contexts)[chosen].sum() + (weights * d_weights)[chosen].sum()
+
+    contexts, weights, leaves = attended(None)
+    grads = torch.autograd.grad(loss(contexts, weights, live), leaves)
+    live_contexts, live_weights, live_leaves = attended(live)
+    live_grads = torch.autograd.grad(
+        loss(live_contexts, live_weights, slice(None)), live_leaves
+    )  # every row's loss: the padding's add nothing
     torch.testing.assert_close(live_contexts[live], contexts[live])
     torch.testing.assert_close(live_weights[live], weights[live])
     assert not live_contexts[dead].any() and not live_weights[dead].any()

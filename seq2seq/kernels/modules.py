@@ -564,7 +564,7 @@ class FastDecoder(AttentionDecoder):
         parts, parameters = fused
         if parts.heads > 1:
             merged, averaged = self.attend_heads(
-                queries, source, parts, parameters, positions, coverage
+                queries, source, parts, parameters, positions, coverage, live
             )
             return self.head_output(merged, source), averaged  # (R, Tq, M), (R, Tq, S)
         flat_positions = None if positions is None else positions.reshape(-1)  # (R·Tq,)
@@ -599,19 +599,21 @@ class FastDecoder(AttentionDecoder):
         parameters: AttentionParameters,
         positions: Tensor | None,
         coverage: Tensor | None,
+        live: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """``attend`` for a ``MultiHeadAttention`` through the C parts (``heads_context``), with
         the block's W_q before them (through PyTorch) but not its W_o, which the caller applies
         (``head_output``) or folds into the weight that reads it (``heads_readout``): queries
         (R, Tq, H) -> the heads' concatenated contexts (R, Tq, D) and the weights averaged over
-        the heads (R, Tq, S), as the reference returns them."""
+        the heads (R, Tq, S), as the reference returns them; ``live`` as ``attend``'s (row
+        r·Tq + j of the queries is row r·Tq + j of the heads' (B, K·Tq) grid)."""
         attention = self.attention
         assert isinstance(attention, MultiHeadAttention)  # parts.heads > 1
         rows, num_queries, _ = queries.shape
         per_sentence = queries_per_sentence(queries, source.memory.shape[0])  # (B, K·Tq, H)
         head_queries = source_linear(attention.W_q, per_sentence, source)  # (B, K·Tq, D)
         merged, averaged = self.heads_context(
-            per_sentence, head_queries, source, parts, parameters, positions, coverage
+            per_sentence, head_queries, source, parts, parameters, positions, coverage, live
         )
         return (
             per_hypothesis(merged, rows, num_queries),  # (R, Tq, D)
