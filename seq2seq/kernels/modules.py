@@ -312,8 +312,9 @@ class FastDecoder(AttentionDecoder):
         scoring's W_k or W; several heads' W_k and W_v too) over the real source positions
         alone, or None where the C parts do not attend (the reference's then) or the keys are
         not projected. Their padded positions hold zeros where the reference has the projection
-        of the padding: no part reads a key or value past a sentence's length (padded keys get
-        weight exactly 0, an empty row attends to nothing)."""
+        of the padding: no C part reads a key or value past a sentence's length (padded keys get
+        weight exactly 0, an empty row attends to nothing), and the reference's path, where it
+        runs instead, masks them."""
         attention = self.attention
         heads = getattr(attention, "num_heads", 1)
         projects = heads > 1 or isinstance(attention, (AdditiveAttention, GeneralAttention))
