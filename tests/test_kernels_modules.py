@@ -270,6 +270,30 @@ def test_additive_context_through_the_sigmoid_is_the_references(
     assert_close_lists(results[0], results[1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("attention", ["additive", "general"])
+@pytest.mark.parametrize("decoder", list(DECODERS))
+def test_the_keys_are_projected_on_the_real_positions_alone(decoder: str, attention: str) -> None:
+    """``FastDecoder.packed_source``: a scoring's projected keys (W_k k, general's W k) are the
+    reference's at every real source position, and zeros at the padding, with the gradient
+    the reference's keys would pass on from there."""
+    plain, fast = pair(attention, decoder, "gru")
+    src, src_lens, _, _ = training_batch()
+    memory = fast.encoder(src, src_lens)[0].detach().requires_grad_()
+    real = torch.arange(memory.shape[1])[None, :] < src_lens[:, None]  # (B, S)
+    assert isinstance(fast.decoder, FastDecoder)
+    assert fast.decoder.packed_source(memory, src_lens) is not None  # it applies here
+    results = []
+    for model in (fast, plain):
+        projected = model.decoder.prepare_source(memory, src_lens).projected_keys  # (B, S, A)
+        d_projected = torch.randn(projected.shape, generator=torch.Generator().manual_seed(1))
+        (d_memory,) = torch.autograd.grad((projected[real] * d_projected[real]).sum(), memory)
+        results.append((projected, d_memory))
+    (got, got_grad), (want, want_grad) = results
+    torch.testing.assert_close(got[real], want[real])
+    assert not got[~real].any()
+    torch.testing.assert_close(got_grad, want_grad)
+
+
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("decoder", list(DECODERS))
 def test_multi_head_models_train_and_decode_as_the_reference(decoder: str, attention: str) -> None:
