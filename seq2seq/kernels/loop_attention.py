@@ -265,11 +265,12 @@ class LoopAttention:
             d_weights_out = (d_step.data_ptr(), self.keys)
         coverage = d_step_coverage = None
         if self.saved_coverage is not None and self.d_step_coverage is not None:
-            coverage = self.saved_coverage[done : done + active]  # (b, S)
-            d_step_coverage = self.d_step_coverage[: active * heads]
             if self.gamma is not None and self.head_coverage is not None:
                 coverage = self.head_coverage[rows]  # what the heads read: γ_i c, (b·h, S)
-                d_step_coverage = self.d_step_coverage[rows]
+                d_step_coverage = self.d_step_coverage[rows]  # kept per visited row for γ
+            else:
+                coverage = self.saved_coverage[done : done + active]  # (b, S)
+                d_step_coverage = self.d_step_coverage[: active * heads]
         parts.backward(
             self.kernels, active * heads,
             0 if self.saved_queries is None else self.saved_queries[done].data_ptr(), self.source,
@@ -283,7 +284,7 @@ class LoopAttention:
             None if self.saved_norm is None else self.norm_rows(rows),
         )  # fmt: skip
         if self.d_coverage is not None and d_step_coverage is not None:
-            self.add_coverage_gradient(done, active, d_step_coverage)
+            self.add_coverage_gradient(active, d_step_coverage)
         if self.centres is not None:  # dL/ds through p_t
             d_state += self.centres.backward(done, active)
         d_query = self.d_queries[done : done + active]
@@ -299,8 +300,8 @@ class LoopAttention:
         else:  # q = s
             d_state += d_query
 
-    def add_coverage_gradient(self, done: int, active: int, d_step_coverage: Tensor) -> None:
-        """dL/dc_t from a step's score: its rows' (b·h, S), through γ_i with heads (and γ's)."""
+    def add_coverage_gradient(self, active: int, d_step_coverage: Tensor) -> None:
+        """dL/dc_t from a step's score: its rows' (b·h, S), through γ_i with heads."""
         assert self.d_coverage is not None
         if self.gamma is None:
             self.d_coverage[:active] += d_step_coverage

@@ -327,20 +327,20 @@ class FastDecoder(AttentionDecoder):
         real = valid_key_mask(src_lens, 1, steps).reshape(-1)  # (B·S,)
         positions = real.nonzero().squeeze(1)  # (N_s,) b·S + s of each real position
         sentence, position = positions // steps, positions % steps  # (N_s,) each
-        if not isinstance(attention, MultiHeadAttention):
-            rows = keys.reshape(batch * steps, -1).index_select(0, positions)  # (N_s, K)
-            projected = attention.project_keys(rows)  # (N_s, A): a built-in's reads each key
-            grid = projected.new_zeros(batch, steps, projected.shape[1])  # (B, S, A)
-            grid[sentence, position] = projected
-            return EncodedSource(memory, keys, grid, src_lens)
-        rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
 
         def heads_of(projected: Tensor) -> Tensor:
             """(N_s, D) -> (B·h, S, d), zeros at the padding: ``split_heads`` of the (B, S, D)
-            grid, written in its layout at once (B, h, S, d) rather than copied into it."""
+            grid, written in its layout at once (B, h, S, d) rather than copied into it; one
+            head's (B, S, D) itself."""
             grid = projected.new_zeros(batch, heads, steps, projected.shape[1] // heads)
             grid[sentence, :, position] = projected.view(-1, heads, grid.shape[-1])
             return grid.view(batch * heads, steps, -1)
+
+        if not isinstance(attention, MultiHeadAttention):
+            rows = keys.reshape(batch * steps, -1).index_select(0, positions)  # (N_s, K)
+            # (N_s, A): a built-in score's project_keys reads each key by itself
+            return EncodedSource(memory, keys, heads_of(attention.project_keys(rows)), src_lens)
+        rows = memory.reshape(batch * steps, size).index_select(0, positions)  # (N_s, M)
 
         # Each head's keys projected by the score (W_a k: an additive score's A features) on the
         # real positions alone, (N_s, h, d) -> (N_s, h·K): a built-in score's project_keys reads
