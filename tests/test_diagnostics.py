@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -540,3 +541,51 @@ def test_statistics_of_a_model_with_coverage_follow_its_own_weights(
         assert stats.max_weight == pytest.approx(sum(largest) / len(largest), rel=1e-5)
     else:  # each head's rows hold weights: the pooled largest weight lies in (0, 1]
         assert 0 < stats.max_weight <= 1
+
+
+@pytest.mark.parametrize("coverage", [False, True])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_additive_statistics_in_query_chunks_equal_one_grid(
+    heads: int, coverage: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The additive score's logits and tanh saturation computed a chunk of queries at a time
+    (here one query per chunk) are those of the whole (B, Tq, Tk, A) grid at once, and the
+    saturation is the share ``tanh_saturation`` gives that grid."""
+    from seq2seq.analysis import diagnostics
+    from seq2seq.attention import AttentionParts
+    from tests.test_model import ATTENTIONS, randomize_coverage
+
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        13, 11, ATTENTIONS["additive"], embedding_size=8, hidden_size=16, num_heads=heads,
+        attention_parts=AttentionParts(coverage=coverage),
+    ).eval()  # fmt: skip
+    if coverage:
+        randomize_coverage(model)
+    with torch.no_grad():  # scaled up so that some tanh inputs pass |x| > 2 and some do not
+        for parameter in model.decoder.attention.parameters():
+            parameter.mul_(8)
+    src_lens, tgt_lens = torch.tensor([6, 3, 1]), torch.tensor([5, 2, 4])
+    src, tgt_in = torch.randint(4, 13, (3, 6)), torch.randint(4, 11, (3, 5))
+    whole = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    monkeypatch.setattr(diagnostics, "CHUNK_ELEMENTS", 1)
+    chunked = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    # The same floats, summed in another order.
+    assert asdict(chunked) == pytest.approx(asdict(whole), rel=1e-6)
+    assert whole.tanh_saturation is not None and 0 < whole.tanh_saturation < 1
+
+    queries = torch.randn(3, 5, 16) * 4
+    attention = ATTENTIONS["additive"](query_size=16, key_size=16)
+    is_valid = diagnostics.valid_pairs(src_lens, None, torch.Size((3, 5, 6)))
+    with torch.no_grad():
+        keys = attention.project_keys(torch.randn(3, 6, 16) * 4)
+        logits, share = diagnostics.additive_logits_and_saturation(
+            attention, queries, keys, is_valid
+        )
+        grid = attention.preactivations(queries, keys)  # (B, Tq, Tk, A) at once
+        assert torch.allclose(logits, attention.logits(queries, keys), rtol=1e-6, atol=1e-6)
+    # The share as the mean of each pair's share, in float64.
+    expected = float((grid.abs() > 2).double().mean(-1)[is_valid].mean())
+    assert share == pytest.approx(expected, rel=1e-12)
+    assert diagnostics.tanh_saturation(grid, is_valid) == pytest.approx(expected, rel=1e-12)
+    assert 0 < expected < 1

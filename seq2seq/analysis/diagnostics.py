@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # A tanh unit counts as saturated when |x| > 2: there tanh'(x) = 1 - tanh²(x) < 0.071, so less
 # than a fourteenth of the gradient at 0 gets through.
 SATURATION_THRESHOLD = 2.0
+# The elements of a chunk of the additive score's (B, Tq, Tk, A) grid (``query_chunks``): 1 MB.
+CHUNK_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,62 @@ def entmax_jacobian_norm(weights: Tensor, alpha: float) -> Tensor:
 
 def tanh_saturation(preactivations: Tensor, is_valid: Tensor) -> float:
     """Fraction of tanh inputs (B, Tq, Tk, A) with |x| > 2, over the valid (query, key) pairs."""
-    saturated = (preactivations.abs() > SATURATION_THRESHOLD).double().mean(-1)  # (B, Tq, Tk)
-    return float(saturated[is_valid].mean())
+    return saturated_share(saturated_counts(preactivations), preactivations.shape[-1], is_valid)
+
+
+def saturated_counts(preactivations: Tensor) -> Tensor:
+    """How many of each pair's A tanh inputs have |x| > 2: (B, Tq, Tk, A) -> (B, Tq, Tk)."""
+    return (preactivations.abs() > SATURATION_THRESHOLD).sum(-1)
+
+
+def saturated_share(counts: Tensor, width: int, is_valid: Tensor) -> float:
+    """``tanh_saturation`` from ``saturated_counts`` (B, Tq, Tk) of ``width`` units per pair: every
+    valid pair has as many units, so the mean of the pairs' shares is one integer ratio."""
+    return int(counts[is_valid].sum()) / (width * int(is_valid.sum()))
+
+
+def query_chunks(queries: Tensor, keys: Tensor, width: int) -> list[slice]:
+    """Slices of the query axis of queries (B, Tq, ·) against keys (B, Tk, ·) such that one
+    slice's (B, ·, Tk, width) grid holds about ``CHUNK_ELEMENTS``: the whole grid of the
+    callback's sentences, B·h·Tq·Tk·A floats with h heads, is many times the caches, and goes
+    to fresh pages and main memory on every call, where a chunk stays in cache. Every score
+    is per query (decoding computes it one query at a time), so chunks change nothing."""
+    per_query = max(1, queries.shape[0] * keys.shape[1] * width)
+    size = max(1, CHUNK_ELEMENTS // per_query)
+    return [slice(start, start + size) for start in range(0, queries.shape[1], size)]
+
+
+def additive_logits_and_saturation(
+    scoring: AdditiveAttention,
+    queries: Tensor,
+    projected_keys: Tensor,
+    is_valid: Tensor,
+    coverage: Tensor | None = None,
+) -> tuple[Tensor, float | None]:
+    """The logits (B, Tq, Tk) of an additive ``scoring`` (``covered_logits`` with coverage
+    (B, Tq, Tk)) and its ``tanh_saturation`` over the ``is_valid`` pairs (None where there are
+    none), a chunk of queries at a time (``query_chunks``). Coverage enters the tanh only where
+    ``scoring`` has w_c."""
+    inside = coverage is not None and bool(scoring.coverage_size())
+    width = scoring.W_q.out_features
+    logits, counts = [], []
+    for chunk in query_chunks(queries, projected_keys, width):
+        rows = queries[:, chunk]
+        if coverage is None:
+            logits.append(scoring.logits(rows, projected_keys))  # (B, chunk, Tk)
+        else:
+            logits.append(scoring.covered_logits(rows, projected_keys, coverage[:, chunk]))
+        if inside:
+            assert coverage is not None  # inside says so
+            features = scoring.preactivations(rows, projected_keys, coverage[:, chunk])
+        else:
+            features = scoring.preactivations(rows, projected_keys)  # (B, chunk, Tk, A)
+        counts.append(saturated_counts(features))  # (B, chunk, Tk)
+        width = features.shape[-1]
+    saturation = None
+    if is_valid.any():
+        saturation = saturated_share(torch.cat(counts, dim=1), width, is_valid)
+    return torch.cat(logits, dim=1), saturation
 
 
 def attention_statistics(
@@ -137,18 +193,17 @@ def attention_statistics(
     coverage). Rows without a valid key or with a padded query are left out; the pooled
     statistics weight every valid pair equally, the per-row ones every row.
     """
-    if coverage is None:
+    saturation = None
+    if isinstance(attention, AdditiveAttention):
+        shape = torch.Size((queries.shape[0], queries.shape[1], projected_keys.shape[1]))
+        is_valid = valid_pairs(valid_lens, query_mask, shape).to(queries.device)
+        logits, saturation = additive_logits_and_saturation(
+            attention, queries, projected_keys, is_valid, coverage
+        )
+    elif coverage is None:
         logits = attention.logits(queries, projected_keys)  # (B, Tq, Tk)
     else:
         logits = attention.covered_logits(queries, projected_keys, coverage)  # (B, Tq, Tk)
-    saturation = None
-    if isinstance(attention, AdditiveAttention):
-        is_valid = valid_pairs(valid_lens, query_mask, logits.shape).to(logits.device)
-        if is_valid.any():
-            # (B, Tq, Tk, A); coverage enters here only where it is w_c inside the tanh.
-            inside = coverage if attention.coverage_size() else None
-            preactivations = attention.preactivations(queries, projected_keys, inside)
-            saturation = tanh_saturation(preactivations, is_valid)
     return statistics_of(
         logits, attention.normalization, queries, valid_lens, query_mask, positions, 1, saturation
     )
@@ -243,20 +298,22 @@ def model_attention_statistics(
             heads = attention.num_heads
             head_queries = attention.split_heads(attention.W_q(queries))  # (B·h, T, d)
             scoring = attention.scoring
-            logits = scoring.logits(head_queries, projected_keys)  # (B·h, T, S)
+            saturation = None
+            if isinstance(scoring, AdditiveAttention):
+                pairs = valid_pairs(
+                    src_lens.repeat_interleave(heads), query_mask.repeat_interleave(heads, 0),
+                    torch.Size((*head_queries.shape[:2], projected_keys.shape[1])),
+                )  # fmt: skip
+                logits, saturation = additive_logits_and_saturation(
+                    scoring, head_queries, projected_keys, pairs.to(src.device)
+                )
+            else:
+                logits = scoring.logits(head_queries, projected_keys)  # (B·h, T, S)
             if coverage is not None:
                 assert attention.coverage_weight is not None  # the decoder covers
                 # γ_i c for head i: (1, h, 1, 1) · (B, 1, T, S) -> (B·h, T, S)
                 scaled = attention.coverage_weight[None, :, None, None] * coverage[:, None]
                 logits = logits + scaled.flatten(0, 1)
-            saturation = None
-            if isinstance(scoring, AdditiveAttention):
-                pairs = valid_pairs(
-                    src_lens.repeat_interleave(heads), query_mask.repeat_interleave(heads, 0),
-                    logits.shape,
-                )  # fmt: skip
-                preactivations = scoring.preactivations(head_queries, projected_keys)
-                saturation = tanh_saturation(preactivations, pairs.to(logits.device))
             return statistics_of(
                 logits, attention.normalization, queries, src_lens, query_mask, steps, heads,
                 saturation,
