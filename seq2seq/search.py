@@ -251,7 +251,7 @@ def beam_search(
     stay live (each live hypothesis has one EOS extension, so at most K of the 2K end in EOS). A
     hypothesis that reaches the length limit ``max_output_lengths`` without EOS finishes there.
     Search goes on after the first EOS, since with α > 0 a longer hypothesis can still win; a
-    sentence stops when no live hypothesis can beat its N-th finished one (see the bound below).
+    sentence stops when no live hypothesis can beat its N-th finished one (``_Beams.beaten``).
 
     With α = 0, ``beam_size=1`` reproduces ``greedy_search`` exactly. With α > 0 it need not: the
     single live beam continues past a finished EOS hypothesis and may find a longer one whose
@@ -265,166 +265,254 @@ def beam_search(
         )
     check_coverage_penalty(coverage_penalty_weight)
     device = src.device
-    batch_size, num_beams = src.shape[0], beam_size
+    batch_size = src.shape[0]
     source, state = model.encode(src, src_lens)
     # Beam k of sentence b lives in row b·K + k. The K beams of a sentence share its one copy of
     # the encoding (the decoder's ``attend`` reads B·K query rows against B sentences), so only
     # the state is repeated.
-    rows = torch.arange(batch_size, device=device).repeat_interleave(num_beams)  # (B·K,)
+    rows = torch.arange(batch_size, device=device).repeat_interleave(beam_size)  # (B·K,)
     state = tuple(tensor.index_select(0, rows) for tensor in state)  # each (B·K, H)
     # A limit below 1 still emits one token, as in greedy_search.
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device).clamp(min=1)  # (B,)
-    max_steps = int(limits.max())
-    lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
-    # The same as Python floats for the per-step divisions: dividing by a float is one op.
-    lp_of = lp.tolist()
-
-    # A sentence is dropped from the decoder's batch as soon as it is done, so the steps that the
-    # others still need cost nothing for it. ``active`` (A,) lists the sentences still searching,
-    # in the order of their rows: active sentence a owns rows a·K .. a·K + K - 1.
-    active = torch.arange(batch_size, device=device)  # (A,)
-    active_limits = limits  # (A,)
-    limit_lp = lp[active_limits]  # (A,) lp(limit) of each active sentence
-    row_base = active[:, None] * num_beams  # (A, 1) first row of each active sentence
-
-    # Live hypotheses of the active sentences: raw log P. At the start all K beams hold the same
-    # prefix <bos>, so only beam 0 may expand; the others start at -inf and the first step fills
-    # the beam with distinct tokens instead of K copies of the best one.
-    live_scores = torch.full((batch_size, num_beams), float("-inf"), device=device)  # (A, K)
-    live_scores[:, 0] = 0.0
-    prev_tokens = torch.full((batch_size * num_beams,), bos_id, dtype=torch.long, device=device)
-
-    # A candidate of step t is coded as its index among its sentence's K·V extensions, k·V + token
-    # (k: the live beam it extends), and a finished hypothesis as t·K·V + that index. One integer
-    # carries the end step, the parent beam and the last token, so keeping the N best moves one
-    # tensor, and backtracking through the live beams' per-step codes recovers the rest.
-    # Only the N best finished hypotheses ever matter (the output and the stopping rule read
-    # nothing else): each active sentence keeps N slots, best first (-inf: empty), which go to
-    # the (B, N) results when the sentence leaves the batch.
-    active_scores = torch.full((batch_size, n_best), float("-inf"), device=device)  # (A, N)
-    active_codes = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
-    finished_scores = torch.empty_like(active_scores)  # (B, N)
-    finished_codes = torch.empty_like(active_codes)  # (B, N)
-    # Per step t, for every sentence (zeros for those already done, which backtracking never
-    # reads): the live beams' codes (B, L, K), and the attention (B, L, K, S) each beam of step
-    # t - 1 used to produce the token at position t, allocated when the first step gives S's dtype.
-    history_codes = torch.zeros((batch_size, max_steps, num_beams), dtype=torch.long, device=device)
-    history_weights: Tensor | None = None
-    # With the coverage penalty: each live row's attention summed over its steps (A·K, S),
-    # float32, reordered with the beams (None before the first step: zeros).
-    penalized = coverage_penalty_weight > 0
-    live_coverage: Tensor | None = None
-    covered: Tensor | None = None
-    positions = torch.arange(src.shape[1], device=device)  # (S,)
-    lens = src_lens.to(device)  # (B,)
-
-    num_steps = max_steps
-    for t in range(max_steps):
+    beams = _Beams.start(
+        limits, beam_size, n_best, length_penalty, coverage_penalty_weight, src_lens.to(device)
+    )
+    prev_tokens = torch.full((batch_size * beam_size,), bos_id, dtype=torch.long, device=device)
+    num_steps = beams.max_steps
+    for t in range(beams.max_steps):
         logits, state, weights = model.decode_step(prev_tokens, state, source)
-        num_active, vocab_size = live_scores.shape[0], logits.shape[-1]
-        span = num_beams * vocab_size  # candidates per sentence
-        log_probs = logits.float().log_softmax(dim=-1)  # (A·K, V), float32 for the sums below
-        # Every extension of every live beam, per sentence: (A·K, V) -> (A, K, V) -> (A, K·V).
-        extended = live_scores[:, :, None] + log_probs.view(num_active, num_beams, vocab_size)
-        candidates = extended.view(num_active, span)
-        # (A, 2K) best first, and their codes k·V + token.
-        cand_scores, cand_codes = candidates.topk(min(2 * num_beams, span), dim=1)
-        is_eos = cand_codes % vocab_size == eos_id  # (A, 2K)
-        at_limit = active_limits <= t + 1  # (A,) every candidate now has t + 1 tokens
-
-        # A candidate finishes if it ends in EOS or hits the limit, and only if it ranks among the
-        # first K: a beam of K would have kept it (this is what makes K = 1 greedy). Dead beams
-        # (-inf) add nothing.
-        first_scores = cand_scores[:, :num_beams]  # (A, K)
-        finishing = (is_eos[:, :num_beams] | at_limit[:, None]) & (first_scores > float("-inf"))
-        normalized = first_scores / lp_of[t + 1]  # (A, K)
-        if penalized:
-            # The attention of each row's extensions, this step's included: (A·K, S).
-            step = weights.float()
-            covered = step if live_coverage is None else live_coverage + step
-            row_lens = lens[active].repeat_interleave(num_beams)  # (A·K,)
-            is_real = positions[None, :] < row_lens[:, None]  # (A·K, S)
-            penalty = coverage_penalty(covered, is_real, coverage_penalty_weight)  # (A·K,)
-            parents = cand_codes[:, :num_beams] // vocab_size  # (A, K): each one's beam
-            normalized = normalized + penalty.view(num_active, num_beams).gather(1, parents)
-        new_scores = torch.where(finishing, normalized, float("-inf"))
-        # Merge with the finished set and keep the N best: (A, N + K) -> (A, N).
-        active_scores, keep = torch.cat([active_scores, new_scores], dim=1).topk(n_best, dim=1)
-        new_codes = cand_codes[:, :num_beams] + t * span  # (A, K)
-        active_codes = torch.cat([active_codes, new_codes], dim=1).gather(1, keep)
-
-        # The K best non-EOS candidates stay live. They all have the same length, so raw log P
-        # ranks them as the normalized score would.
-        non_eos_scores = cand_scores.masked_fill(is_eos, float("-inf"))  # (A, 2K)
-        # (A, K) log P and (A, K) positions among the 2K candidates.
-        live_scores, live_slots = non_eos_scores.topk(num_beams, dim=1)
-        live_codes = cand_codes.gather(1, live_slots)  # (A, K)
-        # Rows are a·K + k, so (A·K, S) -> (A, K, S) groups each sentence's beams.
-        step_weights = weights.view(num_active, num_beams, -1)  # (A, K, S)
-        if history_weights is None:
-            history_weights = step_weights.new_zeros(
-                batch_size, max_steps, num_beams, step_weights.shape[2]
-            )
-        if num_active == batch_size:  # a slice copy is cheaper than scattering rows
-            history_codes[:, t] = live_codes
-            history_weights[:, t] = step_weights
-        else:
-            history_codes[active, t] = live_codes
-            history_weights[active, t] = step_weights
-
-        # Stopping bound. A live hypothesis with log P = s <= 0 at length t + 1 can only finish
-        # at a length n in [t + 2, limit] with log P <= s, so its score is at most
-        # s / lp(n) <= s / max(lp(t + 2), lp(limit)): dividing a non-positive s by a larger lp
-        # gives a larger score. For α > 0 the max is lp(limit), for α = 0 it is 1 (score <= s),
-        # for α < 0 it is lp(t + 2). live_scores[:, 0] is the best live s, and the bound grows
-        # with s, so once the N-th finished score reaches it nothing live can enter the top N.
-        best_possible = live_scores[:, 0] / limit_lp.clamp(min=lp_of[t + 2])  # (A,)
-        done = at_limit | (active_scores[:, -1] >= best_possible)  # (A,)
+        candidates = beams.expand(logits, eos_id)
+        at_limit = beams.limits <= t + 1  # (A,) every candidate now has t + 1 tokens
+        beams.finish(t, candidates, at_limit, weights)
+        live_codes = beams.keep_live(t, candidates, weights)  # (A, K)
+        done = at_limit | beams.beaten(t)  # (A,)
         num_done = int(done.sum())  # the one host sync of the step
-        if num_done == num_active:
+        if num_done == len(done):
             num_steps = t + 1
             break
         # Reorder the decoder state to follow each live beam's parent: row a·K + parent.
-        parent_rows = row_base + live_codes // vocab_size  # (A, K)
-        if num_done:
-            # Drop the done sentences: the active ones' slots go to the results (final for the
-            # done ones), and the done ones' rows leave the state, the source and the scores.
-            finished_scores.index_copy_(0, active, active_scores)
-            finished_codes.index_copy_(0, active, active_codes)
-            still = (~done).nonzero()[:, 0]  # (A',) positions among the active sentences
-            active, active_limits, limit_lp = active[still], active_limits[still], limit_lp[still]
-            row_base = row_base[: len(still)]
-            live_scores, live_codes = live_scores[still], live_codes[still]
-            active_scores, active_codes = active_scores[still], active_codes[still]
-            parent_rows = parent_rows[still]  # (A', K)
+        parent_rows = beams.row_base + live_codes // candidates.vocab_size  # (A, K)
+        if num_done:  # the done sentences leave the batch: the state, the source and the beams
+            still = beams.drop(done)  # (A',) positions among the active sentences
+            live_codes, parent_rows = live_codes[still], parent_rows[still]  # (A', K)
             source = source.index_select(still)
         state = tuple(tensor.index_select(0, parent_rows.view(-1)) for tensor in state)
-        if covered is not None:
-            live_coverage = covered.index_select(0, parent_rows.view(-1))  # (A'·K, S)
-        prev_tokens = (live_codes % vocab_size).view(-1)  # (A', K) -> (A'·K,)
-    finished_scores.index_copy_(0, active, active_scores)
-    finished_codes.index_copy_(0, active, active_codes)
-    assert history_weights is not None  # the loop runs at least once
+        beams.follow(parent_rows)
+        prev_tokens = (live_codes % candidates.vocab_size).view(-1)  # (A', K) -> (A'·K,)
+    return beams.output(num_steps, candidates.vocab_size, pad_id)
 
-    # An empty slot (-inf) may hold any candidate's code; it has no end step.
-    finished_codes = finished_codes.masked_fill(finished_scores == float("-inf"), -1)
-    tokens, attention, lengths = _backtrack(
-        history_codes[:, :num_steps],
-        history_weights[:, :num_steps],
-        finished_codes,
-        vocab_size,
-        pad_id,
-    )
-    longest = max(1, int(lengths.max()))
-    tokens, attention = tokens[:, :, :longest], attention[:, :, :longest]  # trim to (B, N, L)
-    best_longest = max(1, int(lengths[:, 0].max()))
-    best = Hypotheses(
-        tokens[:, 0, :best_longest],  # (B, L)
-        lengths[:, 0],
-        attention[:, 0, :best_longest],  # (B, L, S)
-        finished_scores[:, 0],
-    )
-    return BeamOutput(best, tokens, lengths, attention, finished_scores)
+
+@dataclass(frozen=True)
+class _Candidates:
+    """One step's 2K best extensions of each active sentence's K live beams, best first."""
+
+    scores: Tensor  # (A, 2K) raw log P
+    codes: Tensor  # (A, 2K) each one's index among its sentence's K·V extensions, k·V + token
+    is_eos: Tensor  # (A, 2K)
+    vocab_size: int
+
+
+@dataclass
+class _Beams:
+    """``beam_search`` between two steps: the live beams of the sentences still searching (the
+    active ones, A of the B), their N best finished hypotheses, and what backtracking reads.
+
+    A candidate of step t is coded as its index among its sentence's K·V extensions, k·V + token
+    (k: the live beam it extends), and a finished hypothesis as t·K·V + that index. One integer
+    carries the end step, the parent beam and the last token, so keeping the N best moves one
+    tensor, and backtracking through the live beams' per-step codes recovers the rest. Only the
+    N best finished hypotheses ever matter (the output and the stopping rule read nothing
+    else): each active sentence keeps N slots, best first (-inf: empty), which go to the (B, N)
+    results when the sentence leaves the batch.
+    """
+
+    num_beams: int  # K
+    max_steps: int  # the largest length limit
+    lp_of: list[float]  # lp(n) of each length n up to max_steps + 1, as Python floats
+    # The sentences still searching, in the order of their rows: active sentence a owns rows
+    # a·K .. a·K + K - 1. A sentence is dropped as soon as it is done, so the steps that the
+    # others still need cost nothing for it.
+    active: Tensor  # (A,)
+    limits: Tensor  # (A,) each active sentence's length limit
+    limit_lp: Tensor  # (A,) lp(limit)
+    row_base: Tensor  # (A, 1) each active sentence's first row
+    # Raw log P of the live hypotheses. At the start all K beams hold the same prefix <bos>, so
+    # only beam 0 may expand; the others start at -inf and the first step fills the beam with
+    # distinct tokens instead of K copies of the best one.
+    live_scores: Tensor  # (A, K)
+    active_scores: Tensor  # (A, N) the active sentences' N best finished, best first
+    active_codes: Tensor  # (A, N) their codes
+    finished_scores: Tensor  # (B, N), final for the sentences no longer active
+    finished_codes: Tensor  # (B, N)
+    # Per step t, for every sentence (zeros for those already done, which backtracking never
+    # reads): the live beams' codes (B, L, K), and the attention (B, L, K, S) each beam of step
+    # t - 1 used to produce the token at position t, allocated when the first step gives S's dtype.
+    history_codes: Tensor
+    history_weights: Tensor | None
+    # GNMT's coverage penalty (β > 0): each live row's attention summed over its steps
+    # (A·K, S), float32, reordered with the beams (None before the first step: zeros), and the
+    # rows' coverage with this step's attention (``finish``), which ``follow`` reorders.
+    penalty_weight: float  # β
+    src_lens: Tensor  # (B,)
+    live_coverage: Tensor | None = None
+    covered: Tensor | None = None
+
+    @staticmethod
+    def start(
+        limits: Tensor,
+        num_beams: int,
+        n_best: int,
+        length_penalty: float,
+        penalty_weight: float,
+        src_lens: Tensor,
+    ) -> _Beams:
+        """Every sentence active, beam 0 of each live at <bos>, nothing finished."""
+        batch_size, device = len(limits), limits.device
+        max_steps = int(limits.max())
+        lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
+        # As Python floats for the per-step divisions (``lp_of``): dividing by a float is one op.
+        active = torch.arange(batch_size, device=device)  # (A,)
+        live_scores = torch.full((batch_size, num_beams), float("-inf"), device=device)
+        live_scores[:, 0] = 0.0
+        active_scores = torch.full((batch_size, n_best), float("-inf"), device=device)
+        active_codes = torch.full((batch_size, n_best), -1, dtype=torch.long, device=device)
+        history_codes = torch.zeros(
+            (batch_size, max_steps, num_beams), dtype=torch.long, device=device
+        )
+        return _Beams(
+            num_beams, max_steps, lp.tolist(), active, limits, lp[limits],
+            active[:, None] * num_beams, live_scores, active_scores, active_codes,
+            torch.empty_like(active_scores), torch.empty_like(active_codes), history_codes,
+            None, penalty_weight, src_lens,
+        )  # fmt: skip
+
+    def expand(self, logits: Tensor, eos_id: int) -> _Candidates:
+        """The 2K best extensions of each active sentence's live beams by this step's logits
+        (A·K, V)."""
+        num_active, vocab_size = self.live_scores.shape[0], logits.shape[-1]
+        span = self.num_beams * vocab_size  # candidates per sentence
+        log_probs = logits.float().log_softmax(dim=-1)  # (A·K, V), float32 for the sums below
+        # Every extension of every live beam, per sentence: (A·K, V) -> (A, K, V) -> (A, K·V).
+        extended = self.live_scores[:, :, None] + log_probs.view(
+            num_active, self.num_beams, vocab_size
+        )
+        # (A, 2K) best first, and their codes k·V + token.
+        scores, codes = extended.view(num_active, span).topk(min(2 * self.num_beams, span), dim=1)
+        return _Candidates(scores, codes, codes % vocab_size == eos_id, vocab_size)
+
+    def finish(self, t: int, candidates: _Candidates, at_limit: Tensor, weights: Tensor) -> None:
+        """Step t's finished hypotheses merged into each active sentence's N best.
+
+        A candidate finishes if it ends in EOS or hits the limit (``at_limit`` (A,)), and only
+        if it ranks among the first K: a beam of K would have kept it (this is what makes K = 1
+        greedy). Dead beams (-inf) add nothing. ``weights`` (A·K, S): this step's attention,
+        which the coverage penalty adds to each row's."""
+        num_beams, vocab_size = self.num_beams, candidates.vocab_size
+        first_scores = candidates.scores[:, :num_beams]  # (A, K)
+        is_end = candidates.is_eos[:, :num_beams] | at_limit[:, None]
+        finishing = is_end & (first_scores > float("-inf"))  # (A, K)
+        normalized = first_scores / self.lp_of[t + 1]  # (A, K)
+        if self.penalty_weight > 0:
+            # The attention of each row's extensions, this step's included: (A·K, S).
+            step = weights.float()
+            covered = step if self.live_coverage is None else self.live_coverage + step
+            row_lens = self.src_lens[self.active].repeat_interleave(num_beams)  # (A·K,)
+            positions = torch.arange(covered.shape[1], device=covered.device)  # (S,)
+            is_real = positions[None, :] < row_lens[:, None]  # (A·K, S)
+            penalty = coverage_penalty(covered, is_real, self.penalty_weight)  # (A·K,)
+            parents = candidates.codes[:, :num_beams] // vocab_size  # (A, K): each one's beam
+            num_active = first_scores.shape[0]
+            normalized = normalized + penalty.view(num_active, num_beams).gather(1, parents)
+            self.covered = covered
+        new_scores = torch.where(finishing, normalized, float("-inf"))
+        # Merge with the finished set and keep the N best: (A, N + K) -> (A, N).
+        n_best = self.active_scores.shape[1]
+        merged = torch.cat([self.active_scores, new_scores], dim=1)
+        self.active_scores, keep = merged.topk(n_best, dim=1)
+        new_codes = candidates.codes[:, :num_beams] + t * num_beams * vocab_size  # (A, K)
+        self.active_codes = torch.cat([self.active_codes, new_codes], dim=1).gather(1, keep)
+
+    def keep_live(self, t: int, candidates: _Candidates, weights: Tensor) -> Tensor:
+        """The K best non-EOS candidates stay live: their log P, and step t's history of every
+        active sentence (the live codes, and the attention ``weights`` (A·K, S) of the rows they
+        extend). Returns the live codes (A, K). They all have the same length, so raw log P
+        ranks them as the normalized score would."""
+        non_eos_scores = candidates.scores.masked_fill(candidates.is_eos, float("-inf"))
+        # (A, K) log P and (A, K) positions among the 2K candidates.
+        self.live_scores, live_slots = non_eos_scores.topk(self.num_beams, dim=1)
+        live_codes = candidates.codes.gather(1, live_slots)  # (A, K)
+        # Rows are a·K + k, so (A·K, S) -> (A, K, S) groups each sentence's beams.
+        num_active = live_codes.shape[0]
+        step_weights = weights.view(num_active, self.num_beams, -1)  # (A, K, S)
+        if self.history_weights is None:
+            batch_size, max_steps = self.history_codes.shape[:2]
+            self.history_weights = step_weights.new_zeros(
+                batch_size, max_steps, self.num_beams, step_weights.shape[2]
+            )
+        if num_active == self.history_codes.shape[0]:  # a slice copy beats scattering rows
+            self.history_codes[:, t] = live_codes
+            self.history_weights[:, t] = step_weights
+        else:
+            self.history_codes[self.active, t] = live_codes
+            self.history_weights[self.active, t] = step_weights
+        return live_codes
+
+    def beaten(self, t: int) -> Tensor:
+        """(A,) whether no live hypothesis of a sentence can enter its N best after step t.
+
+        A live hypothesis with log P = s <= 0 at length t + 1 can only finish at a length n in
+        [t + 2, limit] with log P <= s, so its score is at most s / max(lp(t + 2), lp(limit)):
+        dividing a non-positive s by a larger lp gives a larger score. For α > 0 the max is
+        lp(limit), for α = 0 it is 1 (score <= s), for α < 0 it is lp(t + 2). live_scores[:, 0]
+        is the best live s, and the bound grows with s, so once the N-th finished score reaches
+        it nothing live can enter the top N."""
+        best_possible = self.live_scores[:, 0] / self.limit_lp.clamp(min=self.lp_of[t + 2])
+        return self.active_scores[:, -1] >= best_possible
+
+    def drop(self, done: Tensor) -> Tensor:
+        """The ``done`` (A,) sentences leave: every active one's N best go to the results
+        (final for the done ones), and the done ones' rows leave the beams. Returns the
+        positions (A',) of those still searching among the active ones."""
+        self.settle()
+        still = (~done).nonzero()[:, 0]  # (A',)
+        self.active, self.limits = self.active[still], self.limits[still]
+        self.limit_lp, self.row_base = self.limit_lp[still], self.row_base[: len(still)]
+        self.live_scores = self.live_scores[still]
+        self.active_scores, self.active_codes = self.active_scores[still], self.active_codes[still]
+        return still
+
+    def follow(self, parent_rows: Tensor) -> None:
+        """The coverage penalty's per-row sums follow the live beams to their parents' rows,
+        ``parent_rows`` (A', K)."""
+        if self.covered is not None:
+            self.live_coverage = self.covered.index_select(0, parent_rows.view(-1))  # (A'·K, S)
+
+    def settle(self) -> None:
+        """The active sentences' N best into the (B, N) results."""
+        self.finished_scores.index_copy_(0, self.active, self.active_scores)
+        self.finished_codes.index_copy_(0, self.active, self.active_codes)
+
+    def output(self, num_steps: int, vocab_size: int, pad_id: int) -> BeamOutput:
+        """Every sentence's N best, backtracked through the ``num_steps`` steps' history."""
+        self.settle()
+        assert self.history_weights is not None  # the loop runs at least once
+        # An empty slot (-inf) may hold any candidate's code; it has no end step.
+        empty = self.finished_scores == float("-inf")
+        codes = self.finished_codes.masked_fill(empty, -1)
+        tokens, attention, lengths = _backtrack(
+            self.history_codes[:, :num_steps], self.history_weights[:, :num_steps], codes,
+            vocab_size, pad_id,
+        )  # fmt: skip
+        longest = max(1, int(lengths.max()))
+        tokens, attention = tokens[:, :, :longest], attention[:, :, :longest]  # (B, N, L)
+        best_longest = max(1, int(lengths[:, 0].max()))
+        best = Hypotheses(
+            tokens[:, 0, :best_longest],  # (B, L)
+            lengths[:, 0],
+            attention[:, 0, :best_longest],  # (B, L, S)
+            self.finished_scores[:, 0],
+        )
+        return BeamOutput(best, tokens, lengths, attention, self.finished_scores)
 
 
 def _backtrack(
