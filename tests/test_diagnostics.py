@@ -589,3 +589,75 @@ def test_additive_statistics_in_query_chunks_equal_one_grid(
     assert share == pytest.approx(expected, rel=1e-12)
     assert diagnostics.tanh_saturation(grid, is_valid) == pytest.approx(expected, rel=1e-12)
     assert 0 < expected < 1
+
+
+@pytest.mark.parametrize("queries", [0, 1, 4, 5])
+def test_query_chunks_cover_every_query_once_with_an_uneven_tail(
+    queries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of two queries over Tq queries: each query in exactly one chunk, the last chunk
+    shorter where two does not divide Tq, and one empty chunk for no queries."""
+    from seq2seq.analysis import diagnostics
+
+    batch, keys, width = 3, 6, 4
+    monkeypatch.setattr(diagnostics, "CHUNK_ELEMENTS", 2 * batch * keys * width)
+    chunks = diagnostics.query_chunks(
+        torch.zeros(batch, queries, 5), torch.zeros(batch, keys, width), width
+    )
+    covered = [index for chunk in chunks for index in range(queries)[chunk]]
+    assert covered == list(range(queries))
+    assert all(len(range(queries)[chunk]) <= 2 for chunk in chunks)
+    assert len(chunks) == max(1, -(-queries // 2))
+
+
+@pytest.mark.parametrize("kind", ["foreign", "preactivations", "coverage"])
+def test_chunked_saturation_equals_the_whole_grid_of_a_users_module_or_coverage(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The callback's saturation, one query per chunk, against ``tanh_saturation`` of the whole
+    grid the model's own ``preactivations`` gives: with W_q a module of the user's own (no
+    ``out_features``), a 2-argument ``preactivations`` of the user's, and w_c coverage inside the
+    tanh, which the whole grid gets as ``preactivations``' third argument."""
+    from seq2seq.analysis import diagnostics
+    from seq2seq.attention import AttentionParts
+    from tests.test_model import ATTENTIONS, randomize_coverage
+    from tests.test_scoring_contract import own_module
+
+    if kind == "coverage":
+        torch.manual_seed(0)
+        model = Seq2Seq(
+            13, 11, ATTENTIONS["additive"], embedding_size=8, hidden_size=16,
+            attention_parts=AttentionParts(coverage=True),
+        ).eval()  # fmt: skip
+        randomize_coverage(model)
+    else:
+        model = own_module(kind).eval()
+    attention = model.decoder.attention
+    with torch.no_grad():  # scaled so that some tanh inputs pass |x| > 2 and some do not
+        for parameter in attention.parameters():
+            parameter.mul_(4)
+    src_lens, tgt_lens = torch.tensor([6, 3, 1]), torch.tensor([5, 2, 4])
+    src, tgt_in = torch.randint(4, 13, (3, 6)), torch.randint(4, 11, (3, 5))
+    monkeypatch.setattr(diagnostics, "CHUNK_ELEMENTS", 1)
+    stats = model_attention_statistics(model, src, src_lens, tgt_in, tgt_lens)
+    with torch.no_grad():
+        queries, keys = teacher_forced_queries(model, src, src_lens, tgt_in)
+        coverage = diagnostics.teacher_forced_coverage(model, src, src_lens, tgt_in)
+        if coverage is None:
+            grid = attention.preactivations(queries, keys)  # (B, T, S, A) at once
+        else:
+            grid = attention.preactivations(queries, keys, coverage)
+    query_mask = torch.arange(5)[None, :] < tgt_lens[:, None]
+    is_valid = diagnostics.valid_pairs(src_lens, query_mask, grid.shape[:3])
+    expected = float((grid.abs() > 2).double().mean(-1)[is_valid].mean())
+    assert stats.tanh_saturation == pytest.approx(expected, rel=1e-12)
+    assert 0 < expected < 1
+
+
+def test_statistics_of_no_queries_say_so() -> None:
+    """No queries: the one-paragraph error of no valid pair, not a failure inside the chunks."""
+    attention = scoring_factory("additive", {})(query_size=6, key_size=6)
+    with pytest.raises(ValueError, match="at least one valid"):
+        attention_statistics(
+            attention, torch.zeros(2, 0, 6), attention.project_keys(torch.zeros(2, 5, 6))
+        )

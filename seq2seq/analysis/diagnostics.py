@@ -135,11 +135,13 @@ def query_chunks(queries: Tensor, keys: Tensor, width: int) -> list[slice]:
     """Slices of the query axis of queries (B, Tq, ·) against keys (B, Tk, ·) such that one
     slice's (B, ·, Tk, width) grid holds about ``CHUNK_ELEMENTS``: the whole grid of the
     callback's sentences, B·h·Tq·Tk·A floats with h heads, is many times the caches, and goes
-    to fresh pages and main memory on every call, where a chunk stays in cache. Every score
-    is per query (decoding computes it one query at a time), so chunks change nothing."""
+    to fresh pages and main memory on every call, where a chunk stays in cache. A score is per
+    query (decoding computes it one query at a time, so a score of the user's that mixed
+    queries would disagree with its decoding already): chunks change nothing."""
     per_query = max(1, queries.shape[0] * keys.shape[1] * width)
     size = max(1, CHUNK_ELEMENTS // per_query)
-    return [slice(start, start + size) for start in range(0, queries.shape[1], size)]
+    # No queries: one empty chunk, so that the caller's grids keep their (B, 0, Tk) shape.
+    return [slice(start, start + size) for start in range(0, max(queries.shape[1], 1), size)]
 
 
 def additive_logits_and_saturation(
@@ -154,9 +156,9 @@ def additive_logits_and_saturation(
     none), a chunk of queries at a time (``query_chunks``). Coverage enters the tanh only where
     ``scoring`` has w_c."""
     inside = coverage is not None and bool(scoring.coverage_size())
-    width = scoring.W_q.out_features
+    # A, the projected keys' width, sizes the chunks: W_q may be a module of the user's own.
     logits, counts = [], []
-    for chunk in query_chunks(queries, projected_keys, width):
+    for chunk in query_chunks(queries, projected_keys, projected_keys.shape[-1]):
         rows = queries[:, chunk]
         if coverage is None:
             logits.append(scoring.logits(rows, projected_keys))  # (B, chunk, Tk)
@@ -168,10 +170,10 @@ def additive_logits_and_saturation(
         else:
             features = scoring.preactivations(rows, projected_keys)  # (B, chunk, Tk, A)
         counts.append(saturated_counts(features))  # (B, chunk, Tk)
-        width = features.shape[-1]
+        units = features.shape[-1]  # the tanh's inputs per pair, whatever preactivations gives
     saturation = None
     if is_valid.any():
-        saturation = saturated_share(torch.cat(counts, dim=1), width, is_valid)
+        saturation = saturated_share(torch.cat(counts, dim=1), units, is_valid)
     return torch.cat(logits, dim=1), saturation
 
 
