@@ -351,11 +351,11 @@ class _Beams:
     history_weights: Tensor | None
     # GNMT's coverage penalty (β > 0): each live row's attention summed over its steps
     # (A·K, S), float32, reordered with the beams (None before the first step: zeros), and the
-    # rows' coverage with this step's attention (``finish``), which ``follow`` reorders.
+    # rows' sums with this step's attention, step_coverage (``finish``), which ``follow`` reorders.
     penalty_weight: float  # β
     src_lens: Tensor  # (B,)
     live_coverage: Tensor | None = None
-    covered: Tensor | None = None
+    step_coverage: Tensor | None = None
 
     @staticmethod
     def start(
@@ -370,7 +370,6 @@ class _Beams:
         batch_size, device = len(limits), limits.device
         max_steps = int(limits.max())
         lp = length_penalty_factor(torch.arange(max_steps + 2, device=device), length_penalty)
-        # As Python floats for the per-step divisions (``lp_of``): dividing by a float is one op.
         active = torch.arange(batch_size, device=device)  # (A,)
         live_scores = torch.full((batch_size, num_beams), float("-inf"), device=device)
         live_scores[:, 0] = 0.0
@@ -380,11 +379,23 @@ class _Beams:
             (batch_size, max_steps, num_beams), dtype=torch.long, device=device
         )
         return _Beams(
-            num_beams, max_steps, lp.tolist(), active, limits, lp[limits],
-            active[:, None] * num_beams, live_scores, active_scores, active_codes,
-            torch.empty_like(active_scores), torch.empty_like(active_codes), history_codes,
-            None, penalty_weight, src_lens,
-        )  # fmt: skip
+            num_beams=num_beams,
+            max_steps=max_steps,
+            lp_of=lp.tolist(),  # Python floats for the per-step divisions: one op each
+            active=active,
+            limits=limits,
+            limit_lp=lp[limits],
+            row_base=active[:, None] * num_beams,
+            live_scores=live_scores,
+            active_scores=active_scores,
+            active_codes=active_codes,
+            finished_scores=torch.empty_like(active_scores),
+            finished_codes=torch.empty_like(active_codes),
+            history_codes=history_codes,
+            history_weights=None,
+            penalty_weight=penalty_weight,
+            src_lens=src_lens,
+        )
 
     def expand(self, logits: Tensor, eos_id: int) -> _Candidates:
         """The 2K best extensions of each active sentence's live beams by this step's logits
@@ -415,15 +426,15 @@ class _Beams:
         if self.penalty_weight > 0:
             # The attention of each row's extensions, this step's included: (A·K, S).
             step = weights.float()
-            covered = step if self.live_coverage is None else self.live_coverage + step
+            summed = step if self.live_coverage is None else self.live_coverage + step
             row_lens = self.src_lens[self.active].repeat_interleave(num_beams)  # (A·K,)
-            positions = torch.arange(covered.shape[1], device=covered.device)  # (S,)
+            positions = torch.arange(summed.shape[1], device=summed.device)  # (S,)
             is_real = positions[None, :] < row_lens[:, None]  # (A·K, S)
-            penalty = coverage_penalty(covered, is_real, self.penalty_weight)  # (A·K,)
+            penalty = coverage_penalty(summed, is_real, self.penalty_weight)  # (A·K,)
             parents = candidates.codes[:, :num_beams] // vocab_size  # (A, K): each one's beam
             num_active = first_scores.shape[0]
             normalized = normalized + penalty.view(num_active, num_beams).gather(1, parents)
-            self.covered = covered
+            self.step_coverage = summed  # what ``follow`` reorders
         new_scores = torch.where(finishing, normalized, float("-inf"))
         # Merge with the finished set and keep the N best: (A, N + K) -> (A, N).
         n_best = self.active_scores.shape[1]
@@ -484,8 +495,8 @@ class _Beams:
     def follow(self, parent_rows: Tensor) -> None:
         """The coverage penalty's per-row sums follow the live beams to their parents' rows,
         ``parent_rows`` (A', K)."""
-        if self.covered is not None:
-            self.live_coverage = self.covered.index_select(0, parent_rows.view(-1))  # (A'·K, S)
+        if self.step_coverage is not None:
+            self.live_coverage = self.step_coverage.index_select(0, parent_rows.view(-1))
 
     def settle(self) -> None:
         """The active sentences' N best into the (B, N) results."""
