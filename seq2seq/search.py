@@ -275,8 +275,9 @@ def beam_search(
     # A limit below 1 still emits one token, as in greedy_search.
     limits = max_output_lengths(src_lens, max_len_a, max_len_b).to(device).clamp(min=1)  # (B,)
     beams = _Beams.start(
-        limits, beam_size, n_best, length_penalty, coverage_penalty_weight, src_lens.to(device)
-    )
+        limits, beam_size, n_best, length_penalty, coverage_penalty_weight,
+        torch.arange(src.shape[1], device=device)[None, :] < src_lens.to(device)[:, None],
+    )  # fmt: skip
     prev_tokens = torch.full((batch_size * beam_size,), bos_id, dtype=torch.long, device=device)
     num_steps = beams.max_steps
     for t in range(beams.max_steps):
@@ -353,7 +354,7 @@ class _Beams:
     # (A·K, S), float32, reordered with the beams (None before the first step: zeros), and the
     # rows' sums with this step's attention, step_coverage (``finish``), which ``follow`` reorders.
     penalty_weight: float  # β
-    src_lens: Tensor  # (B,)
+    real_keys: Tensor  # (B, S) the source positions that are words, not padding
     live_coverage: Tensor | None = None
     step_coverage: Tensor | None = None
 
@@ -364,7 +365,7 @@ class _Beams:
         n_best: int,
         length_penalty: float,
         penalty_weight: float,
-        src_lens: Tensor,
+        real_keys: Tensor,
     ) -> _Beams:
         """Every sentence active, beam 0 of each live at <bos>, nothing finished."""
         batch_size, device = len(limits), limits.device
@@ -394,7 +395,7 @@ class _Beams:
             history_codes=history_codes,
             history_weights=None,
             penalty_weight=penalty_weight,
-            src_lens=src_lens,
+            real_keys=real_keys,
         )
 
     def expand(self, logits: Tensor, eos_id: int) -> _Candidates:
@@ -427,9 +428,7 @@ class _Beams:
             # The attention of each row's extensions, this step's included: (A·K, S).
             step = weights.float()
             summed = step if self.live_coverage is None else self.live_coverage + step
-            row_lens = self.src_lens[self.active].repeat_interleave(num_beams)  # (A·K,)
-            positions = torch.arange(summed.shape[1], device=summed.device)  # (S,)
-            is_real = positions[None, :] < row_lens[:, None]  # (A·K, S)
+            is_real = self.real_keys[self.active].repeat_interleave(num_beams, 0)  # (A·K, S)
             penalty = coverage_penalty(summed, is_real, self.penalty_weight)  # (A·K,)
             parents = candidates.codes[:, :num_beams] // vocab_size  # (A, K): each one's beam
             num_active = first_scores.shape[0]
