@@ -72,29 +72,39 @@ def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], in
     return parse
 
 
-# The largest β the command line takes, the server's bound too (GNMT's β lies within [0, 1]): a
-# value one accepts, the other does.
+# The largest β (and α) the command line takes, the server's and training's bound too (GNMT's
+# lie within [0, 1]): a value one accepts, the others do.
 MAX_COVERAGE_PENALTY = 10.0
+
+
+def penalty_weight(text: str) -> float:
+    """An argparse type: GNMT's α or β, a number from 0 to ``MAX_COVERAGE_PENALTY``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_COVERAGE_PENALTY):
+        raise argparse.ArgumentTypeError(
+            f"must be a number from 0 to {MAX_COVERAGE_PENALTY:g} (the server's bound too), "
+            f"got {text}"
+        )
+    return value
+
+
+def add_length_penalty_argument(parser: argparse.ArgumentParser) -> None:
+    """``--length-penalty α``: GNMT's length penalty in beam search (``seq2seq.search``)."""
+    parser.add_argument(
+        "--length-penalty", type=penalty_weight, default=0.6, metavar="ALPHA",
+        help="GNMT alpha, 0 to 10: beam search ranks hypotheses by log P / ((5 + |Y|) / 6)^alpha "
+        "(0.6)",
+    )  # fmt: skip
 
 
 def add_coverage_penalty_argument(parser: argparse.ArgumentParser) -> None:
     """``--coverage-penalty β``: GNMT's coverage penalty in beam search (``seq2seq.search``)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (math.isfinite(value) and 0 <= value <= MAX_COVERAGE_PENALTY):
-            raise argparse.ArgumentTypeError(
-                f"must be a number from 0 to {MAX_COVERAGE_PENALTY:g} (the server's bound too), "
-                f"got {text}"
-            )
-        return value
-
     parser.add_argument(
         "--coverage-penalty",
-        type=parse,
+        type=penalty_weight,
         default=0.0,
         metavar="BETA",
         help="GNMT beta, 0 to 10: beam search adds beta * sum_i log(min(attention to word i, 1)) "

@@ -122,6 +122,9 @@ def test_attention_plot_is_written(bundle: Path, tmp_path: Path) -> None:
         (["--coverage-penalty", "-0.5"], "--coverage-penalty: must be a number from 0 to 10"),
         (["--coverage-penalty", "nan"], "--coverage-penalty: must be a number from 0 to 10"),
         (["--coverage-penalty", "11"], "(the server's bound too), got 11"),
+        (["--length-penalty", "nan"], "--length-penalty: must be a number from 0 to 10"),
+        (["--length-penalty", "-1"], "--length-penalty: must be a number from 0 to 10"),
+        (["--length-penalty", "1e9"], "(the server's bound too), got 1e9"),
     ],
 )
 def test_translate_bad_input_gets_one_clean_message(

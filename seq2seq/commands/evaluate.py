@@ -25,6 +25,7 @@ from seq2seq.cli import (
     UsageError,
     add_backend_argument,
     add_coverage_penalty_argument,
+    add_length_penalty_argument,
     add_trust_argument,
     check_coverage_penalty_backend,
     check_device,
@@ -48,7 +49,7 @@ def parse_args() -> argparse.Namespace:
         help="1 = greedy (5); a training run's test BLEU (summary.json) is greedy's, unless "
         "its config sets decoding.beam_size: --beam-size 1 reproduces it",
     )  # fmt: skip
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    add_length_penalty_argument(parser)
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument(
         "--tokenize", default=BLEU.TOKENIZER_DEFAULT,

@@ -28,6 +28,7 @@ from seq2seq.cli import (
     UsageError,
     add_backend_argument,
     add_coverage_penalty_argument,
+    add_length_penalty_argument,
     add_trust_argument,
     alignment_method,
     check_coverage_penalty_backend,
@@ -53,7 +54,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--input", type=Path, help="read this file instead of stdin")
     parser.add_argument("--output", type=Path, help="write this file instead of stdout")
     parser.add_argument("--beam-size", type=int_at_least(1), default=1, help="1 = greedy (1)")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (0.6)")
+    add_length_penalty_argument(parser)
     parser.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences (64)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (cpu)")
     parser.add_argument(
