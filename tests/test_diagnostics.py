@@ -36,6 +36,7 @@ from seq2seq.analysis.diagnostics import (
     attention_statistics,
     coverage_metrics,
     entropy,
+    gradient_norm,
     model_attention_statistics,
     softmax_jacobian_norm,
     teacher_forced_queries,
@@ -178,6 +179,7 @@ def diagnosed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
         "model.hidden_size=16",
         "model.embedding_size=8",
         "trainer.max_epochs=2",
+        "+trainer.max_steps=13",  # 7 batches an epoch: it stops the run one batch short of 14
         "trainer.log_every_n_steps=3",
         "trainer.enable_progress_bar=false",
     ]
@@ -195,8 +197,9 @@ def test_training_logs_attention_diagnostics_every_n_steps_and_every_validation(
              "softmax_jacobian", "tanh_saturation", "grad_norm"]  # fmt: skip
     step_rows = [row for row in rows if row["attn/entropy"] and row["train/loss"]]
     val_rows = [row for row in rows if row["attn/entropy"] and row["val/loss"]]
-    # 7 batches an epoch, 14 steps: steps 3, 6, 9, 12 (Lightning's step column counts from 0).
-    assert [int(row["step"]) for row in step_rows] == [2, 5, 8, 11]
+    # 7 batches an epoch, 13 steps: steps 3, 6, 9, 12 and the last (the step column counts from
+    # 0), where Lightning writes the step's row because the run stops.
+    assert [int(row["step"]) for row in step_rows] == [2, 5, 8, 11, 12]
     assert len(val_rows) == 2
     for row in step_rows:
         assert all(row[f"attn/{name}"] for name in names)
@@ -205,6 +208,33 @@ def test_training_logs_attention_diagnostics_every_n_steps_and_every_validation(
         assert float(row["attn/grad_norm"]) > 0
     for row in val_rows:
         assert not row["attn/grad_norm"]  # gradients exist only at training steps
+
+
+def test_gradient_norm_is_the_joint_norm_of_the_gradients_that_exist() -> None:
+    parameters = [torch.randn(3, 4, requires_grad=True) for _ in range(3)]
+    assert gradient_norm(parameters) is None
+    (parameters[0].sum() * 2 + parameters[1].pow(2).sum()).backward()
+    grads = [parameters[0].grad.double(), parameters[1].grad.double()]  # the third has none
+    expected = torch.nn.utils.get_total_norm(grads)
+    assert gradient_norm(parameters) == pytest.approx(float(expected), rel=1e-12)
+
+
+def test_the_row_of_the_step_a_run_stops_at_has_its_own_diagnostics(
+    diagnosed_run: tuple[Path, list[dict[str, str]]],
+) -> None:
+    """Lightning writes every value logged on_step so far into the stopping step's row: there the
+    statistics must be measured again, not repeat the last logging step's. Measured after the
+    last update, they equal the validation's that follows it on the same weights."""
+    _, rows = diagnosed_run
+    *_, before, stop = [row for row in rows if row["attn/entropy"] and row["train/loss"]]
+    last_validation = [row for row in rows if row["attn/entropy"] and row["val/loss"]][-1]
+    assert int(last_validation["step"]) == int(stop["step"])
+    names = ["score_mean", "score_std", "entropy", "max_weight", "softmax_jacobian"]
+    for name in names:
+        assert stop[f"attn/{name}"] == last_validation[f"attn/{name}"], name
+        assert stop[f"attn/{name}"] != before[f"attn/{name}"], name
+    assert stop["attn/grad_norm"] != before["attn/grad_norm"]
+    assert stop["train/loss"] != before["train/loss"]
 
 
 def test_logged_diagnostics_equal_a_recomputation_from_the_checkpoint(

@@ -423,7 +423,13 @@ def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> No
     checkpointed, as for max_steps."""
     run_dir = tmp_path / "run"
     result = run_training(
-        run_dir, ["data.train_size=2000", "trainer.max_epochs=1000", "trainer.max_time=00:00:00:03"]
+        run_dir,
+        [
+            "data.train_size=2000",
+            "trainer.max_epochs=1000",
+            "trainer.max_time=00:00:00:03",
+            "trainer.log_every_n_steps=5",
+        ],
     )
     rows = validations(run_dir)
     assert 1 <= len(rows) < 1000 and int(rows[-1]["epoch"]) < 999
@@ -431,6 +437,42 @@ def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> No
     # The last validation scored the run's last update (logged at step N - 1 of N updates).
     assert last["global_step"] == int(rows[-1]["step"]) + 1
     assert result["best_checkpoint"] is not None
+    # The Timer stops the run in its on_train_batch_end: the stopping step's row has that step's
+    # own diagnostics (those the validation after it measures on the same weights), not a repeat
+    # of the last logging step's.
+    with open(run_dir / "metrics.csv", newline="", encoding="utf-8") as file:
+        *_, before, stop = [row for row in csv.DictReader(file) if row.get("train/loss")]
+    assert stop["step"] == rows[-1]["step"]
+    assert stop["attn/entropy"] == rows[-1]["attn/entropy"]
+    assert stop["attn/score_std"] == rows[-1]["attn/score_std"]
+    assert stop["train/loss"] != before["train/loss"]  # logged once the Timer has decided
+
+
+@pytest.mark.parametrize(
+    ("max_time", "seconds"),
+    [
+        ("00:01:30:00", 5400),
+        ("1:0:0:2", 86402),
+        ({"hours": 1, "minutes": 30}, 5400),
+        ({"seconds": 0.5}, 0.5),
+    ],
+)
+def test_max_time_takes_lightnings_forms(max_time: object, seconds: float) -> None:
+    from seq2seq.pipeline.callbacks import training_time
+
+    assert training_time(OmegaConf.create({"t": max_time}).t).total_seconds() == seconds
+
+
+@pytest.mark.parametrize(
+    "max_time",
+    [5, "abc", "1:2:3", "0:0:-1:0", "0:0:xx:0", {}, {"hour": 1}, {"hours": -1}, {"hours": True}],
+)
+def test_a_bad_max_time_is_a_config_error_naming_the_key(max_time: object) -> None:
+    from seq2seq.pipeline.callbacks import time_limit
+
+    cfg = OmegaConf.create({"trainer": {"max_time": max_time}})
+    with pytest.raises(ConfigError, match=r"trainer\.max_time must be a training time .* got "):
+        time_limit(cfg)
 
 
 def test_val_loss_stays_the_plain_cross_entropy_under_label_smoothing(tmp_path: Path) -> None:

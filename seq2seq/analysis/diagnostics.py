@@ -13,7 +13,6 @@ one fixed set of validation sentences, re-running the model's public pieces (``e
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -434,21 +433,33 @@ def learned_alphas(model: EncoderDecoder) -> dict[str, float]:
 
 def gradient_norm(parameters: Iterable[Tensor]) -> float | None:
     """L2 norm of the gradients of ``parameters`` together; None if none has a gradient."""
-    grads = [p.grad.detach().double() for p in parameters if p.grad is not None]
+    norm = gradient_norm_tensor(parameters)
+    return None if norm is None else float(norm)
+
+
+def gradient_norm_tensor(parameters: Iterable[Tensor]) -> Tensor | None:
+    """``gradient_norm`` as a float64 scalar tensor, taken without waiting for it (no ``float``)."""
+    grads = [p.grad.detach() for p in parameters if p.grad is not None]
     if not grads:
         return None
-    return math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float64)))
 
 
 class AttentionDiagnostics(pl.Callback):
     """Logs ``attn/*`` statistics of a fixed validation batch, and ``attn/grad_norm``.
 
-    The statistics (``AttentionStatistics``) are measured every ``trainer.log_every_n_steps``
-    training steps and at the end of every validation (there also ``coverage_metrics``), on
-    ``num_sentences`` validation sentences
-    spread evenly over the validation set (fixed for the whole run, so that changes over time come
-    from the model, not the data). ``attn/grad_norm`` is the norm of the attention parameters'
-    gradient before clipping, on the same steps; scoring functions without parameters have none.
+    The statistics (``AttentionStatistics``) are measured at every training step whose logged
+    values Lightning writes (every ``trainer.log_every_n_steps`` steps, and the step where the
+    run stops) and at the end of every validation (there also ``coverage_metrics``), on
+    ``num_sentences`` validation sentences spread evenly over the validation set (fixed for the
+    whole run, so that changes over time come from the model, not the data). ``attn/grad_norm``
+    is the norm of the attention parameters' gradient before clipping, on the same steps;
+    scoring functions without parameters have none.
+
+    Lightning writes a step's row with every value logged ``on_step`` so far, fresh or not: a row
+    these values were not measured for would repeat the last ones. So the callback must see that a
+    run stops at this step: put it after the callbacks that stop a run in ``on_train_batch_end``
+    (a ``Timer`` of its own for ``max_time``: Lightning appends the one it builds after them all).
     """
 
     def __init__(self, num_sentences: int = 64) -> None:
@@ -458,9 +469,26 @@ class AttentionDiagnostics(pl.Callback):
         self.num_sentences = num_sentences
         self._batch: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._warned = False
+        # This batch's: whether the optimizer steps (not so within gradient accumulation), and
+        # the norm, taken at every step because a stop (max_time, a signal) is known only after.
+        self._stepped = False
+        self._grad_norm: Tensor | None = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._batch = None  # a new fit may have new data or a new device
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._stepped, self._grad_norm = False, None
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self._stepped = True
+        model = _seq2seq(pl_module)
+        if model is not None:  # a few tensors' norms, no sync: cheap next to any step
+            self._grad_norm = gradient_norm_tensor(model.decoder.attention.parameters())
 
     def on_train_batch_end(
         self,
@@ -470,19 +498,13 @@ class AttentionDiagnostics(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        # global_step already counts this step; Lightning writes on_step logs when it divides by n.
-        if _is_logging_step(trainer, trainer.global_step):
-            self._log_statistics(trainer, pl_module, on_step=True)
-
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        model = _seq2seq(pl_module)
-        if model is None or not _is_logging_step(trainer, trainer.global_step + 1):
+        if not (self._stepped and _is_written_step(trainer)):
             return
-        norm = gradient_norm(model.decoder.attention.parameters())
-        if norm is not None:
-            pl_module.log("attn/grad_norm", norm, on_step=True, on_epoch=False, batch_size=1)
+        self._log_statistics(trainer, pl_module, on_step=True)
+        if self._grad_norm is not None:
+            pl_module.log(
+                "attn/grad_norm", float(self._grad_norm), on_step=True, on_epoch=False, batch_size=1
+            )
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -529,10 +551,16 @@ class AttentionDiagnostics(pl.Callback):
         return src, src_lens, tgt_in, tgt_lens
 
 
-def _is_logging_step(trainer: pl.Trainer, step: int) -> bool:
+def _is_written_step(trainer: pl.Trainer) -> bool:
+    """Whether Lightning writes the values logged at this training step, asked at its end (its
+    logger connector's should_update_logs, from public attributes): every log_every_n_steps
+    optimizer steps, and where the run stops (max_steps; should_stop set by a callback before)."""
     # Lightning sets log_every_n_steps on the trainer at init without declaring it on the class.
     every = int(getattr(trainer, "log_every_n_steps", 0))
-    return every > 0 and step > 0 and step % every == 0
+    step = trainer.global_step  # already counts this step
+    if every <= 0 or step <= 0:
+        return False
+    return step % every == 0 or trainer.should_stop or 0 < trainer.max_steps <= step
 
 
 def _seq2seq(pl_module: pl.LightningModule) -> Seq2Seq | None:

@@ -162,6 +162,7 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
     trainer: pl.Trainer = instantiate(
         trainer_config(cfg),
         **({"enable_model_summary": False} if quiet else {}),
+        max_time=None,  # its Timer is among reliability_callbacks
         default_root_dir=str(run_dir),
         # Lightning counts an epoch's batches once, when it loads the data, and then validates
         # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)

@@ -4,8 +4,10 @@ reliability set (periodic checkpoints, clean stops, the non-finite guard, resume
 from __future__ import annotations
 
 import logging
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -14,6 +16,7 @@ from pytorch_lightning.callbacks import (
     EarlyStopping,
     ModelCheckpoint,
     ModelSummary,
+    Timer,
     TQDMProgressBar,
 )
 from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
@@ -160,14 +163,57 @@ def early_stopping(cfg: DictConfig) -> list[pl.Callback]:
 def reliability_callbacks(
     cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag
 ) -> list[pl.Callback]:
-    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, validation at max_steps, the non-finite
-    guard, resume state."""
+    """Periodic last.ckpt, clean stop on SIGINT/SIGTERM, validation at max_steps, the
+    ``trainer.max_time`` limit, the non-finite guard, resume state."""
     directory = run_dir / "checkpoints"
     command = resume_command()
     return [
         PeriodicCheckpoint(directory, cfg.checkpoint.every_n_steps),
         StopOnSignal(stop_flag, directory, command),
         ValidateAtMaxSteps(),
+        *time_limit(cfg),
         NonFiniteGuard(bool(cfg.trainer.get("skip_nonfinite", False)), directory, command),
         ResumeState(),
     ]
+
+
+def time_limit(cfg: DictConfig) -> list[pl.Callback]:
+    """``trainer.max_time``'s Timer, which stops the run after that much training time.
+
+    Built here, not by Lightning (the pipeline gives the trainer max_time=None): Lightning appends
+    its Timer after every callback it is given, where the attention diagnostics, which come after
+    the reliability set, could not see that the run stops at this step."""
+    max_time = cfg.trainer.get("max_time")
+    if max_time is None:
+        return []
+    return [Timer(duration=training_time(max_time), interval="step")]
+
+
+TIME_UNITS = ("days", "hours", "minutes", "seconds")
+
+
+def training_time(value: object) -> timedelta:
+    """``trainer.max_time`` as Lightning takes it, "DD:HH:MM:SS" or a mapping of ``timedelta``'s
+    units ({hours: 1, minutes: 30}), checked: Lightning's own check lets a number through to an
+    AttributeError, and a negative part to a limit already spent."""
+    parts: dict[str, object] = {}
+    if isinstance(value, str):
+        fields = value.split(":")
+        if len(fields) == len(TIME_UNITS) and all(field.strip().isdigit() for field in fields):
+            parts = dict(zip(TIME_UNITS, map(int, fields), strict=True))
+    elif isinstance(value, Mapping | DictConfig):
+        parts = {str(key): amount for key, amount in value.items()}
+    valid = bool(parts) and all(
+        unit in TIME_UNITS
+        and isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and 0 <= amount < math.inf
+        for unit, amount in parts.items()
+    )
+    if not valid:
+        raise ConfigError(
+            f"trainer.max_time must be a training time as days:hours:minutes:seconds, such as "
+            f'"00:01:30:00" for an hour and a half, or a mapping of {", ".join(TIME_UNITS)} such '
+            f"as {{hours: 1, minutes: 30}} (or null: no limit), got {value!r}."
+        )
+    return timedelta(**{unit: float(amount) for unit, amount in parts.items()})  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,20 +82,34 @@ def attention_entropy(weights: Tensor, tgt_lens: Tensor) -> Tensor:
 
 
 def logs_training_loss(trainer: pl.Trainer) -> bool:
-    """Whether this training step logs train/loss: where Lightning writes the step's logged values
-    to the loggers (every ``trainer.log_every_n_steps`` optimizer steps, when training stops, and
-    in a fast_dev_run), and at the last batch of an epoch or of max_steps, so that the progress bar
-    and the run's final metrics have the latest loss. The loggers get what logging at every step
-    gave them; the progress bar's loss changes at those steps only."""
-    # Lightning's own test (its logger connector's should_update_logs) from public attributes: the
-    # step about to be taken, counted in optimizer steps, is a multiple of log_every_n_steps, or
+    """Whether to log train/loss for the training batch that just ended: where Lightning writes
+    the step's logged values to the loggers (every ``trainer.log_every_n_steps`` optimizer steps,
+    when training stops, and in a fast_dev_run), and at the last batch of an epoch, so that the
+    progress bar and the run's final metrics have the latest loss. The loggers get what logging
+    at every step gave them; the progress bar's loss changes at those steps only.
+
+    Asked at the batch's end (``on_train_batch_end``), after every callback's: a stop that a
+    callback decides there (``max_time``'s Timer, a signal) is known only then."""
+    # Lightning's own test (its logger connector's should_update_logs) from public attributes:
+    # the optimizer steps taken, this one included, are a multiple of log_every_n_steps, or
     # training is stopping. fast_dev_run is set on the trainer without being declared on the class.
     every = int(getattr(trainer, "log_every_n_steps", 50))  # set at init, not declared either
     if getattr(trainer, "fast_dev_run", False) or trainer.should_stop:
         return True
-    if every > 0 and (trainer.global_step + 1) % every == 0:
+    step = trainer.global_step
+    if every > 0 and step > 0 and step % every == 0:
         return True
-    return trainer.is_last_batch or 0 < trainer.max_steps <= trainer.global_step + 1
+    return trainer.is_last_batch or 0 < trainer.max_steps <= step
+
+
+@dataclass(frozen=True)
+class StepLoss:
+    """A training batch's loss terms (detached), kept from ``training_step`` until its end."""
+
+    loss_sum: Tensor
+    num_tokens: Tensor
+    extras: dict[str, Tensor]
+    batch_size: int
 
 
 def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
@@ -186,6 +201,8 @@ class LitSeq2Seq(pl.LightningModule):
         self._train_tokens = torch.zeros((), dtype=torch.long)
         self._train_seconds = 0.0
         self._train_clock: float | None = None
+        # The running training batch's loss, logged (or not) when the batch ends.
+        self._step_loss: StepLoss | None = None
         # The whole fit's totals over all ranks, for the run summary. Checkpoints carry them, so
         # a resumed run's summary counts the training done before it was stopped too.
         self.total_train_tokens = 0
@@ -259,26 +276,36 @@ class LitSeq2Seq(pl.LightningModule):
             self._train_clock = time.perf_counter()
         loss_sum, num_tokens, extras = self.loss(batch)
         self._train_tokens += num_tokens.detach()
-        if logs_training_loss(self.trainer):
-            # Over all ranks and weighted by tokens (each rank's gradient still uses its own batch
-            # mean; DDP averages those). Not at every step: each self.log deep-copies Lightning's
-            # metadata for the value (a visible share of a small step: docs/performance.md), and
-            # the reduce is a collective under DDP.
-            totals = torch.stack([loss_sum.detach(), num_tokens.to(loss_sum.dtype)])  # (2,)
-            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
-            batch_size = len(batch.src_lens)
-            self.log("train/loss", totals[0] / totals[1], prog_bar=True, batch_size=batch_size)
-            for name, term in extras.items():
-                # Per target token, as train/loss: the gold attention's cross-entropy, or the
-                # attention given again to words already attended.
-                totals = self.trainer.strategy.reduce(
-                    torch.stack([term.detach(), num_tokens.to(term.dtype)]), reduce_op="sum"
-                )  # (2,)
-                self.log(f"train/{name}_loss", totals[0] / totals[1], batch_size=batch_size)
+        self._step_loss = StepLoss(
+            loss_sum.detach(),
+            num_tokens.detach(),
+            {name: term.detach() for name, term in extras.items()},
+            len(batch.src_lens),
+        )
         weights = self.extra_losses()
         for name, term in extras.items():
             loss_sum = loss_sum + weights[name] * term
         return loss_sum / num_tokens
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step_loss, self._step_loss = self._step_loss, None
+        if step_loss is not None and logs_training_loss(self.trainer):
+            self._log_training_loss(step_loss)
+
+    def _log_training_loss(self, step: StepLoss) -> None:
+        """train/loss, and each extra term's, over all ranks and per target token (each rank's
+        gradient still uses its own batch mean; DDP averages those). Not at every step: each
+        self.log deep-copies Lightning's metadata for the value (a visible share of a small step:
+        docs/performance.md), and the reduce is a collective under DDP."""
+        extras = {f"{name}_loss": term for name, term in step.extras.items()}
+        terms = {"loss": step.loss_sum} | extras
+        for name, term in terms.items():
+            # The extras: the gold attention's cross-entropy, or the attention given again to
+            # words already attended.
+            totals = torch.stack([term, step.num_tokens.to(term.dtype)])  # (2,)
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+            loss = totals[0] / totals[1]
+            self.log(f"train/{name}", loss, prog_bar=name == "loss", batch_size=step.batch_size)
 
     def on_fit_start(self) -> None:
         self._train_tokens = torch.zeros((), dtype=torch.long, device=self.device)
