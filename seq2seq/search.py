@@ -7,6 +7,7 @@ length limit), V vocabulary.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -192,6 +193,17 @@ def coverage_penalty(coverage: Tensor, is_real: Tensor, beta: float) -> Tensor:
     return beta * (capped * is_real).sum(dim=-1)
 
 
+def check_length_penalty(alpha: float) -> None:
+    """α must be a finite number: a NaN or an infinite α makes every normalized score NaN, and
+    the search then ranks and stops on garbage. (The stopping bound of ``beam_search`` holds for
+    any finite α, negative too; the command line, training and the server take 0 to 10.)"""
+    if not (isinstance(alpha, numbers.Real) and math.isfinite(alpha)):
+        raise ValueError(
+            f"length_penalty must be a finite number (α of GNMT's length penalty; 0 ranks by "
+            f"log-probability), got {alpha}."
+        )
+
+
 def check_coverage_penalty(beta: float) -> None:
     """β must be a finite number >= 0: the penalty only lowers scores, which the stopping bound
     of ``beam_search`` relies on."""
@@ -263,6 +275,7 @@ def beam_search(
         raise ValueError(
             f"n_best must be between 1 and beam_size ({beam_size}) inclusive, got {n_best}."
         )
+    check_length_penalty(length_penalty)
     check_coverage_penalty(coverage_penalty_weight)
     device = src.device
     batch_size = src.shape[0]

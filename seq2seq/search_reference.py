@@ -24,6 +24,7 @@ from seq2seq.search import (
     Hypotheses,
     StepwiseModel,
     check_coverage_penalty,
+    check_length_penalty,
     coverage_penalty,
     length_penalty_factor,
     max_output_lengths,
@@ -65,6 +66,7 @@ def beam_search_reference(
     coverage_penalty_weight: float = 0.0,
 ) -> BeamOutput:
     """What ``seq2seq.search.beam_search`` returns, computed sentence by sentence."""
+    check_length_penalty(length_penalty)
     check_coverage_penalty(coverage_penalty_weight)
     sentences = []
     for b in range(src.shape[0]):

@@ -77,6 +77,8 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
         seq2seq.train("attention=MyAttention", f"run_dir={tmp_path}")
     with pytest.raises(ValueError, match="a list of sentences"):
         seq2seq.Translator.translate_detailed(None, "w1 w2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="length_penalty must be a finite number"):
+        seq2seq.Translator.translate_detailed(None, ["w1"], length_penalty=float("nan"))  # type: ignore[arg-type]
     # A class refusing its arguments: one paragraph, and no half-made run directory left.
     for override in ["+trainer.max_epoch=1", "data.train_size=abc"]:
         with pytest.raises(ConfigError, match="the config could not be built") as refused:

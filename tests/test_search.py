@@ -558,13 +558,24 @@ def test_the_coverage_penalty_is_its_formula_and_covers_no_less() -> None:
     assert covered_share(penalized) >= covered_share(plain)
 
 
-@pytest.mark.parametrize("beta", [-0.1, float("nan"), float("inf")])
-def test_a_negative_or_non_finite_coverage_penalty_is_refused(beta: float) -> None:
+@pytest.mark.parametrize(
+    ("keyword", "value", "message"),
+    [
+        *[("coverage_penalty_weight", beta, "coverage_penalty must be a number >= 0")
+          for beta in (-0.1, float("nan"), float("inf"))],
+        *[("length_penalty", alpha, "length_penalty must be a finite number")
+          for alpha in (float("nan"), float("inf"), -float("inf"), "0.6")],
+    ],
+)  # fmt: skip
+def test_a_penalty_the_search_cannot_rank_by_is_refused(
+    keyword: str, value: object, message: str
+) -> None:
+    """β below 0 or not finite; α not a finite number (any finite α ranks, negative too)."""
     model = make_model(0)
     src, src_lens = make_batch(0, [3, 2])
     for search in (beam_search, beam_search_reference):
-        with pytest.raises(ValueError, match="coverage_penalty must be a number >= 0"):
-            search(model, src, src_lens, BOS, EOS, PAD, coverage_penalty_weight=beta)
+        with pytest.raises(ValueError, match=message):
+            search(model, src, src_lens, BOS, EOS, PAD, **{keyword: value})
 
 
 def assert_beam_search_is_the_plain_one(

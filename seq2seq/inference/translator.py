@@ -37,6 +37,7 @@ from seq2seq.search import (
     beam_search,
     best_search,
     check_coverage_penalty,
+    check_length_penalty,
     max_output_lengths,
 )
 
@@ -172,6 +173,7 @@ class Translator:
             )
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        check_length_penalty(length_penalty)
         check_coverage_penalty(coverage_penalty)
         if n_best is not None and not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be from 1 to beam_size ({beam_size}), got {n_best}.")
