@@ -32,7 +32,8 @@ def missing_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 
 def check_model_sizes(cfg: DictConfig) -> None:
     """Sizes that cannot build a working model, named by their config key before torch sees them."""
-    problems = []
+    problems = []  # sizes and probabilities out of range, each with what it must be
+    explained = []  # other settings, each with its own fix
     for key in (
         "model.embedding_size",
         "model.hidden_size",
@@ -53,36 +54,38 @@ def check_model_sizes(cfg: DictConfig) -> None:
     fused = OmegaConf.select(cfg, "model.fused_rnn", default=None)
     if fused is not None:
         replacement, shown = ("auto", "true") if fused is True else ("off", str(fused).lower())
-        problems.append(
+        explained.append(
             f"model.fused_rnn={shown} (renamed: the C kernels are now chosen with model.kernels, "
             f"auto or off; use model.kernels={replacement})"
         )
     feeding = OmegaConf.select(cfg, "model.input_feeding", default=None)
     if feeding is not None and not isinstance(feeding, bool):
-        problems.append(
+        explained.append(
             f"model.input_feeding={feeding} (it must be true or false: true feeds the Luong "
             "decoder's attentional vector to its next step, Luong et al. 2015, section 3.3)"
         )
     elif feeding and str(OmegaConf.select(cfg, "model._target_")).endswith(".Transformer"):
-        problems.append(
+        explained.append(
             "model.input_feeding=true with model=transformer (input feeding is the Luong RNN "
             "decoder's: a Transformer decoder step already reads every earlier step through its "
             "self-attention; use model=gru model.decoder=luong model.input_feeding=true)"
         )
     heads = OmegaConf.select(cfg, "attention.num_heads", default=None)
     if heads is not None:
-        problems.append(
+        explained.append(
             f"attention.num_heads={heads} (renamed: the heads of every attention, RNN or "
-            f"Transformer, are model.num_heads; use model.num_heads={heads}, and delete num_heads "
-            "from your attention YAML)"
+            f"Transformer, are model.num_heads; use model.num_heads={heads}, and leave "
+            "attention.num_heads null, as the attention YAMLs in conf/attention have it)"
         )
     kernels_choice({"kernels": OmegaConf.select(cfg, "model.kernels", default="auto")})
-    if problems:
-        raise ConfigError(
-            f"the model cannot be built with {'; '.join(problems)}. Set "
-            f"{'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
-            "seq2seq train model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
-        )
+    if problems or explained:
+        fix = ""
+        if problems:  # the sizes' example; the others say what to set
+            fix = (
+                f" Set {'these' if len(problems) > 1 else 'it'} on the command line, e.g. "
+                "seq2seq train model.hidden_size=256 model.encoder_layers=1 model.dropout=0.1."
+            )
+        raise ConfigError(f"the model cannot be built with {'; '.join(problems + explained)}.{fix}")
 
 
 # Trainer settings that are counts: Lightning asserts their type deep in its loop, with no
