@@ -197,10 +197,10 @@ def check_length_penalty(alpha: float) -> None:
     """α must be a finite number: a NaN or an infinite α makes every normalized score NaN, and
     the search then ranks and stops on garbage. (The stopping bound of ``beam_search`` holds for
     any finite α, negative too; the command line, training and the server take 0 to 10.)"""
-    if not (isinstance(alpha, numbers.Real) and math.isfinite(alpha)):
+    if isinstance(alpha, bool) or not (isinstance(alpha, numbers.Real) and math.isfinite(alpha)):
         raise ValueError(
             f"length_penalty must be a finite number (α of GNMT's length penalty; 0 ranks by "
-            f"log-probability), got {alpha}."
+            f"log-probability), got {alpha!r}."
         )
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -217,6 +218,43 @@ def test_gradient_norm_is_the_joint_norm_of_the_gradients_that_exist() -> None:
     grads = [parameters[0].grad.double(), parameters[1].grad.double()]  # the third has none
     expected = torch.nn.utils.get_total_norm(grads)
     assert gradient_norm(parameters) == pytest.approx(float(expected), rel=1e-12)
+
+
+def stub_trainer(
+    step: int,
+    should_stop: bool = False,
+    min_steps: int | None = None,
+    min_epochs: int | None = None,
+    epoch: int = 0,
+) -> Any:
+    """The attributes of a Trainer that say whether this step's row is written."""
+    from types import SimpleNamespace
+
+    loop = SimpleNamespace(min_steps=min_steps, min_epochs=min_epochs)
+    return SimpleNamespace(log_every_n_steps=5, global_step=step, should_stop=should_stop,
+                           fit_loop=loop, current_epoch=epoch)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("trainer", "written"),
+    [
+        (stub_trainer(5), True),
+        (stub_trainer(7), False),
+        (stub_trainer(7, should_stop=True), True),  # max_steps, max_time: the run stops here
+        # A stop waiting for min_steps or min_epochs: training goes on, on the grid only.
+        (stub_trainer(7, should_stop=True, min_steps=20), False),
+        (stub_trainer(20, should_stop=True, min_steps=20), True),
+        (stub_trainer(7, should_stop=True, min_epochs=2, epoch=1), False),
+        (stub_trainer(10, should_stop=True, min_epochs=2, epoch=1), True),
+        (stub_trainer(7, should_stop=True, min_epochs=2, epoch=2), True),
+    ],
+)
+def test_the_statistics_are_measured_where_lightning_writes_a_row(
+    trainer: Any, written: bool
+) -> None:
+    from seq2seq.analysis.diagnostics import _is_written_step
+
+    assert _is_written_step(trainer) is written
 
 
 def test_the_row_of_the_step_a_run_stops_at_has_its_own_diagnostics(

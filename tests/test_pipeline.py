@@ -455,9 +455,10 @@ def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> No
         ("1:0:0:2", 86402),
         ({"hours": 1, "minutes": 30}, 5400),
         ({"seconds": 0.5}, 0.5),
+        ({"weeks": 1, "milliseconds": 500}, 604800.5),
     ],
 )
-def test_max_time_takes_lightnings_forms(max_time: object, seconds: float) -> None:
+def test_max_time_takes_the_timers_forms(max_time: object, seconds: float) -> None:
     from seq2seq.pipeline.callbacks import training_time
 
     assert training_time(OmegaConf.create({"t": max_time}).t).total_seconds() == seconds
@@ -465,7 +466,19 @@ def test_max_time_takes_lightnings_forms(max_time: object, seconds: float) -> No
 
 @pytest.mark.parametrize(
     "max_time",
-    [5, "abc", "1:2:3", "0:0:-1:0", "0:0:xx:0", {}, {"hour": 1}, {"hours": -1}, {"hours": True}],
+    [
+        *[
+            5,
+            "abc",
+            "1:2:3",
+            "0:0:-1:0",
+            "0:0:xx:0",
+            "0:0:0:\u00b2",
+            "00:00:00:00",
+            "999999999999:0:0:0",
+        ],
+        *[{}, {"hour": 1}, {"hours": -1}, {"hours": True}, {"hours": 0}, {"days": 1e10}],
+    ],
 )
 def test_a_bad_max_time_is_a_config_error_naming_the_key(max_time: object) -> None:
     from seq2seq.pipeline.callbacks import time_limit
@@ -473,6 +486,15 @@ def test_a_bad_max_time_is_a_config_error_naming_the_key(max_time: object) -> No
     cfg = OmegaConf.create({"trainer": {"max_time": max_time}})
     with pytest.raises(ConfigError, match=r"trainer\.max_time must be a training time .* got "):
         time_limit(cfg)
+
+
+def test_a_max_time_yaml_read_as_a_number_is_told_to_be_quoted(tmp_path: Path) -> None:
+    """YAML 1.1 reads an unquoted 1:30:00:00 as 324000 (base 60); refused before the run starts."""
+    cfg = OmegaConf.create("trainer:\n  max_time: 1:30:00:00\n")
+    assert cfg.trainer.max_time == 324000
+    with pytest.raises(ConfigError, match=r'got 324000 \(in a YAML file, quote it: max_time: "'):
+        train(compose_config(tmp_path / "run", [f"trainer.max_time={cfg.trainer.max_time}"]))
+    assert not (tmp_path / "run").exists()
 
 
 def test_val_loss_stays_the_plain_cross_entropy_under_label_smoothing(tmp_path: Path) -> None:

@@ -200,6 +200,18 @@ def test_skip_nonfinite_skips_the_batch_counts_it_and_keeps_the_model_finite(
     assert counts[:5] == [0.0] * 5 and set(counts[5:]) == {1.0}
 
 
+@pytest.mark.usefixtures("nan_at_step_6")
+def test_a_skipped_step_logs_its_own_attention_gradient_norm(tmp_path: Path) -> None:
+    """The norm is taken before the guard drops the bad step's gradients: its row (a logging
+    step) shows the NaN, not the norm of the logging step before."""
+    overrides = [f"run_dir={tmp_path}", *TINY, "trainer.skip_nonfinite=true"]
+    train(compose_config([*overrides, "trainer.log_every_n_steps=3"]))
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        norms = {row["step"]: row["attn/grad_norm"] for row in csv.DictReader(file)}
+    assert norms["5"] == "nan"  # step 6, counted from 0 in the step column
+    assert all(0 < float(norms[step]) < float("inf") for step in ("2", "8", "11"))
+
+
 class InfiniteGradient(torch.autograd.Function):
     """The identity forward; backward, every gradient through it times infinity."""
 

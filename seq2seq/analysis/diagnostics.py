@@ -460,6 +460,8 @@ class AttentionDiagnostics(pl.Callback):
     these values were not measured for would repeat the last ones. So the callback must see that a
     run stops at this step: put it after the callbacks that stop a run in ``on_train_batch_end``
     (a ``Timer`` of its own for ``max_time``: Lightning appends the one it builds after them all).
+    While a stop waits for ``trainer.min_epochs`` or ``min_steps``, Lightning writes a row at every
+    step; the statistics are measured on the grid only there, not at every step.
     """
 
     def __init__(self, num_sentences: int = 64) -> None:
@@ -470,7 +472,7 @@ class AttentionDiagnostics(pl.Callback):
         self._batch: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._warned = False
         # This batch's: whether the optimizer steps (not so within gradient accumulation), and
-        # the norm, taken at every step because a stop (max_time, a signal) is known only after.
+        # the norm, taken at every step because a stop (max_time) is known only after it.
         self._stepped = False
         self._grad_norm: Tensor | None = None
 
@@ -482,13 +484,18 @@ class AttentionDiagnostics(pl.Callback):
     ) -> None:
         self._stepped, self._grad_norm = False, None
 
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Here, not before the optimizer step: there NonFiniteGuard may already have dropped a
+        # bad step's gradients, whose norm is the one worth seeing. Under gradient accumulation
+        # the last micro-batch's backward leaves the whole step's gradient.
+        model = _seq2seq(pl_module)
+        if model is not None:  # a few tensors' norms, no sync: cheap next to any step
+            self._grad_norm = gradient_norm_tensor(model.decoder.attention.parameters())
+
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         self._stepped = True
-        model = _seq2seq(pl_module)
-        if model is not None:  # a few tensors' norms, no sync: cheap next to any step
-            self._grad_norm = gradient_norm_tensor(model.decoder.attention.parameters())
 
     def on_train_batch_end(
         self,
@@ -554,13 +561,27 @@ class AttentionDiagnostics(pl.Callback):
 def _is_written_step(trainer: pl.Trainer) -> bool:
     """Whether Lightning writes the values logged at this training step, asked at its end (its
     logger connector's should_update_logs, from public attributes): every log_every_n_steps
-    optimizer steps, and where the run stops (max_steps; should_stop set by a callback before)."""
+    optimizer steps, and at the step where the run stops (should_stop, set by a callback before
+    this one, at a step where Lightning lets it stop: ``stop_takes_effect``)."""
     # Lightning sets log_every_n_steps on the trainer at init without declaring it on the class.
     every = int(getattr(trainer, "log_every_n_steps", 0))
     step = trainer.global_step  # already counts this step
     if every <= 0 or step <= 0:
         return False
-    return step % every == 0 or trainer.should_stop or 0 < trainer.max_steps <= step
+    return step % every == 0 or stop_takes_effect(trainer)
+
+
+def stop_takes_effect(trainer: pl.Trainer) -> bool:
+    """``trainer.should_stop``, where the fit loop obeys it: once ``trainer.min_epochs`` and
+    ``min_steps`` are met (its ``_can_stop_early``, from public attributes). Before, the flag
+    stays set and training goes on."""
+    if not trainer.should_stop:
+        return False
+    loop = trainer.fit_loop
+    # Lightning counts the epochs processed; mid-epoch that is current_epoch, those completed.
+    epochs_met = not loop.min_epochs or trainer.current_epoch >= loop.min_epochs
+    steps_met = not loop.min_steps or trainer.global_step >= loop.min_steps
+    return epochs_met and steps_met
 
 
 def _seq2seq(pl_module: pl.LightningModule) -> Seq2Seq | None:

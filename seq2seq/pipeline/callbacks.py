@@ -1,5 +1,6 @@
 """The Lightning callbacks the config asks for: kept checkpoints, early stopping, and the
-reliability set (periodic checkpoints, clean stops, the non-finite guard, resume state)."""
+reliability set (periodic checkpoints, clean stops, the time limit, the non-finite guard, resume
+state)."""
 
 from __future__ import annotations
 
@@ -189,18 +190,21 @@ def time_limit(cfg: DictConfig) -> list[pl.Callback]:
     return [Timer(duration=training_time(max_time), interval="step")]
 
 
-TIME_UNITS = ("days", "hours", "minutes", "seconds")
+# The string's fields, then every unit timedelta takes (a mapping may use any of them).
+TIME_FIELDS = ("days", "hours", "minutes", "seconds")
+TIME_UNITS = ("weeks", *TIME_FIELDS, "milliseconds", "microseconds")
 
 
 def training_time(value: object) -> timedelta:
-    """``trainer.max_time`` as Lightning takes it, "DD:HH:MM:SS" or a mapping of ``timedelta``'s
-    units ({hours: 1, minutes: 30}), checked: Lightning's own check lets a number through to an
-    AttributeError, and a negative part to a limit already spent."""
+    """``trainer.max_time`` as a positive ``timedelta``: "DD:HH:MM:SS" (any number of digits a
+    field) or a mapping of ``timedelta``'s units ({hours: 1, minutes: 30}), the forms Lightning's
+    Timer takes. Checked here: Lightning's own check lets a number through to an AttributeError,
+    a negative part or a zero to a limit spent before the first step."""
     parts: dict[str, object] = {}
     if isinstance(value, str):
         fields = value.split(":")
-        if len(fields) == len(TIME_UNITS) and all(field.strip().isdigit() for field in fields):
-            parts = dict(zip(TIME_UNITS, map(int, fields), strict=True))
+        if len(fields) == len(TIME_FIELDS) and all(f.strip().isdecimal() for f in fields):
+            parts = dict(zip(TIME_FIELDS, map(int, fields), strict=True))
     elif isinstance(value, Mapping | DictConfig):
         parts = {str(key): amount for key, amount in value.items()}
     valid = bool(parts) and all(
@@ -210,10 +214,19 @@ def training_time(value: object) -> timedelta:
         and 0 <= amount < math.inf
         for unit, amount in parts.items()
     )
-    if not valid:
+    limit = timedelta()
+    if valid:
+        try:
+            limit = timedelta(**{unit: float(amount) for unit, amount in parts.items()})  # type: ignore[arg-type]
+        except OverflowError:  # past timedelta's 999,999,999 days
+            valid = False
+    if not valid or limit <= timedelta():
+        # YAML 1.1 reads an unquoted 1:30:00:00 as a sexagesimal number.
+        quote = ' (in a YAML file, quote it: max_time: "00:01:30:00")' if type(value) is int else ""
         raise ConfigError(
-            f"trainer.max_time must be a training time as days:hours:minutes:seconds, such as "
-            f'"00:01:30:00" for an hour and a half, or a mapping of {", ".join(TIME_UNITS)} such '
-            f"as {{hours: 1, minutes: 30}} (or null: no limit), got {value!r}."
+            f"trainer.max_time must be a training time longer than 0, as "
+            f'days:hours:minutes:seconds such as "00:01:30:00" for an hour and a half, or a '
+            f"mapping of {', '.join(TIME_UNITS)} such as {{hours: 1, minutes: 30}} (or null: no "
+            f"limit), got {value!r}{quote}."
         )
-    return timedelta(**{unit: float(amount) for unit, amount in parts.items()})  # type: ignore[arg-type]
+    return limit

@@ -88,8 +88,8 @@ def logs_training_loss(trainer: pl.Trainer) -> bool:
     progress bar and the run's final metrics have the latest loss. The loggers get what logging
     at every step gave them; the progress bar's loss changes at those steps only.
 
-    Asked at the batch's end (``on_train_batch_end``), after every callback's: a stop that a
-    callback decides there (``max_time``'s Timer, a signal) is known only then."""
+    Asked at the end of a batch the optimizer stepped at (``on_train_batch_end``), after every
+    callback's: a stop that a callback decides there (``max_time``'s Timer) is known only then."""
     # Lightning's own test (its logger connector's should_update_logs) from public attributes:
     # the optimizer steps taken, this one included, are a multiple of log_every_n_steps, or
     # training is stopping. fast_dev_run is set on the trainer without being declared on the class.
@@ -201,8 +201,10 @@ class LitSeq2Seq(pl.LightningModule):
         self._train_tokens = torch.zeros((), dtype=torch.long)
         self._train_seconds = 0.0
         self._train_clock: float | None = None
-        # The running training batch's loss, logged (or not) when the batch ends.
+        # The running training batch's loss, logged (or not) when the batch ends, and whether
+        # the optimizer stepped in it.
         self._step_loss: StepLoss | None = None
+        self._stepped = False
         # The whole fit's totals over all ranks, for the run summary. Checkpoints carry them, so
         # a resumed run's summary counts the training done before it was stopped too.
         self.total_train_tokens = 0
@@ -287,9 +289,15 @@ class LitSeq2Seq(pl.LightningModule):
             loss_sum = loss_sum + weights[name] * term
         return loss_sum / num_tokens
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._stepped = True
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         step_loss, self._step_loss = self._step_loss, None
-        if step_loss is not None and logs_training_loss(self.trainer):
+        stepped, self._stepped = self._stepped, False
+        # Within gradient accumulation global_step stands still: a micro-batch that did not step
+        # would log (and reduce) a loss that Lightning never writes.
+        if step_loss is not None and stepped and logs_training_loss(self.trainer):
             self._log_training_loss(step_loss)
 
     def _log_training_loss(self, step: StepLoss) -> None:
