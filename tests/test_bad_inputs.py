@@ -137,6 +137,37 @@ def test_train_py_as_a_subprocess(tmp_path: Path) -> None:
     assert "error: the model cannot be built with model.encoder_layers=0" in completed.stderr
 
 
+def test_a_refused_run_leaves_no_run_directory(tmp_path: Path) -> None:
+    """Hydra makes the run directory before train.py's checks run; a refused run removes it."""
+    completed = run_command("train.py", "trainer.max_time=30", f"hydra.run.dir={tmp_path / 'run'}")
+    assert completed.returncode == 2 and "trainer.max_time must be" in completed.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_refused_after_writing_its_vocabularies_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    overrides = [*TINY, "model.num_heads=3", f"hydra.run.dir={run}"]
+    stderr = run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
+    assert "model.num_heads=3 must be" in stderr
+    assert not run.exists()
+
+
+def test_a_refused_run_keeps_a_directory_that_holds_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's file, or one from before the command, keeps the directory and all it holds."""
+    for name in ("notes.txt", "config.yaml"):
+        run = tmp_path / name
+        run.mkdir()
+        (run / name).write_text("mine\n")
+        os.utime(run / name, (1e9, 1e9))  # 2001: older than the command
+        overrides = ["trainer.max_time=30", f"hydra.run.dir={run}"]
+        run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
+        assert (run / name).read_text() == "mine\n" and (run / ".hydra").is_dir()
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
@@ -164,6 +195,40 @@ def test_incompatible_sizes(
 ) -> None:
     stderr = train_in_process([f"run_dir={tmp_path}", *TINY, override], capsys)
     assert expected in stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("+trainer.max_steps=-5", "trainer.max_steps=-5: it must be a whole number of at least 1 "
+         "(or -1: no limit), e.g. +trainer.max_steps=2 on the command line."),
+        ("+trainer.max_steps=0", "trainer.max_steps=0: it must be a whole number of at least 1"),
+        ("+trainer.max_steps=2.5", "trainer.max_steps=2.5: it must be a whole number"),
+        ("+trainer.max_steps=true", "trainer.max_steps=True: it must be a whole number"),
+        ("trainer.max_epochs=0", "e.g. trainer.max_epochs=2 on the command line."),
+        ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0: it must be a whole number"),
+        ("+trainer.min_steps=-1", "trainer.min_steps=-1: it must be a whole number of at least 0, "
+         "e.g. +trainer.min_steps=2"),
+        ("+trainer.accumulate_grad_batches=0", "at least 1, e.g. +trainer.accumulate_grad_batches"),
+    ],
+)  # fmt: skip
+def test_trainer_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, expected: str
+) -> None:
+    stderr = train_in_process([f"run_dir={tmp_path / 'run'}", *TINY, override], capsys)
+    assert expected in stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_trainer_counts_hint_matches_the_trainer_config() -> None:
+    """The hint adds + to a key exactly where the trainer config lacks it (Hydra's rule)."""
+    from seq2seq.pipeline.checks import TRAINER_COUNTS, trainer_config_keys
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("config")
+    assert {key for key in TRAINER_COUNTS if key in config.trainer} == (
+        set(TRAINER_COUNTS) & trainer_config_keys()
+    )
 
 
 @pytest.mark.parametrize(

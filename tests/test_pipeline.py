@@ -459,7 +459,7 @@ def test_max_time_stops_a_run_and_validates_where_it_stops(tmp_path: Path) -> No
     ],
 )
 def test_max_time_takes_the_timers_forms(max_time: object, seconds: float) -> None:
-    from seq2seq.pipeline.callbacks import training_time
+    from seq2seq.pipeline.checks import training_time
 
     assert training_time(OmegaConf.create({"t": max_time}).t).total_seconds() == seconds
 
@@ -475,17 +475,29 @@ def test_max_time_takes_the_timers_forms(max_time: object, seconds: float) -> No
             "0:0:xx:0",
             "0:0:0:\u00b2",
             "00:00:00:00",
-            "999999999999:0:0:0",
+            "minutes:30",  # what the shell passes of an unquoted {hours:1,minutes:30}
         ],
-        *[{}, {"hour": 1}, {"hours": -1}, {"hours": True}, {"hours": 0}, {"days": 1e10}],
+        *[{}, {"hour": 1}, {"hours": -1}, {"hours": True}, {"hours": 0}],
     ],
 )
 def test_a_bad_max_time_is_a_config_error_naming_the_key(max_time: object) -> None:
-    from seq2seq.pipeline.callbacks import time_limit
+    from seq2seq.pipeline.checks import check_max_time
 
     cfg = OmegaConf.create({"trainer": {"max_time": max_time}})
-    with pytest.raises(ConfigError, match=r"trainer\.max_time must be a training time .* got "):
-        time_limit(cfg)
+    with pytest.raises(
+        ConfigError, match=r"trainer\.max_time must be a training time .* got "
+    ) as info:
+        check_max_time(cfg)
+    assert "quoted on the command line: trainer.max_time='{hours:1,minutes:30}'" in str(info.value)
+
+
+@pytest.mark.parametrize("max_time", ["999999999999:0:0:0", "0:0:0:99999999999999", {"days": 1e10}])
+def test_a_max_time_too_long_for_a_timedelta_says_so(max_time: object) -> None:
+    from seq2seq.pipeline.checks import check_max_time
+
+    cfg = OmegaConf.create({"trainer": {"max_time": max_time}})
+    with pytest.raises(ConfigError, match=r"trainer\.max_time must be at most 999,999,999 days"):
+        check_max_time(cfg)
 
 
 def test_a_max_time_yaml_read_as_a_number_is_told_to_be_quoted(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
+from seq2seq.pipeline.resume import remove_refused_run
 from seq2seq.training import checkpointing
 from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
@@ -263,3 +266,49 @@ def test_resume_from_an_end_of_epoch_checkpoint_keeps_the_plateau_schedule(
     assert without_timings(metric_rows(tmp_path / "split")) == without_timings(
         metric_rows(tmp_path / "unbroken")
     )
+
+
+def starting_files(run: Path) -> None:
+    """What a run writes before it trains: Hydra's files, then the pipeline's."""
+    (run / ".hydra").mkdir(parents=True)
+    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        (run / ".hydra" / name).write_text("{}\n")
+    for name in ("train.log", "config.yaml", "src_tokenizer.json", "tgt_tokenizer.json"):
+        (run / name).write_text("{}\n")
+
+
+@pytest.mark.parametrize(
+    ("extra", "removed"),
+    [
+        (None, True),
+        ("checkpoints/last.ckpt", False),  # a run that trained
+        ("metrics.csv", False),
+        (".hydra/notes.txt", False),  # something not Hydra's inside .hydra
+        ("old", False),  # a file from before the command
+    ],
+)
+def test_remove_refused_run_takes_only_what_a_refused_run_wrote(
+    tmp_path: Path, extra: str | None, removed: bool
+) -> None:
+    since = time.time()
+    run = tmp_path / "run"
+    starting_files(run)
+    if extra == "old":
+        os.utime(run / "config.yaml", (since - 3600, since - 3600))
+    elif extra is not None:
+        (run / extra).parent.mkdir(parents=True, exist_ok=True)
+        (run / extra).write_text("kept\n")
+    assert remove_refused_run(run, since) is removed
+    assert run.exists() is not removed
+    if not removed:
+        assert sorted(p.name for p in (run / ".hydra").iterdir())[:1] == ["config.yaml"]
+
+
+def test_remove_refused_run_keeps_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    since = time.time()
+    starting_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert not remove_refused_run(tmp_path, since)
+    assert (tmp_path / "train.log").exists()

@@ -40,11 +40,11 @@ from seq2seq.pipeline.callbacks import (
     kept_checkpoints,
     progress_bar,
     reliability_callbacks,
-    time_limit,
 )
 from seq2seq.pipeline.checks import (
     check_alignment_data,
     check_cpu_precision,
+    check_max_time,
     check_model_sizes,
     check_trainer_counts,
     missing_keys,
@@ -109,7 +109,7 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
             f"the command line, e.g. seq2seq train ... {missing[0]}=VALUE."
         )
     check_trainer_counts(cfg)
-    time_limit(cfg)  # a bad max_time refused before the run directory and the logger exist
+    check_max_time(cfg)  # before the run directory and the logger exist
     check_cpu_precision(cfg)
     check_alignment_data(cfg)
     run_dir = resolve_run_dir(cfg)

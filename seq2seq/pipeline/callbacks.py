@@ -5,10 +5,8 @@ state)."""
 from __future__ import annotations
 
 import logging
-import math
 import sys
-from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -27,6 +25,7 @@ from pytorch_lightning.utilities.model_summary.model_summary import (
 )
 
 from seq2seq.errors import ConfigError
+from seq2seq.pipeline.checks import check_max_time
 from seq2seq.pipeline.resume import resume_command
 from seq2seq.training.checkpointing import (
     NonFiniteGuard,
@@ -184,49 +183,5 @@ def time_limit(cfg: DictConfig) -> list[pl.Callback]:
     Built here, not by Lightning (the pipeline gives the trainer max_time=None): Lightning appends
     its Timer after every callback it is given, where the attention diagnostics, which come after
     the reliability set, could not see that the run stops at this step."""
-    max_time = cfg.trainer.get("max_time")
-    if max_time is None:
-        return []
-    return [Timer(duration=training_time(max_time), interval="step")]
-
-
-# The string's fields, then every unit timedelta takes (a mapping may use any of them).
-TIME_FIELDS = ("days", "hours", "minutes", "seconds")
-TIME_UNITS = ("weeks", *TIME_FIELDS, "milliseconds", "microseconds")
-
-
-def training_time(value: object) -> timedelta:
-    """``trainer.max_time`` as a positive ``timedelta``: "DD:HH:MM:SS" (any number of digits a
-    field) or a mapping of ``timedelta``'s units ({hours: 1, minutes: 30}), the forms Lightning's
-    Timer takes. Checked here: Lightning's own check lets a number through to an AttributeError,
-    a negative part or a zero to a limit spent before the first step."""
-    parts: dict[str, object] = {}
-    if isinstance(value, str):
-        fields = value.split(":")
-        if len(fields) == len(TIME_FIELDS) and all(f.strip().isdecimal() for f in fields):
-            parts = dict(zip(TIME_FIELDS, map(int, fields), strict=True))
-    elif isinstance(value, Mapping | DictConfig):
-        parts = {str(key): amount for key, amount in value.items()}
-    valid = bool(parts) and all(
-        unit in TIME_UNITS
-        and isinstance(amount, int | float)
-        and not isinstance(amount, bool)
-        and 0 <= amount < math.inf
-        for unit, amount in parts.items()
-    )
-    limit = timedelta()
-    if valid:
-        try:
-            limit = timedelta(**{unit: float(amount) for unit, amount in parts.items()})  # type: ignore[arg-type]
-        except OverflowError:  # past timedelta's 999,999,999 days
-            valid = False
-    if not valid or limit <= timedelta():
-        # YAML 1.1 reads an unquoted 1:30:00:00 as a sexagesimal number.
-        quote = ' (in a YAML file, quote it: max_time: "00:01:30:00")' if type(value) is int else ""
-        raise ConfigError(
-            f"trainer.max_time must be a training time longer than 0, as "
-            f'days:hours:minutes:seconds such as "00:01:30:00" for an hour and a half, or a '
-            f"mapping of {', '.join(TIME_UNITS)} such as {{hours: 1, minutes: 30}} (or null: no "
-            f"limit), got {value!r}{quote}."
-        )
-    return limit
+    limit = check_max_time(cfg)
+    return [] if limit is None else [Timer(duration=limit, interval="step")]

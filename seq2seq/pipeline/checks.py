@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -88,21 +93,101 @@ def check_model_sizes(cfg: DictConfig) -> None:
         raise ConfigError(f"the model cannot be built with {'; '.join(problems + explained)}.{fix}")
 
 
-# Trainer settings that are counts: Lightning asserts their type deep in its loop, with no
-# message, so a word given for one ("trainer.max_epochs=one") is refused here by name.
-TRAINER_COUNTS = (
-    "max_epochs", "max_steps", "min_epochs", "min_steps", "log_every_n_steps",
-    "check_val_every_n_epoch", "accumulate_grad_batches", "num_nodes", "num_sanity_val_steps",
-)  # fmt: skip
+# Trainer settings that are counts, with their least value and whether -1 means "no limit"
+# (Lightning's): Lightning asserts their type deep in its loop, with no message, and lets a
+# max_steps=0 train nothing, so a word or a count out of range is refused here by name.
+TRAINER_COUNTS = {
+    "max_epochs": (1, True),
+    "max_steps": (1, True),
+    "min_epochs": (0, False),
+    "min_steps": (0, False),
+    "log_every_n_steps": (1, False),
+    "check_val_every_n_epoch": (1, False),
+    "accumulate_grad_batches": (1, False),
+    "num_nodes": (1, False),
+    "num_sanity_val_steps": (0, True),
+}
 
 
 def check_trainer_counts(cfg: DictConfig) -> None:
-    for key in TRAINER_COUNTS:
+    for key, (least, unlimited) in TRAINER_COUNTS.items():
         value = OmegaConf.select(cfg, f"trainer.{key}", default=None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(
-                f"trainer.{key}={value!r}: it must be a whole number, e.g. trainer.{key}=2."
-            )
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if whole and (value >= least or (unlimited and value == -1)):
+            continue
+        allowed = f"a whole number of at least {least}" + (
+            " (or -1: no limit)" if unlimited else ""
+        )
+        # The trainer configs lack most of these keys: Hydra adds one with +, sets one with none.
+        add = "" if key in trainer_config_keys() else "+"
+        raise ConfigError(
+            f"trainer.{key}={value!r}: it must be {allowed}, e.g. {add}trainer.{key}="
+            f"{max(least, 2)} on the command line."
+        )
+
+
+@functools.cache
+def trainer_config_keys() -> frozenset[str]:
+    """The keys of every trainer config: those of conf/trainer/default.yaml, which all extend."""
+    default = Path(__file__).resolve().parents[1] / "conf" / "trainer" / "default.yaml"
+    return frozenset(map(str, OmegaConf.load(default)))
+
+
+def check_max_time(cfg: DictConfig) -> timedelta | None:
+    """``trainer.max_time`` as a ``timedelta`` (``training_time``), None without a limit."""
+    value = OmegaConf.select(cfg, "trainer.max_time", default=None)
+    return None if value is None else training_time(value)
+
+
+# The string's fields, then every unit timedelta takes (a mapping may use any of them).
+TIME_FIELDS = ("days", "hours", "minutes", "seconds")
+TIME_UNITS = ("weeks", *TIME_FIELDS, "milliseconds", "microseconds")
+
+
+def training_time(value: object) -> timedelta:
+    """``trainer.max_time`` as a positive ``timedelta``: "DD:HH:MM:SS" (any number of digits a
+    field) or a mapping of ``timedelta``'s units ({hours: 1, minutes: 30}), the forms Lightning's
+    Timer takes. Checked here: Lightning's own check lets a number through to an AttributeError,
+    a negative part or a zero to a limit spent before the first step."""
+    parts: dict[str, object] = {}
+    if isinstance(value, str):
+        fields = value.split(":")
+        if len(fields) == len(TIME_FIELDS) and all(f.strip().isdecimal() for f in fields):
+            parts = dict(zip(TIME_FIELDS, map(int, fields), strict=True))
+    elif isinstance(value, Mapping | DictConfig):
+        parts = {str(key): amount for key, amount in value.items()}
+    valid = bool(parts) and all(
+        unit in TIME_UNITS
+        and isinstance(amount, int | float)
+        and not isinstance(amount, bool)
+        and 0 <= amount < math.inf
+        for unit, amount in parts.items()
+    )
+    if not valid:
+        raise ConfigError(max_time_message(value, "a training time longer than 0"))
+    try:
+        limit = timedelta(**{unit: float(amount) for unit, amount in parts.items()})  # type: ignore[arg-type]
+    except OverflowError:
+        raise ConfigError(
+            max_time_message(value, f"at most {timedelta.max.days:,} days (Python's timedelta)")
+        ) from None
+    if limit <= timedelta():
+        raise ConfigError(max_time_message(value, "a training time longer than 0"))
+    return limit
+
+
+def max_time_message(value: object, what: str) -> str:
+    # YAML 1.1 reads an unquoted 1:30:00:00 as a sexagesimal number.
+    quote = ' (in a YAML file, quote it: max_time: "00:01:30:00")' if type(value) is int else ""
+    units = ", ".join(TIME_UNITS)
+    return (
+        f"trainer.max_time must be {what}, as days:hours:minutes:seconds such as "
+        f'"00:01:30:00" for an hour and a half, or a mapping of {units}, quoted on the command '
+        f"line: trainer.max_time='{{hours:1,minutes:30}}' (or null: no limit); got "
+        f"{value!r}{quote}."
+    )
 
 
 def check_cpu_precision(cfg: DictConfig) -> None:

@@ -4,7 +4,9 @@ command's before Lightning reads them."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,46 @@ def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
             f"cannot write to the run directory {run_dir} ({error.strerror or error}): choose a "
             "writable one with run_dir=... (or hydra.run.dir=...), or fix its permissions."
         ) from None
+
+
+# What a run writes before it trains (Hydra's .hydra/ and train.log, then the pipeline's config
+# and vocabularies): all a run refused at its start leaves.
+STARTING_FILES = {
+    ".hydra": ("config.yaml", "hydra.yaml", "overrides.yaml"),
+    "train.log": (),
+    "config.yaml": (),
+    "src_tokenizer.json": (),
+    "tgt_tokenizer.json": (),
+}
+
+
+def remove_refused_run(directory: Path, since: float) -> bool:
+    """Delete ``directory`` if all it holds is what a run writes before it trains
+    (``STARTING_FILES``), every file written at or after ``since`` (a time.time()): what Hydra
+    and the pipeline left of a run refused at its start, e.g. for a bad config value. A directory
+    holding anything else, or a file from before (a run's checkpoints, a user's own files), is
+    left as it is, and so is the working directory. Returns whether it was deleted."""
+    if not directory.is_dir() or directory.resolve() == Path.cwd().resolve():
+        return False
+    files: list[Path] = []
+    for entry in directory.iterdir():
+        if entry.name not in STARTING_FILES:
+            return False
+        inside = STARTING_FILES[entry.name]
+        if entry.is_dir() and not entry.is_symlink() and inside:
+            children = list(entry.iterdir())
+            if any(child.name not in inside or not child.is_file() for child in children):
+                return False
+            files += children
+        elif entry.is_file() and not entry.is_symlink() and not inside:
+            files.append(entry)
+        else:
+            return False
+    # File times come from a coarse kernel clock that may lag time.time() by a few milliseconds.
+    if any(os.stat(path).st_mtime < since - 0.5 for path in files):
+        return False
+    shutil.rmtree(directory, ignore_errors=True)
+    return not directory.exists()
 
 
 # Config sections that must not change when a run is resumed: they define its data and model.
