@@ -709,12 +709,28 @@ def head_size(size: int, num_heads: object, what: str) -> int:
     (``model.num_heads``: the one key for the heads of every attention, RNN or Transformer) is
     checked to be a positive integer that divides ``size`` (``what`` names it for the message)."""
     if type(num_heads) is not int or num_heads < 1 or size % num_heads:
+        # As the command line and the YAML write them: null, true, false.
+        given = "null" if num_heads is None else repr(num_heads)
+        given = given.lower() if isinstance(num_heads, bool) else given
+        suggested = head_counts_near(size, num_heads)
         raise ConfigError(
-            f"model.num_heads={num_heads!r} must be a positive integer that divides {what} "
+            f"model.num_heads={given} must be a positive integer that divides {what} "
             f"(each head attends with an equal slice of it; 1 is the scoring function alone). "
-            f"E.g. seq2seq train model.num_heads=4."
+            f"E.g. {' or '.join(f'model.num_heads={n}' for n in suggested)}."
         )
     return size // num_heads
+
+
+def head_counts_near(size: int, num_heads: object) -> list[int]:
+    """What the message of a wrong ``num_heads`` suggests: the numbers of heads above 1 that
+    divide ``size`` nearest to it, one below and one above (4, or those nearest to 4, where it
+    is no positive integer)."""
+    counts = [n for n in range(2, size + 1) if size % n == 0] or [1]
+    wanted = num_heads if type(num_heads) is int and num_heads > 0 else 4
+    if wanted in counts:
+        return [wanted]
+    below = [n for n in counts if n < wanted][-1:]
+    return below + [n for n in counts if n > wanted][:1]
 
 
 # How a module is built and shown, not what it computes: a subclass may redefine these and

@@ -6,6 +6,8 @@ Shape legend: B batch, Tq queries, Tk keys, h heads, D model size.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -14,6 +16,7 @@ from seq2seq.attention import (
     AdditiveAttention,
     DotProductAttention,
     MultiHeadAttention,
+    head_size,
 )
 from seq2seq.errors import ConfigError
 from seq2seq.models import Seq2Seq
@@ -100,9 +103,9 @@ def test_bfloat16_heads_stay_finite_with_an_empty_row() -> None:
 def test_the_scoring_function_is_shared_by_the_heads() -> None:
     """Additive scoring has one W_q, W_k and w_v of the head's size, whatever the head count."""
     two, eight = (multi_head("additive", heads, size=32) for heads in (2, 8))
-    for attention, head_size in ((two, 16), (eight, 4)):
+    for attention, width in ((two, 16), (eight, 4)):
         assert isinstance(attention.scoring, AdditiveAttention)
-        assert attention.scoring.W_q.in_features == head_size
+        assert attention.scoring.W_q.in_features == width
     assert two.W_q.weight.shape == eight.W_q.weight.shape == (32, 32)
 
 
@@ -125,6 +128,28 @@ def test_heads_must_divide_the_size() -> None:
         ConfigError, match=r"model\.num_heads=3 must be a positive integer that div"
     ):
         MultiHeadAttention(DotProductAttention(), 3, 16, 16, 16, 16)
+
+
+@pytest.mark.parametrize(
+    ("size", "heads", "given", "suggested"),
+    [
+        (250, 4, "4", "model.num_heads=2 or model.num_heads=5."),
+        (256, 3, "3", "model.num_heads=2 or model.num_heads=4."),
+        (32, 0, "0", "model.num_heads=4."),
+        (32, True, "true", "model.num_heads=4."),
+        (32, None, "null", "model.num_heads=4."),
+        (7, 4, "4", "model.num_heads=7."),
+    ],
+)
+def test_a_wrong_head_count_is_told_counts_that_divide_the_size(
+    size: int, heads: object, given: str, suggested: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        head_size(size, heads, f"the size {size}")
+    message = str(info.value)
+    assert message.startswith(f"model.num_heads={given} must be") and message.endswith(suggested)
+    for count in map(int, re.findall(r"num_heads=(\d+)", message.split("E.g.")[1])):
+        assert size % count == 0
 
 
 def make_multi_head_model(attention: str, decoder: str, lstm: bool = False) -> Seq2Seq:

@@ -85,13 +85,14 @@ def test_the_old_spelling_attention_num_heads_names_the_key_to_use(
         (["model=transformer", "model.num_heads=3"], "model.d_model=128"),
         (["model=gru", "model.hidden_size=32", "model.num_heads=3"], "encoder's output size 32"),
         (["model=gru", "model.hidden_size=32", "model.num_heads=0"], "encoder's output size 32"),
+        (["model=gru", "model.hidden_size=32", "model.num_heads=true"], "encoder's output size 32"),
     ],
 )
 def test_heads_that_do_not_divide_the_size_get_one_message(
     tmp_path: Path, settings: list[str], what: str
 ) -> None:
     with pytest.raises(
-        ConfigError, match=rf"model\.num_heads=\d must be a positive integer .*{what}"
+        ConfigError, match=rf"model\.num_heads=\w+ must be a positive integer .*{what}"
     ):
         run(tmp_path, [*settings, "trainer.fast_dev_run=true"])
 

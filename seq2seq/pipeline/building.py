@@ -78,7 +78,8 @@ def build_model_config(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
     model_config.pop("fused_rnn", None)  # null unless set, and then check_model_sizes refused it
     if model_kind(cfg) == "transformer":
         model_config.pop("input_feeding", None)  # false: check_model_sizes refused true
-    if model_config.get("num_heads", 1) == 1 and model_kind(cfg) != "transformer":
+    heads = model_config.get("num_heads", 1)
+    if type(heads) is int and heads == 1 and model_kind(cfg) != "transformer":
         # A single-head RNN model's files never held the key: they stay as they were.
         model_config.pop("num_heads", None)
     model_config.update(
