@@ -193,6 +193,21 @@ def coverage_penalty(coverage: Tensor, is_real: Tensor, beta: float) -> Tensor:
     return beta * (capped * is_real).sum(dim=-1)
 
 
+def check_beam(beam_size: int, n_best: int = 1) -> None:
+    """The beam and the n-best list are whole numbers of hypotheses (a bool is no count), the
+    beam at least 1, the list from 1 to the beam's size."""
+
+    def whole(value: object) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    if not whole(beam_size) or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}.")
+    if not whole(n_best) or not 1 <= n_best <= beam_size:
+        raise ValueError(
+            f"n_best must be an integer from 1 to beam_size ({beam_size}), got {n_best!r}."
+        )
+
+
 def check_length_penalty(alpha: float) -> None:
     """α must be a finite number: a NaN or an infinite α makes every normalized score NaN, and
     the search then ranks and stops on garbage. (The stopping bound of ``beam_search`` holds for
@@ -269,12 +284,7 @@ def beam_search(
     single live beam continues past a finished EOS hypothesis and may find a longer one whose
     normalized score is higher.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size}.")
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(
-            f"n_best must be between 1 and beam_size ({beam_size}) inclusive, got {n_best}."
-        )
+    check_beam(beam_size, n_best)
     check_length_penalty(length_penalty)
     check_coverage_penalty(coverage_penalty_weight)
     device = src.device

@@ -23,6 +23,7 @@ from seq2seq.search import (
     BeamOutput,
     Hypotheses,
     StepwiseModel,
+    check_beam,
     check_coverage_penalty,
     check_length_penalty,
     coverage_penalty,
@@ -66,6 +67,7 @@ def beam_search_reference(
     coverage_penalty_weight: float = 0.0,
 ) -> BeamOutput:
     """What ``seq2seq.search.beam_search`` returns, computed sentence by sentence."""
+    check_beam(beam_size, n_best)
     check_length_penalty(length_penalty)
     check_coverage_penalty(coverage_penalty_weight)
     sentences = []

@@ -79,6 +79,11 @@ def test_bad_overrides_are_the_command_lines_one_paragraph(tmp_path: Path) -> No
         seq2seq.Translator.translate_detailed(None, "w1 w2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="length_penalty must be a finite number"):
         seq2seq.Translator.translate_detailed(None, ["w1"], length_penalty=float("nan"))  # type: ignore[arg-type]
+    for keywords in [{"beam_size": 2.5}, {"beam_size": True}, {"beam_size": 2, "n_best": 3}]:
+        with pytest.raises(ValueError, match=r"(beam_size|n_best) must be an integer"):
+            seq2seq.Translator.translate_detailed(None, ["w1"], **keywords)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 2\.5"):
+        seq2seq.Translator.translate_detailed(None, ["w1"], batch_size=2.5)  # type: ignore[arg-type]
     # A class refusing its arguments: one paragraph, and no half-made run directory left.
     for override in ["+trainer.max_epoch=1", "data.train_size=abc"]:
         with pytest.raises(ConfigError, match="the config could not be built") as refused:

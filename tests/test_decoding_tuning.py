@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import sacrebleu
 
 from seq2seq.analysis.decoding import tune_decoding
@@ -52,3 +53,28 @@ def test_the_script_tunes_a_trained_model(tiny_checkpoint: Path, tmp_path: Path)
     assert completed.returncode == 0, completed.stderr
     assert len(completed.stdout.strip().splitlines()) == 3  # greedy, beam 2 twice
     assert "best on these sentences: --beam-size" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--length-penalties", "0,nan", "'nan' in '0,nan': must be a number from 0 to 10"),
+        ("--length-penalties", "-1", "'-1' in '-1': must be a number from 0 to 10"),
+        ("--length-penalties", "0.6,x", "'x' in '0.6,x': not a number: 'x'"),
+        ("--beam-sizes", "1,0", "'0' in '1,0': must be at least 1, got 0"),
+        ("--beam-sizes", "2.5", "'2.5' in '2.5': not an integer: '2.5'"),
+        ("--beam-sizes", ",", "a comma-separated list of numbers, got ','"),
+    ],
+)
+def test_the_script_refuses_what_translate_and_evaluate_refuse(
+    tmp_path: Path, option: str, value: str, expected: str
+) -> None:
+    """The same bounds as translate's and evaluate's --beam-size and --length-penalty: a value
+    tune recommends, they take. Refused by argparse, before any model is read."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "seq2seq.commands", "tune", "--model", str(tmp_path / "none"),
+         "--src", str(tmp_path / "s"), "--ref", str(tmp_path / "r"), option, value],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert expected in completed.stderr and "Traceback" not in completed.stderr

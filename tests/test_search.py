@@ -565,12 +565,17 @@ def test_the_coverage_penalty_is_its_formula_and_covers_no_less() -> None:
           for beta in (-0.1, float("nan"), float("inf"))],
         *[("length_penalty", alpha, "length_penalty must be a finite number")
           for alpha in (float("nan"), float("inf"), -float("inf"), "0.6")],
+        *[("beam_size", size, "beam_size must be an integer >= 1")
+          for size in (0, True, 2.5, "5")],
+        *[("n_best", n, r"n_best must be an integer from 1 to beam_size \(5\)")
+          for n in (0, 6, True, 2.5)],
     ],
 )  # fmt: skip
 def test_a_penalty_the_search_cannot_rank_by_is_refused(
     keyword: str, value: object, message: str
 ) -> None:
-    """β below 0 or not finite; α not a finite number (any finite α ranks, negative too)."""
+    """β below 0 or not finite; α not a finite number (any finite α ranks, negative too); a beam
+    or an n-best list that is no whole number in range."""
     model = make_model(0)
     src, src_lens = make_batch(0, [3, 2])
     for search in (beam_search, beam_search_reference):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ from typing import Any
 from seq2seq import Translator
 from seq2seq.analysis.decoding import tune_decoding
 from seq2seq.cli import (
-    UsageError,
     add_trust_argument,
     check_device,
+    int_at_least,
+    penalty_weight,
     read_sources_and_references,
     run,
 )
@@ -28,13 +30,18 @@ from seq2seq.cli import (
 log = logging.getLogger("seq2seq.tune")
 
 
-def numbers(text: str, kind: type) -> list[Any]:
-    try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values:
+def numbers(text: str, parse: Callable[[str], Any]) -> list[Any]:
+    """An argparse type: a comma-separated list, each item read by ``parse`` (an argparse type
+    itself, which says what is wrong with an item)."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
         raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, got {text!r}")
+    values = []
+    for item in items:
+        try:
+            values.append(parse(item))
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentTypeError(f"{item!r} in {text!r}: {error}") from None
     return values
 
 
@@ -43,17 +50,20 @@ def main() -> int:
     parser.add_argument("--model", type=Path, required=True, help="checkpoint file or bundle dir")
     parser.add_argument("--src", type=Path, required=True, help="validation sources")
     parser.add_argument("--ref", type=Path, required=True, help="validation references")
-    parser.add_argument("--beam-sizes", type=lambda t: numbers(t, int), default=[1, 5, 8])
     parser.add_argument(
-        "--length-penalties", type=lambda t: numbers(t, float), default=[0.0, 0.6, 1.0, 1.5]
+        "--beam-sizes", type=lambda t: numbers(t, int_at_least(1)), default=[1, 5, 8]
+    )
+    parser.add_argument(
+        "--length-penalties",
+        type=lambda t: numbers(t, penalty_weight),
+        default=[0.0, 0.6, 1.0, 1.5],
+        help="GNMT alphas, each 0 to 10 (0,0.6,1.0,1.5)",
     )
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer (13a)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trust_argument(parser)
     args = parser.parse_args()
-    if any(size < 1 for size in args.beam_sizes):
-        raise UsageError(f"--beam-sizes must be at least 1, got {args.beam_sizes}.")
     sources, references = read_sources_and_references(args.src, args.ref)
     check_device(args.device)
     translator = Translator.load(args.model, device=args.device, trust_modules=args.trust_modules)

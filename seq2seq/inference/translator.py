@@ -36,6 +36,7 @@ from seq2seq.search import (
     StepwiseModel,
     beam_search,
     best_search,
+    check_beam,
     check_coverage_penalty,
     check_length_penalty,
     max_output_lengths,
@@ -171,12 +172,11 @@ class Translator:
                 "translate takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
                 "string, which would be translated character by character."
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+        check_beam(beam_size, 1 if n_best is None else n_best)
         check_length_penalty(length_penalty)
         check_coverage_penalty(coverage_penalty)
-        if n_best is not None and not 1 <= n_best <= beam_size:
-            raise ValueError(f"n_best must be from 1 to beam_size ({beam_size}), got {n_best}.")
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
         if self.ctranslate2 is not None:
