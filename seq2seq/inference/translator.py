@@ -167,16 +167,7 @@ class Translator:
         and β are 0). Sentences are sorted by length into batches (less padding) and put back
         in input order.
         """
-        if isinstance(sentences, str):
-            raise ValueError(
-                "translate takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
-                "string, which would be translated character by character."
-            )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
-        check_beam(beam_size, 1 if n_best is None else n_best)
-        check_length_penalty(length_penalty)
-        check_coverage_penalty(coverage_penalty)
+        check_request(sentences, beam_size, length_penalty, batch_size, n_best, coverage_penalty)
         src_ids = encode_batch(self.src_tokenizer, list(sentences))
         results = [Translation("") for _ in sentences]
         if self.ctranslate2 is not None:
@@ -479,6 +470,27 @@ def length_batches(src_ids: Sequence[Sequence[int]], batch_size: int) -> Iterato
     order = sorted((i for i, ids in enumerate(src_ids) if ids), key=lambda i: len(src_ids[i]))
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size][::-1]
+
+
+def check_request(
+    sentences: Sequence[str],
+    beam_size: int,
+    length_penalty: float,
+    batch_size: int,
+    n_best: int | None,
+    coverage_penalty: float,
+) -> None:
+    """``translate_detailed``'s arguments, refused with a ValueError that names the one wrong."""
+    if isinstance(sentences, str):
+        raise ValueError(
+            "translate takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
+            "string, which would be translated character by character."
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+    check_beam(beam_size, 1 if n_best is None else n_best)
+    check_length_penalty(length_penalty)
+    check_coverage_penalty(coverage_penalty)
 
 
 def _tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:

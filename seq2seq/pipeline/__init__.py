@@ -24,7 +24,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from seq2seq.analysis.diagnostics import AttentionDiagnostics
 from seq2seq.data.datamodule import Seq2SeqDataModule
 from seq2seq.errors import ConfigError
-from seq2seq.inference.bundle import load
+from seq2seq.inference.bundle import TrainedModel, load
 from seq2seq.pipeline.building import (
     build_model_config,
     build_module,
@@ -102,16 +102,7 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
 
     Under DDP every rank runs this; only rank zero writes files.
     """
-    missing = missing_keys(cfg)
-    if missing:
-        raise ConfigError(
-            f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
-            f"the command line, e.g. seq2seq train ... {missing[0]}=VALUE."
-        )
-    check_trainer_counts(cfg)
-    check_max_time(cfg)  # before the run directory and the logger exist
-    check_cpu_precision(cfg)
-    check_alignment_data(cfg)
+    check_config(cfg)
     run_dir = resolve_run_dir(cfg)
     is_rank_zero = not is_nonzero_rank_from_env()
     resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
@@ -124,26 +115,8 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
-    tokenizers = {}
-    if resumed is not None:
-        tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
-    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
-    datamodule.setup("fit")
-    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
-    if is_rank_zero:
-        datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
-        datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
-
-    model_config = build_model_config(
-        cfg,
-        datamodule.src_tokenizer.get_vocab_size(),
-        datamodule.tgt_tokenizer.get_vocab_size(),
-    )
-    if resumed is not None:
-        check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
-    check_model_sizes(cfg)
-    module = build_module(cfg, datamodule, model_config)
+    datamodule = prepare_data(cfg, run_dir, resumed, is_rank_zero)
+    module = build_checked_module(cfg, datamodule, resumed)
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
@@ -160,32 +133,8 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
     # A resumed run is in its original directory, so the tracker finds its run id there.
     tracker = instantiate(cfg.logger)(save_dir=run_dir, run=run)
     loggers = [csv_logger(run_dir), *([tracker] if tracker is not None else [])]
-    quiet = bool(cfg.get("quiet", False))
-    trainer: pl.Trainer = instantiate(
-        trainer_config(cfg),
-        **({"enable_model_summary": False} if quiet else {}),
-        max_time=None,  # its Timer is among reliability_callbacks
-        default_root_dir=str(run_dir),
-        # Lightning counts an epoch's batches once, when it loads the data, and then validates
-        # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)
-        # number differently in every epoch: without a reload, an epoch one batch short skips its
-        # validation and one batch long loses its last batch.
-        reload_dataloaders_every_n_epochs=1 if cfg.data.get("max_tokens") else 0,
-        callbacks=[
-            checkpoint,
-            last,
-            *kept_checkpoints(cfg, run_dir / "checkpoints"),
-            *early_stopping(cfg),
-            *reliability_callbacks(cfg, run_dir, stop_flag),
-            *progress_bar(cfg),
-            *([] if quiet else [ParameterSummary()]),
-            ValidationExamples(run_dir, **cfg.examples),
-            ExplorerPage(run_dir, cfg.examples.num_samples),
-            AttentionDiagnostics(),
-        ],
-        logger=loggers,
-        plugins=[AtomicCheckpointIO()],
-    )
+    callbacks = [checkpoint, last, *run_callbacks(cfg, run_dir, stop_flag)]
+    trainer = build_trainer(cfg, run_dir, callbacks, loggers)
     log_effective_batch(cfg, trainer)
     for logger in loggers:
         logger.log_hyperparams(run.config)
@@ -214,20 +163,7 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
         "run_dir": str(run_dir),
     }
     if cfg.test_after_training and "test" in datamodule.datasets and result["best_checkpoint"]:
-        # The best checkpoint on the test split, logged as test/* at the last step. Its path is
-        # named: "best" would make Lightning warn that it picks the first of two checkpoint
-        # callbacks (best and last), which is the one meant.
-        with lightning_quietly():
-            tested = trainer.test(
-                module,
-                datamodule=datamodule,
-                ckpt_path=checkpoint.best_model_path,
-                verbose=False,  # its table prints 16 digits: test_report's line instead
-            )
-        for name, value in tested[0].items():
-            metrics[name] = float(value)
-        if not quiet and trainer.is_global_zero:
-            print(test_report({name: float(value) for name, value in tested[0].items()}))
+        metrics.update(score_on_test(cfg, trainer, module, datamodule, checkpoint.best_model_path))
     finish(loggers)
     if trainer.is_global_zero:
         write_summary(run_dir, run, module, result)
@@ -236,6 +172,114 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
             f"Best checkpoint: {result['best_checkpoint']}"
         )
     return result
+
+
+def check_config(cfg: DictConfig) -> None:
+    """What can be refused from the config alone, before the run directory and the logger exist."""
+    missing = missing_keys(cfg)
+    if missing:
+        raise ConfigError(
+            f"the config needs a value for {', '.join(missing)} (marked ??? in conf/). Set it on "
+            f"the command line, e.g. seq2seq train ... {missing[0]}=VALUE."
+        )
+    check_trainer_counts(cfg)
+    check_max_time(cfg)
+    check_cpu_precision(cfg)
+    check_alignment_data(cfg)
+
+
+def prepare_data(
+    cfg: DictConfig, run_dir: Path, resumed: TrainedModel | None, is_rank_zero: bool
+) -> Seq2SeqDataModule:
+    """The data module, set up for fitting, its vocabularies saved in the run directory."""
+    # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
+    tokenizers = {}
+    if resumed is not None:
+        tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
+    datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
+    datamodule.setup("fit")
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    if is_rank_zero:
+        datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
+        datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
+    return datamodule
+
+
+def build_checked_module(
+    cfg: DictConfig, datamodule: Seq2SeqDataModule, resumed: TrainedModel | None
+) -> LitSeq2Seq:
+    """The Lightning module of ``cfg``'s model for the data's vocabularies, once its sizes are
+    checked, and against the resumed checkpoint's model if there is one."""
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    model_config = build_model_config(
+        cfg,
+        datamodule.src_tokenizer.get_vocab_size(),
+        datamodule.tgt_tokenizer.get_vocab_size(),
+    )
+    if resumed is not None:
+        check_same_model(cfg.ckpt_path, resumed.model_config, model_config)
+    check_model_sizes(cfg)
+    return build_module(cfg, datamodule, model_config)
+
+
+def run_callbacks(cfg: DictConfig, run_dir: Path, stop_flag: SignalFlag) -> list[pl.Callback]:
+    """Every callback but the two checkpoints, in the order they must run."""
+    quiet = bool(cfg.get("quiet", False))
+    return [
+        *kept_checkpoints(cfg, run_dir / "checkpoints"),
+        *early_stopping(cfg),
+        *reliability_callbacks(cfg, run_dir, stop_flag),
+        *progress_bar(cfg),
+        *([] if quiet else [ParameterSummary()]),
+        ValidationExamples(run_dir, **cfg.examples),
+        ExplorerPage(run_dir, cfg.examples.num_samples),
+        AttentionDiagnostics(),
+    ]
+
+
+def build_trainer(
+    cfg: DictConfig, run_dir: Path, callbacks: list[pl.Callback], loggers: list[Any]
+) -> pl.Trainer:
+    """The Trainer of ``cfg.trainer``, with the run's callbacks and loggers."""
+    quiet = bool(cfg.get("quiet", False))
+    trainer: pl.Trainer = instantiate(
+        trainer_config(cfg),
+        **({"enable_model_summary": False} if quiet else {}),
+        max_time=None,  # its Timer is among reliability_callbacks
+        default_root_dir=str(run_dir),
+        # Lightning counts an epoch's batches once, when it loads the data, and then validates
+        # after that many batches and stops the epoch there. Token-budget batches (data.max_tokens)
+        # number differently in every epoch: without a reload, an epoch one batch short skips its
+        # validation and one batch long loses its last batch.
+        reload_dataloaders_every_n_epochs=1 if cfg.data.get("max_tokens") else 0,
+        callbacks=callbacks,
+        logger=loggers,
+        plugins=[AtomicCheckpointIO()],
+    )
+    return trainer
+
+
+def score_on_test(
+    cfg: DictConfig,
+    trainer: pl.Trainer,
+    module: LitSeq2Seq,
+    datamodule: Seq2SeqDataModule,
+    best_checkpoint: str,
+) -> dict[str, float]:
+    """The best checkpoint on the test split, logged as test/* at the last step; its metrics."""
+    # Its path is named: "best" would make Lightning warn that it picks the first of two
+    # checkpoint callbacks (best and last), which is the one meant.
+    with lightning_quietly():
+        tested = trainer.test(
+            module,
+            datamodule=datamodule,
+            ckpt_path=best_checkpoint,
+            verbose=False,  # its table prints 16 digits: test_report's line instead
+        )
+    metrics = {name: float(value) for name, value in tested[0].items()}
+    if not cfg.get("quiet", False) and trainer.is_global_zero:
+        print(test_report(metrics))
+    return metrics
 
 
 def load_checkpoint(
