@@ -275,6 +275,40 @@ def test_the_row_of_the_step_a_run_stops_at_has_its_own_diagnostics(
     assert stop["train/loss"] != before["train/loss"]
 
 
+def test_with_gradient_accumulation_rows_come_at_optimizer_steps_only(tmp_path: Path) -> None:
+    """accumulate_grad_batches=2 over 7 batches an epoch: the optimizer steps after batches 2, 4,
+    6 and 7 (Lightning steps on an epoch's last, partial, accumulation), then once more in the
+    next epoch, at max_steps=5. The rows are those of steps 2 and 4 (the grid) and 5 (the stop),
+    each with the loss, the statistics and the gradient's norm of its own step; none is written
+    for a batch that only accumulated."""
+    overrides = [
+        f"run_dir={tmp_path}",
+        "data.train_size=200",
+        "data.val_size=20",
+        "data.test_size=20",
+        "data.batch_size=32",
+        "model.hidden_size=16",
+        "model.embedding_size=8",
+        "trainer.max_epochs=3",
+        "+trainer.max_steps=5",
+        "+trainer.accumulate_grad_batches=2",
+        "trainer.log_every_n_steps=2",
+        "trainer.enable_progress_bar=false",
+        "test_after_training=false",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        train(compose("config", overrides=overrides))
+    with open(tmp_path / "metrics.csv", newline="") as metrics_file:
+        rows = list(csv.DictReader(metrics_file))
+    step_rows = [row for row in rows if row["train/loss"]]
+    assert [int(row["step"]) for row in step_rows] == [1, 3, 4]  # the step column counts from 0
+    assert all(row["attn/entropy"] and float(row["attn/grad_norm"]) > 0 for row in step_rows)
+    assert len({row["attn/grad_norm"] for row in step_rows}) == 3
+    last_validation = [row for row in rows if row["val/loss"]][-1]
+    for name in ["score_mean", "score_std", "entropy", "max_weight", "softmax_jacobian"]:
+        assert step_rows[-1][f"attn/{name}"] == last_validation[f"attn/{name}"], name
+
+
 def test_logged_diagnostics_equal_a_recomputation_from_the_checkpoint(
     diagnosed_run: tuple[Path, list[dict[str, str]]],
 ) -> None:
