@@ -19,7 +19,6 @@ import inspect
 import json
 import logging
 import re
-import shutil
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.pipeline import hydra_run_dir, trusted_by_config
 from seq2seq.pipeline import train as train_config
 from seq2seq.pipeline.building import PART_KEYS
+from seq2seq.pipeline.resume import RunDirectoryBefore, remove_refused_run
 
 
 def config_dir() -> Path:
@@ -151,13 +151,6 @@ def record_overrides(
         directory / ".hydra" / "overrides.yaml",
         lambda path: path.write_text(yaml.safe_dump(kept), encoding="utf-8"),
     )
-
-
-def written_by_training(directory: Path) -> bool:
-    """Whether ``directory`` holds what a run writes once it trains (metrics, checkpoints),
-    not only what it writes before (its config and vocabularies)."""
-    before = {"config.yaml", "src_tokenizer.json", "tgt_tokenizer.json", "wandb_run_id"}
-    return any(path.name not in before for path in directory.iterdir())
 
 
 def number(text: str) -> int | float:
@@ -301,7 +294,7 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
     if attention is not None:
         use_scoring_class(config, attention, overrides)
         choices.pop("attention", None)  # named after the class
-    existed = directory.exists()
+    before = RunDirectoryBefore.of(directory)
     try:
         with quieted() if quiet else contextlib.nullcontext():
             train_config(config, choices)
@@ -310,9 +303,8 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
         message = str(cause) if isinstance(cause, Seq2SeqError) else " ".join(str(error).split())
         raise ConfigError(f"the config could not be built: {message}") from None
     finally:
-        # A run that stopped before it wrote anything but its config leaves no directory.
-        if not existed and directory.is_dir() and not written_by_training(directory):
-            shutil.rmtree(directory, ignore_errors=True)
+        # A run that stopped before it trained leaves no directory.
+        remove_refused_run(before)
     record_overrides(directory, overrides, attention)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     resolved = OmegaConf.load(directory / "config.yaml")

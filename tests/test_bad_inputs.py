@@ -154,18 +154,48 @@ def test_a_run_refused_after_writing_its_vocabularies_leaves_nothing(
     assert not run.exists()
 
 
-def test_a_refused_run_keeps_a_directory_that_holds_more(
+def test_a_refused_run_takes_nothing_that_was_there_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A user's file, or one from before the command, keeps the directory and all it holds."""
-    for name in ("notes.txt", "config.yaml"):
-        run = tmp_path / name
-        run.mkdir()
+    """A refusal in a directory of the user's: their files stay as they were (the run's config
+    and vocabularies are written once every check has passed), what Hydra added goes."""
+    run = tmp_path / "mine"
+    run.mkdir()
+    for name in ("config.yaml", "train.log", "notes.txt"):
         (run / name).write_text("mine\n")
-        os.utime(run / name, (1e9, 1e9))  # 2001: older than the command
-        overrides = ["trainer.max_time=30", f"hydra.run.dir={run}"]
-        run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
-        assert (run / name).read_text() == "mine\n" and (run / ".hydra").is_dir()
+    overrides = [*TINY, "model.num_heads=3", f"hydra.run.dir={run}"]
+    run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
+    assert sorted(path.name for path in run.iterdir()) == ["config.yaml", "notes.txt", "train.log"]
+    assert (run / "config.yaml").read_text() == "mine\n"
+
+
+def test_a_refused_sweep_leaves_no_sweep_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep = tmp_path / "sweeps" / "one"
+    overrides = ["-m", "trainer.max_time=30", f"hydra.sweep.dir={sweep}"]
+    run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_refused_resume_or_new_run_keeps_the_runs_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's .hydra/ says how it was started (the refusal of a changed setting points
+    there): a refused resume, or a new run refused over the run, leaves it as it was."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text("- model.hidden_size=32\n")
+    for overrides in (
+        [f"hydra.run.dir={run}"],  # a new run over it
+        [f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "trainer.max_time=30"],
+    ):
+        stderr = run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
+        assert "already holds a run" in stderr or "trainer.max_time must be" in stderr
+        assert (run / ".hydra" / "overrides.yaml").read_text() == "- model.hidden_size=32\n"
+        assert (run / "checkpoints" / "last.ckpt").exists()
 
 
 @pytest.mark.parametrize(

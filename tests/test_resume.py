@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
-from seq2seq.pipeline.resume import remove_refused_run
+from seq2seq.pipeline.resume import RunDirectoryBefore, remove_refused_run
 from seq2seq.training import checkpointing
 from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
@@ -283,32 +281,35 @@ def starting_files(run: Path) -> None:
         (None, True),
         ("checkpoints/last.ckpt", False),  # a run that trained
         ("metrics.csv", False),
-        (".hydra/notes.txt", False),  # something not Hydra's inside .hydra
-        ("old", False),  # a file from before the command
     ],
 )
-def test_remove_refused_run_takes_only_what_a_refused_run_wrote(
+def test_remove_refused_run_takes_what_a_refused_run_made(
     tmp_path: Path, extra: str | None, removed: bool
 ) -> None:
-    since = time.time()
-    run = tmp_path / "run"
+    run = tmp_path / "outputs" / "day" / "time"
+    before = RunDirectoryBefore.of(run)
+    assert before.created == tmp_path / "outputs"
     starting_files(run)
-    if extra == "old":
-        os.utime(run / "config.yaml", (since - 3600, since - 3600))
-    elif extra is not None:
+    if extra is not None:
         (run / extra).parent.mkdir(parents=True, exist_ok=True)
         (run / extra).write_text("kept\n")
-    assert remove_refused_run(run, since) is removed
-    assert run.exists() is not removed
-    if not removed:
-        assert sorted(p.name for p in (run / ".hydra").iterdir())[:1] == ["config.yaml"]
+    assert remove_refused_run(before) is removed
+    assert (tmp_path / "outputs").exists() is not removed
+    assert tmp_path.exists()
 
 
-def test_remove_refused_run_keeps_the_working_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    since = time.time()
-    starting_files(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    assert not remove_refused_run(tmp_path, since)
-    assert (tmp_path / "train.log").exists()
+def test_remove_refused_run_keeps_what_was_there(tmp_path: Path) -> None:
+    (tmp_path / "day").mkdir()
+    (tmp_path / "day" / "other").write_text("another run's\n")
+    run = tmp_path / "day" / "time"
+    run.mkdir()
+    (run / "config.yaml").write_text("mine\n")
+    before = RunDirectoryBefore.of(run)
+    assert before.created is None and before.entries == {"config.yaml"}
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (run / "train.log").write_text("")
+    assert remove_refused_run(before)
+    assert sorted(path.name for path in run.iterdir()) == ["config.yaml"]
+    assert (run / "config.yaml").read_text() == "mine\n"
+    assert (tmp_path / "day" / "other").exists()

@@ -108,15 +108,15 @@ def train(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> dict[str
     resumed = read_resume_checkpoint(cfg, run_dir) if cfg.ckpt_path else None
     if is_rank_zero:
         prepare_run_dir(run_dir, resuming=resumed is not None)
-    if is_rank_zero and resumed is None:  # a resumed run keeps the config.yaml it started with
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     pl.seed_everything(cfg.seed, workers=True)
     tune_allocator()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
-    datamodule = prepare_data(cfg, run_dir, resumed, is_rank_zero)
+    datamodule = prepare_data(cfg, resumed)
     module = build_checked_module(cfg, datamodule, resumed)
+    if is_rank_zero:  # once every check has passed: a refused run writes nothing of its own
+        write_run_files(cfg, run_dir, datamodule, resumed)
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
@@ -188,21 +188,26 @@ def check_config(cfg: DictConfig) -> None:
     check_alignment_data(cfg)
 
 
-def prepare_data(
-    cfg: DictConfig, run_dir: Path, resumed: TrainedModel | None, is_rank_zero: bool
-) -> Seq2SeqDataModule:
-    """The data module, set up for fitting, its vocabularies saved in the run directory."""
+def prepare_data(cfg: DictConfig, resumed: TrainedModel | None) -> Seq2SeqDataModule:
+    """The data module, set up for fitting."""
     # A resumed run reuses the checkpoint's vocabularies, never ones trained again.
     tokenizers = {}
     if resumed is not None:
         tokenizers = dict(src_tokenizer=resumed.src_tokenizer, tgt_tokenizer=resumed.tgt_tokenizer)
     datamodule: Seq2SeqDataModule = instantiate(cfg.data.module, **tokenizers)
     datamodule.setup("fit")
-    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
-    if is_rank_zero:
-        datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
-        datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
     return datamodule
+
+
+def write_run_files(
+    cfg: DictConfig, run_dir: Path, datamodule: Seq2SeqDataModule, resumed: TrainedModel | None
+) -> None:
+    """The resolved config (a resumed run keeps the one it started with) and the vocabularies."""
+    if resumed is None:
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    assert datamodule.src_tokenizer is not None and datamodule.tgt_tokenizer is not None
+    datamodule.src_tokenizer.save(str(run_dir / "src_tokenizer.json"))
+    datamodule.tgt_tokenizer.save(str(run_dir / "tgt_tokenizer.json"))
 
 
 def build_checked_module(

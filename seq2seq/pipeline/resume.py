@@ -45,14 +45,25 @@ def resume_command() -> str:
     return " ".join(["seq2seq train", *map(shlex.quote, overrides), "ckpt_path={ckpt_path}"])
 
 
-def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
-    """Create the run directory; refuse to start a new run over the checkpoints of another."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not resuming and last.exists():
+def holds_a_run(run_dir: Path) -> bool:
+    return (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def check_new_run(run_dir: Path) -> None:
+    """Refuse to start a new run over the checkpoints of another."""
+    if holds_a_run(run_dir):
+        last = run_dir / "checkpoints" / "last.ckpt"
         raise ConfigError(
             f"{run_dir} already holds a run ({last}); a new run there would overwrite its "
-            f"checkpoints. Resume it with ckpt_path={last}, or choose another run_dir."
+            f"checkpoints. Resume it with ckpt_path={last}, or choose another directory with "
+            f"hydra.run.dir=DIR (run_dir=DIR from Python)."
         )
+
+
+def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
+    """Create the run directory; refuse to start a new run over the checkpoints of another."""
+    if not resuming:
+        check_new_run(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"
@@ -65,44 +76,60 @@ def prepare_run_dir(run_dir: Path, resuming: bool) -> None:
         ) from None
 
 
-# What a run writes before it trains (Hydra's .hydra/ and train.log, then the pipeline's config
-# and vocabularies): all a run refused at its start leaves.
-STARTING_FILES = {
-    ".hydra": ("config.yaml", "hydra.yaml", "overrides.yaml"),
-    "train.log": (),
-    "config.yaml": (),
-    "src_tokenizer.json": (),
-    "tgt_tokenizer.json": (),
-}
+# What a run writes before it trains: Hydra's record and log, then the pipeline's config,
+# vocabularies and tracker's run id; anything else (metrics, checkpoints) means it trained.
+STARTING_FILES = frozenset(
+    {".hydra", "train.log", "config.yaml", "src_tokenizer.json", "tgt_tokenizer.json",
+     "wandb_run_id"}
+)  # fmt: skip
 
 
-def remove_refused_run(directory: Path, since: float) -> bool:
-    """Delete ``directory`` if all it holds is what a run writes before it trains
-    (``STARTING_FILES``), every file written at or after ``since`` (a time.time()): what Hydra
-    and the pipeline left of a run refused at its start, e.g. for a bad config value. A directory
-    holding anything else, or a file from before (a run's checkpoints, a user's own files), is
-    left as it is, and so is the working directory. Returns whether it was deleted."""
-    if not directory.is_dir() or directory.resolve() == Path.cwd().resolve():
+@dataclasses.dataclass(frozen=True)
+class RunDirectoryBefore:
+    """A run directory as it was before the command that runs there: ``created``, the outermost
+    of it and its parents that did not exist (what making it creates; None where it existed),
+    and the names of the entries it held."""
+
+    path: Path
+    created: Path | None
+    entries: frozenset[str]
+
+    @classmethod
+    def of(cls, path: Path) -> RunDirectoryBefore:
+        path = path.absolute()
+        created = None
+        for folder in [path, *path.parents]:
+            if folder.exists():
+                break
+            created = folder
+        entries = frozenset(os.listdir(path)) if path.is_dir() else frozenset()
+        return cls(path, created, entries)
+
+
+def remove_refused_run(before: RunDirectoryBefore) -> bool:
+    """Undo what a run refused before it trained wrote in its directory: the entries it added,
+    where all are ``STARTING_FILES`` (one that is not, a checkpoint or metrics, means the run
+    trained: then nothing goes), then the folders made for it, up to ``before.created``, where
+    they are left empty (a multirun's multirun.yaml aside). What existed before the command is
+    never touched. Returns whether the run left nothing."""
+    run_dir = before.path
+    if not run_dir.is_dir():
+        return True
+    added = set(os.listdir(run_dir)) - before.entries
+    if any(name not in STARTING_FILES for name in added):
         return False
-    files: list[Path] = []
-    for entry in directory.iterdir():
-        if entry.name not in STARTING_FILES:
+    for name in added:
+        path = run_dir / name
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if before.created is None:
+        return True
+    folder = run_dir
+    while folder.is_relative_to(before.created) and folder.is_dir():
+        if any(path.name != "multirun.yaml" for path in folder.iterdir()):
             return False
-        inside = STARTING_FILES[entry.name]
-        if entry.is_dir() and not entry.is_symlink() and inside:
-            children = list(entry.iterdir())
-            if any(child.name not in inside or not child.is_file() for child in children):
-                return False
-            files += children
-        elif entry.is_file() and not entry.is_symlink() and not inside:
-            files.append(entry)
-        else:
-            return False
-    # File times come from a coarse kernel clock that may lag time.time() by a few milliseconds.
-    if any(os.stat(path).st_mtime < since - 0.5 for path in files):
-        return False
-    shutil.rmtree(directory, ignore_errors=True)
-    return not directory.exists()
+        shutil.rmtree(folder)
+        folder = folder.parent
+    return True
 
 
 # Config sections that must not change when a run is resumed: they define its data and model.
