@@ -222,10 +222,11 @@ def check_length_penalty(alpha: float) -> None:
 def check_coverage_penalty(beta: float) -> None:
     """β must be a finite number >= 0: the penalty only lowers scores, which the stopping bound
     of ``beam_search`` relies on."""
-    if not (math.isfinite(beta) and beta >= 0):
+    real = isinstance(beta, numbers.Real) and not isinstance(beta, bool)
+    if not (real and math.isfinite(beta) and beta >= 0):
         raise ValueError(
             f"coverage_penalty must be a number >= 0 (β of GNMT's coverage penalty; 0 turns it "
-            f"off), got {beta}."
+            f"off), got {beta!r}."
         )
 
 

@@ -52,6 +52,8 @@ def test_the_script_tunes_a_trained_model(tiny_checkpoint: Path, tmp_path: Path)
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert len(completed.stdout.strip().splitlines()) == 3  # greedy, beam 2 twice
+    greedy = [line for line in completed.stdout.splitlines() if line.startswith("beam  1")]
+    assert len(greedy) == 1 and "length penalty    –" in greedy[0]  # none changes greedy search
     assert "best on these sentences: --beam-size" in completed.stderr
 
 
@@ -64,6 +66,8 @@ def test_the_script_tunes_a_trained_model(tiny_checkpoint: Path, tmp_path: Path)
         ("--beam-sizes", "1,0", "'0' in '1,0': must be at least 1, got 0"),
         ("--beam-sizes", "2.5", "'2.5' in '2.5': not an integer: '2.5'"),
         ("--beam-sizes", ",", "a comma-separated list of numbers, got ','"),
+        ("--beam-sizes", "1,,2", "a comma-separated list of numbers, got '1,,2'"),
+        ("--length-penalties", "0.6,", "a comma-separated list of numbers, got '0.6,'"),
     ],
 )
 def test_the_script_refuses_what_translate_and_evaluate_refuse(

@@ -562,7 +562,7 @@ def test_the_coverage_penalty_is_its_formula_and_covers_no_less() -> None:
     ("keyword", "value", "message"),
     [
         *[("coverage_penalty_weight", beta, "coverage_penalty must be a number >= 0")
-          for beta in (-0.1, float("nan"), float("inf"))],
+          for beta in (-0.1, float("nan"), float("inf"), True, "0.5")],
         *[("length_penalty", alpha, "length_penalty must be a finite number")
           for alpha in (float("nan"), float("inf"), -float("inf"), "0.6")],
         *[("beam_size", size, "beam_size must be an integer >= 1")

@@ -33,8 +33,8 @@ log = logging.getLogger("seq2seq.tune")
 def numbers(text: str, parse: Callable[[str], Any]) -> list[Any]:
     """An argparse type: a comma-separated list, each item read by ``parse`` (an argparse type
     itself, which says what is wrong with an item)."""
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    if not items:
+    items = [part.strip() for part in text.split(",")]
+    if not all(items):  # "0,,1" or "0.6,": a number left out, not one to drop
         raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, got {text!r}")
     values = []
     for item in items:
@@ -51,7 +51,10 @@ def main() -> int:
     parser.add_argument("--src", type=Path, required=True, help="validation sources")
     parser.add_argument("--ref", type=Path, required=True, help="validation references")
     parser.add_argument(
-        "--beam-sizes", type=lambda t: numbers(t, int_at_least(1)), default=[1, 5, 8]
+        "--beam-sizes",
+        type=lambda t: numbers(t, int_at_least(1)),
+        default=[1, 5, 8],
+        help="beam sizes, each at least 1; 1 is greedy search, which has no length penalty (1,5,8)",
     )
     parser.add_argument(
         "--length-penalties",
@@ -74,11 +77,14 @@ def main() -> int:
         print(json.dumps({"best": asdict(scores[0]), "all": [asdict(s) for s in scores]}))
     else:
         for score in scores:
-            print(f"beam {score.beam_size:2d}  length penalty {score.length_penalty:4.2f}  "
-                  f"BLEU {score.bleu:6.2f}")  # fmt: skip
+            # A beam of one is greedy search, which no length penalty changes.
+            alpha = f"{score.length_penalty:4.2f}" if score.beam_size > 1 else "   –"
+            print(f"beam {score.beam_size:2d}  length penalty {alpha}  BLEU {score.bleu:6.2f}")
         best = scores[0]
-        log.info("best on these sentences: --beam-size %d --length-penalty %g",
-                 best.beam_size, best.length_penalty)  # fmt: skip
+        setting = f"--beam-size {best.beam_size}"
+        if best.beam_size > 1:
+            setting += f" --length-penalty {best.length_penalty:g}"
+        log.info("best on these sentences: %s", setting)
     return 0
 
 
