@@ -125,7 +125,8 @@ def attention_module(
     multi-head attention of the memory's size around it (``model.num_heads``), with the
     attention's other ``parts`` (normalizer, window, key bias; none by default)."""
     parts = parts or AttentionParts()
-    size = head_size(memory_size, num_heads, f"the encoder's output size {memory_size}")
+    what = f"the encoder's output size {memory_size} (model.hidden_size or .encoder_hidden_size)"
+    size = head_size(memory_size, num_heads, what)
     if num_heads == 1:
         return attention(query_size=query_size, key_size=memory_size).use_parts(parts, query_size)
     scoring = attention(query_size=size, key_size=size)
