@@ -52,7 +52,7 @@ from seq2seq.inference.translator import Translator
 from seq2seq.pipeline import hydra_run_dir, trusted_by_config
 from seq2seq.pipeline import train as train_config
 from seq2seq.pipeline.building import PART_KEYS
-from seq2seq.pipeline.resume import RunDirectoryBefore, remove_refused_run
+from seq2seq.pipeline.resume import outermost_missing, remove_refused_run
 
 
 def config_dir() -> Path:
@@ -294,7 +294,7 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
     if attention is not None:
         use_scoring_class(config, attention, overrides)
         choices.pop("attention", None)  # named after the class
-    before = RunDirectoryBefore.of(directory)
+    created = outermost_missing(directory.absolute())
     try:
         with quieted() if quiet else contextlib.nullcontext():
             train_config(config, choices)
@@ -304,7 +304,7 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
         raise ConfigError(f"the config could not be built: {message}") from None
     finally:
         # A run that stopped before it trained leaves no directory.
-        remove_refused_run(before)
+        remove_refused_run(directory, created)
     record_overrides(directory, overrides, attention)
     summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     resolved = OmegaConf.load(directory / "config.yaml")

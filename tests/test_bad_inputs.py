@@ -158,15 +158,20 @@ def test_a_refused_run_takes_nothing_that_was_there_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A refusal in a directory of the user's: their files stay as they were (the run's config
-    and vocabularies are written once every check has passed), what Hydra added goes."""
+    and vocabularies are written once every check has passed); Hydra's record stays with them
+    (the command did not make the folder, so it deletes nothing there)."""
     run = tmp_path / "mine"
     run.mkdir()
     for name in ("config.yaml", "train.log", "notes.txt"):
         (run / name).write_text("mine\n")
     overrides = [*TINY, "model.num_heads=3", f"hydra.run.dir={run}"]
     run_entry_point("train.py", *overrides, capsys=capsys, monkeypatch=monkeypatch)
-    assert sorted(path.name for path in run.iterdir()) == ["config.yaml", "notes.txt", "train.log"]
-    assert (run / "config.yaml").read_text() == "mine\n"
+    assert {path.name for path in run.iterdir()} - {".hydra"} == {
+        "config.yaml",
+        "notes.txt",
+        "train.log",
+    }
+    assert (run / "config.yaml").read_text() == (run / "notes.txt").read_text() == "mine\n"
 
 
 def test_a_refused_sweep_leaves_no_sweep_directory(

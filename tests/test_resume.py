@@ -20,7 +20,7 @@ from seq2seq.data.batching import (
 )
 from seq2seq.errors import ConfigError
 from seq2seq.pipeline import resolve_run_dir, train
-from seq2seq.pipeline.resume import RunDirectoryBefore, remove_refused_run
+from seq2seq.pipeline.resume import claim_run_dir, remove_refused_run
 from seq2seq.training import checkpointing
 from seq2seq.training.checkpointing import checkpoint_step
 from seq2seq.training.csv_logger import ResumingWriter, read_complete_rows
@@ -287,29 +287,30 @@ def test_remove_refused_run_takes_what_a_refused_run_made(
     tmp_path: Path, extra: str | None, removed: bool
 ) -> None:
     run = tmp_path / "outputs" / "day" / "time"
-    before = RunDirectoryBefore.of(run)
-    assert before.created == tmp_path / "outputs"
+    created = claim_run_dir(run)
+    assert created == tmp_path / "outputs" and run.is_dir()
     starting_files(run)
     if extra is not None:
         (run / extra).parent.mkdir(parents=True, exist_ok=True)
         (run / extra).write_text("kept\n")
-    assert remove_refused_run(before) is removed
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=1\n")  # this command's record
+    assert remove_refused_run(run, created, ["seed=1"]) is removed
     assert (tmp_path / "outputs").exists() is not removed
     assert tmp_path.exists()
 
 
-def test_remove_refused_run_keeps_what_was_there(tmp_path: Path) -> None:
+def test_remove_refused_run_keeps_what_another_command_made_or_shares(tmp_path: Path) -> None:
+    """A folder that existed is not this command's (None); nor one another command made first
+    (two runs started in the same second), nor one whose Hydra record is another command's."""
     (tmp_path / "day").mkdir()
-    (tmp_path / "day" / "other").write_text("another run's\n")
+    assert claim_run_dir(tmp_path / "day") is None
+    assert claim_run_dir(tmp_path / "day" / "time") == tmp_path / "day" / "time"
+    assert claim_run_dir(tmp_path / "day" / "time") is None  # the second command of the second
     run = tmp_path / "day" / "time"
-    run.mkdir()
-    (run / "config.yaml").write_text("mine\n")
-    before = RunDirectoryBefore.of(run)
-    assert before.created is None and before.entries == {"config.yaml"}
-    (run / ".hydra").mkdir()
-    (run / ".hydra" / "overrides.yaml").write_text("[]\n")
-    (run / "train.log").write_text("")
-    assert remove_refused_run(before)
-    assert sorted(path.name for path in run.iterdir()) == ["config.yaml"]
-    assert (run / "config.yaml").read_text() == "mine\n"
-    assert (tmp_path / "day" / "other").exists()
+    starting_files(run)
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=2\n")
+    assert not remove_refused_run(run, run, ["seed=1"])  # it holds the other command's record
+    assert not remove_refused_run(run, None, ["seed=2"])
+    assert (run / ".hydra" / "overrides.yaml").exists()
+    assert remove_refused_run(run, run, ["seed=2"])
+    assert (tmp_path / "day").is_dir()

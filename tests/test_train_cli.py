@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.attention import AdditiveAttention
 from seq2seq.pipeline import load_checkpoint
@@ -80,3 +81,32 @@ def test_default_model_learns_the_toy_task(tmp_path: Path, attention: str) -> No
     completed = run_train(tmp_path, f"attention={attention}", "trainer.max_epochs=2", timeout=1200)
     bleu, _ = best_of(completed.stdout)
     assert bleu >= 90
+
+
+def hydra_config(run_dir: Path, chosen: bool = False) -> DictConfig:
+    """What Hydra hands its callbacks' on_run_start: the run's config with its hydra node."""
+    overrides = [f"hydra.run.dir={run_dir}"] if chosen else []
+    return OmegaConf.create(
+        {
+            "ckpt_path": None,
+            "hydra": {"run": {"dir": str(run_dir)}, "output_subdir": ".hydra",
+                      "overrides": {"hydra": overrides, "task": []}},
+        }
+    )  # fmt: skip
+
+
+def test_a_default_run_directory_taken_in_the_same_second_gets_a_number(tmp_path: Path) -> None:
+    """Two commands started in the same second would share outputs/DATE/TIME (and one's refusal
+    would delete the other's folder): the second gets TIME-2, made by it."""
+    from seq2seq.commands.train import RunDirectory
+
+    first, second = hydra_config(tmp_path / "time"), hydra_config(tmp_path / "time")
+    RunDirectory().on_run_start(first)
+    assert first.hydra.run.dir == str(tmp_path / "time")
+    assert RunDirectory.created == tmp_path / "time"
+    RunDirectory().on_run_start(second)
+    assert second.hydra.run.dir == str(tmp_path / "time-2")
+    assert RunDirectory.created == tmp_path / "time-2" and (tmp_path / "time-2").is_dir()
+    chosen = hydra_config(tmp_path / "time", chosen=True)  # the user's own: kept, not this one's
+    RunDirectory().on_run_start(chosen)
+    assert chosen.hydra.run.dir == str(tmp_path / "time") and RunDirectory.created is None

@@ -6,6 +6,7 @@ add a user's, as with any Hydra app.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,12 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from seq2seq.cli import exit_on_user_error
 from seq2seq.pipeline import hydra_run_dir, train
-from seq2seq.pipeline.resume import (
-    RunDirectoryBefore,
-    check_new_run,
-    holds_a_run,
-    remove_refused_run,
-)
+from seq2seq.pipeline.resume import check_new_run, claim_run_dir, holds_a_run, remove_refused_run
 from seq2seq.training.distributed import hydra_overrides_for_rank, is_nonzero_rank_from_env
 
 # hydra.run.dir uses it: a resumed run (ckpt_path=RUN/checkpoints/last.ckpt) goes on in RUN.
@@ -50,17 +46,16 @@ def train_app(cfg: DictConfig) -> float | None:
 
 @contextmanager
 def refused_run_removed(cfg: DictConfig) -> Iterator[None]:
-    """Where the run fails before it trains (a bad value refused by its checks), delete what
-    Hydra and the run made in the run's directory, and the directory if the command made it: a
-    refused run leaves nothing, as ``seq2seq.train`` does. What existed before the command
-    (``RunDirectory.before``) stays."""
+    """Where the run fails before it trains (a bad value refused by its checks), delete the run
+    directory Hydra made for it, and what it wrote there: a refused run leaves nothing, as
+    ``seq2seq.train`` does. Only a folder this command made goes (``RunDirectory``)."""
     try:
         yield
     except Exception:
-        before = RunDirectory.before
-        output_dir = Path(HydraConfig.get().runtime.output_dir).absolute()
-        if not is_nonzero_rank_from_env() and before is not None and before.path == output_dir:
-            remove_refused_run(before)
+        hydra = HydraConfig.get()
+        if not is_nonzero_rank_from_env():
+            overrides = list(hydra.overrides.task)
+            remove_refused_run(Path(hydra.runtime.output_dir), RunDirectory.created, overrides)
         raise
 
 
@@ -68,8 +63,8 @@ class RunDirectory(Callback):
     """A Hydra callback (``hydra.callbacks`` in ``conf/config.yaml``) that runs before Hydra
     makes the run's directory and writes its record (.hydra/) there:
 
-    - it notes what the directory held (``before``), so that a refused run deletes what it
-      made and nothing that existed before;
+    - it makes the directory itself (``claim_run_dir``) and keeps the outermost folder it made
+      (``created``), so that a refused run deletes what this command made and nothing else;
     - it refuses a new run into a directory that holds a run before Hydra writes over that run's
       record, and gives a resumed run's record a folder of its own (``.hydra/resume``), so that
       the run's ``.hydra/overrides.yaml`` stays the one it was started with.
@@ -77,35 +72,36 @@ class RunDirectory(Callback):
     Hydra gives the task function no handle on its callbacks, hence the class attribute: one
     command, one value."""
 
-    before: ClassVar[RunDirectoryBefore | None] = None
-    sweep: RunDirectoryBefore | None = None  # a multirun's folder, as it was before the sweep
+    created: ClassVar[Path | None] = None
 
     # Hydra calls its callbacks with keyword arguments that differ by event and version.
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(str(config.hydra.run.dir))
-        RunDirectory.before = RunDirectoryBefore.of(run_dir)
-        if not holds_a_run(run_dir):
+        if holds_a_run(run_dir):
+            if not config.get("ckpt_path"):
+                with exit_on_user_error():
+                    check_new_run(run_dir)
+            if config.hydra.output_subdir is not None:
+                with read_write(config.hydra), open_dict(config.hydra):
+                    config.hydra.output_subdir = str(Path(config.hydra.output_subdir) / "resume")
+        chosen = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
+        if chosen or config.get("ckpt_path"):
+            RunDirectory.created = claim_run_dir(run_dir)
             return
-        if not config.get("ckpt_path"):
-            with exit_on_user_error():
-                check_new_run(run_dir)
-        if config.hydra.output_subdir is not None:
-            with read_write(config.hydra), open_dict(config.hydra):
-                config.hydra.output_subdir = str(Path(config.hydra.output_subdir) / "resume")
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A multirun's job, whose directory (SWEEP/N) Hydra has made by now: what the sweep's
-        folder held before the sweep (``on_multirun_start``) says what is new."""
-        sweep = self.sweep
-        if sweep is not None:  # a job of a sweep into a folder that existed is left as it is
-            job = Path(str(config.hydra.runtime.output_dir)).absolute()
-            new = sweep.created is not None
-            RunDirectory.before = (
-                RunDirectoryBefore(job, sweep.created, frozenset()) if new else None
-            )
+        # outputs/DATE/TIME, made here: a command started in the same second gets TIME-2, as
+        # seq2seq.train names it, instead of sharing (and a refusal deleting) this one's folder.
+        for number in itertools.count(1):
+            candidate = run_dir if number == 1 else run_dir.with_name(f"{run_dir.name}-{number}")
+            RunDirectory.created = claim_run_dir(candidate)
+            if RunDirectory.created is not None or not candidate.exists():
+                break
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.run.dir = str(candidate)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.sweep = RunDirectoryBefore.of(Path(str(config.hydra.sweep.dir)))
+        """A sweep's jobs (SWEEP/N, run one after another by this command) are this command's
+        where it made the sweep's folder."""
+        RunDirectory.created = claim_run_dir(Path(str(config.hydra.sweep.dir)))
 
 
 def main() -> None:

@@ -84,52 +84,68 @@ STARTING_FILES = frozenset(
 )  # fmt: skip
 
 
-@dataclasses.dataclass(frozen=True)
-class RunDirectoryBefore:
-    """A run directory as it was before the command that runs there: ``created``, the outermost
-    of it and its parents that did not exist (what making it creates; None where it existed),
-    and the names of the entries it held."""
-
-    path: Path
-    created: Path | None
-    entries: frozenset[str]
-
-    @classmethod
-    def of(cls, path: Path) -> RunDirectoryBefore:
-        path = path.absolute()
-        created = None
-        for folder in [path, *path.parents]:
-            if folder.exists():
-                break
-            created = folder
-        entries = frozenset(os.listdir(path)) if path.is_dir() else frozenset()
-        return cls(path, created, entries)
+def outermost_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist (None where ``path``
+    does): what making ``path`` creates."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            break
+        missing = folder
+    return missing
 
 
-def remove_refused_run(before: RunDirectoryBefore) -> bool:
-    """Undo what a run refused before it trained wrote in its directory: the entries it added,
-    where all are ``STARTING_FILES`` (one that is not, a checkpoint or metrics, means the run
-    trained: then nothing goes), then the folders made for it, up to ``before.created``, where
-    they are left empty (a multirun's multirun.yaml aside). What existed before the command is
-    never touched. Returns whether the run left nothing."""
-    run_dir = before.path
-    if not run_dir.is_dir():
-        return True
-    added = set(os.listdir(run_dir)) - before.entries
-    if any(name not in STARTING_FILES for name in added):
+def claim_run_dir(path: Path) -> Path | None:
+    """Make ``path`` and its missing parents, each with one ``mkdir`` (atomic: of two commands
+    started in the same second, one makes the folder and the other finds it made); returns the
+    outermost folder this call made, if it made ``path`` itself, else None (the directory is
+    someone else's, or was there before)."""
+    path = Path(os.path.abspath(path))
+    missing = outermost_missing(path)
+    if missing is None:
+        return None
+    created = None
+    for folder in [*reversed(path.parents), path]:
+        if not folder.is_relative_to(missing):
+            continue
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            created = None  # made by another command meanwhile: not this one's to delete
+            continue
+        except OSError:  # unwritable, or under a file: Hydra says so when it makes the folder
+            return None
+        created = created or folder
+    return created
+
+
+def remove_refused_run(
+    run_dir: Path, created: Path | None, overrides: list[str] | None = None
+) -> bool:
+    """Delete ``run_dir``, which this command made (``created``: the outermost folder it made
+    for it, from ``claim_run_dir`` or ``outermost_missing``), where the run stopped before it
+    trained: it holds only ``STARTING_FILES``, and Hydra's record there (``.hydra/
+    overrides.yaml``) is of ``overrides``, this command's (another command sharing the folder
+    wrote its own). Then the folders made for it, up to ``created``, that are left empty (a
+    multirun's multirun.yaml aside). Nothing that existed before the command is touched.
+    Returns whether ``run_dir`` was deleted."""
+    run_dir = Path(os.path.abspath(run_dir))
+    if created is None or not run_dir.is_relative_to(created) or not run_dir.is_dir():
         return False
-    for name in added:
-        path = run_dir / name
-        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-    if before.created is None:
-        return True
-    folder = run_dir
-    while folder.is_relative_to(before.created) and folder.is_dir():
+    if any(path.name not in STARTING_FILES for path in run_dir.iterdir()):
+        return False
+    record = run_dir / ".hydra" / "overrides.yaml"
+    foreign = record.exists() and OmegaConf.to_container(OmegaConf.load(record)) != overrides
+    if overrides is not None and foreign:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    folder = run_dir.parent
+    while folder.is_relative_to(created) and folder.is_dir():
         if any(path.name != "multirun.yaml" for path in folder.iterdir()):
-            return False
-        shutil.rmtree(folder)
+            break
+        shutil.rmtree(folder, ignore_errors=True)
         folder = folder.parent
-    return True
+    return not run_dir.exists()
 
 
 # Config sections that must not change when a run is resumed: they define its data and model.
