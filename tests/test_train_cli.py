@@ -85,12 +85,16 @@ def test_default_model_learns_the_toy_task(tmp_path: Path, attention: str) -> No
 
 def hydra_config(run_dir: Path, chosen: bool = False) -> DictConfig:
     """What Hydra hands its callbacks' on_run_start: the run's config with its hydra node."""
-    overrides = [f"hydra.run.dir={run_dir}"] if chosen else []
+    import seq2seq.commands.train  # noqa: F401  (registers seq2seq_run_dir)
+
+    OmegaConf.register_new_resolver("test_dir", lambda: str(run_dir), replace=True)
+    # conf/config.yaml's default goes through the seq2seq_run_dir resolver; a chosen one not.
+    default = "${seq2seq_run_dir:${ckpt_path},${test_dir:}}"
     return OmegaConf.create(
         {
             "ckpt_path": None,
-            "hydra": {"run": {"dir": str(run_dir)}, "output_subdir": ".hydra",
-                      "overrides": {"hydra": overrides, "task": []}},
+            "hydra": {"run": {"dir": str(run_dir) if chosen else default},
+                      "output_subdir": ".hydra"},
         }
     )  # fmt: skip
 

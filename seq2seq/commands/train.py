@@ -84,8 +84,10 @@ class RunDirectory(Callback):
             if config.hydra.output_subdir is not None:
                 with read_write(config.hydra), open_dict(config.hydra):
                     config.hydra.output_subdir = str(Path(config.hydra.output_subdir) / "resume")
-        chosen = any(o.startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra)
-        if chosen or config.get("ckpt_path"):
+        # Ours unless the command line or a config file chose another (conf/config.yaml's).
+        raw = OmegaConf.to_container(config.hydra.run, resolve=False)
+        ours = isinstance(raw, dict) and str(raw.get("dir")).startswith("${seq2seq_run_dir:")
+        if not ours or config.get("ckpt_path"):
             RunDirectory.created = claim_run_dir(run_dir)
             return
         # outputs/DATE/TIME, made here: a command started in the same second gets TIME-2, as
