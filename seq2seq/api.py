@@ -294,7 +294,7 @@ def train(*overrides: str, attention: type[Attention] | None = None, quiet: bool
     if attention is not None:
         use_scoring_class(config, attention, overrides)
         choices.pop("attention", None)  # named after the class
-    created = outermost_missing(directory.absolute())
+    created = outermost_missing(directory)
     try:
         with quieted() if quiet else contextlib.nullcontext():
             train_config(config, choices)

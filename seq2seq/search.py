@@ -193,16 +193,17 @@ def coverage_penalty(coverage: Tensor, is_real: Tensor, beta: float) -> Tensor:
     return beta * (capped * is_real).sum(dim=-1)
 
 
+def is_count(value: object) -> bool:
+    """Whether ``value`` is a whole number (a bool is no count, though Python's int says so)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_beam(beam_size: int, n_best: int = 1) -> None:
-    """The beam and the n-best list are whole numbers of hypotheses (a bool is no count), the
-    beam at least 1, the list from 1 to the beam's size."""
-
-    def whole(value: object) -> bool:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-    if not whole(beam_size) or beam_size < 1:
+    """The beam and the n-best list are whole numbers of hypotheses (``is_count``), the beam at
+    least 1, the list from 1 to the beam's size."""
+    if not is_count(beam_size) or beam_size < 1:
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}.")
-    if not whole(n_best) or not 1 <= n_best <= beam_size:
+    if not is_count(n_best) or not 1 <= n_best <= beam_size:
         raise ValueError(
             f"n_best must be an integer from 1 to beam_size ({beam_size}), got {n_best!r}."
         )

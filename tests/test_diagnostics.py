@@ -172,6 +172,16 @@ def test_model_statistics_ignore_target_padding_and_keep_the_training_mode() -> 
 def diagnosed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, str]]]:
     run_dir = tmp_path_factory.mktemp("diagnosed")
     overrides = [
+        "trainer.max_epochs=2",
+        "+trainer.max_steps=13",  # 7 batches an epoch: it stops the run one batch short of 14
+        "trainer.log_every_n_steps=3",
+    ]
+    return run_dir, metrics_of_small_run(run_dir, overrides)
+
+
+def metrics_of_small_run(run_dir: Path, overrides: list[str]) -> list[dict[str, str]]:
+    """``metrics.csv`` of a run of a tiny model on 200 toy pairs (7 batches an epoch)."""
+    small = [
         f"run_dir={run_dir}",
         "data.train_size=200",
         "data.val_size=20",
@@ -179,15 +189,12 @@ def diagnosed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
         "data.batch_size=32",
         "model.hidden_size=16",
         "model.embedding_size=8",
-        "trainer.max_epochs=2",
-        "+trainer.max_steps=13",  # 7 batches an epoch: it stops the run one batch short of 14
-        "trainer.log_every_n_steps=3",
         "trainer.enable_progress_bar=false",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        train(compose("config", overrides=overrides))
+        train(compose("config", overrides=[*small, *overrides]))
     with open(run_dir / "metrics.csv", newline="") as metrics_file:
-        return run_dir, list(csv.DictReader(metrics_file))
+        return list(csv.DictReader(metrics_file))
 
 
 def test_training_logs_attention_diagnostics_every_n_steps_and_every_validation(
@@ -282,24 +289,13 @@ def test_with_gradient_accumulation_rows_come_at_optimizer_steps_only(tmp_path: 
     each with the loss, the statistics and the gradient's norm of its own step; none is written
     for a batch that only accumulated."""
     overrides = [
-        f"run_dir={tmp_path}",
-        "data.train_size=200",
-        "data.val_size=20",
-        "data.test_size=20",
-        "data.batch_size=32",
-        "model.hidden_size=16",
-        "model.embedding_size=8",
         "trainer.max_epochs=3",
         "+trainer.max_steps=5",
         "+trainer.accumulate_grad_batches=2",
         "trainer.log_every_n_steps=2",
-        "trainer.enable_progress_bar=false",
         "test_after_training=false",
     ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        train(compose("config", overrides=overrides))
-    with open(tmp_path / "metrics.csv", newline="") as metrics_file:
-        rows = list(csv.DictReader(metrics_file))
+    rows = metrics_of_small_run(tmp_path, overrides)
     step_rows = [row for row in rows if row["train/loss"]]
     assert [int(row["step"]) for row in step_rows] == [1, 3, 4]  # the step column counts from 0
     assert all(row["attn/entropy"] and float(row["attn/grad_norm"]) > 0 for row in step_rows)

@@ -39,6 +39,7 @@ from seq2seq.search import (
     check_beam,
     check_coverage_penalty,
     check_length_penalty,
+    is_count,
     max_output_lengths,
 )
 
@@ -486,7 +487,7 @@ def check_request(
             "translate takes a list of sentences, e.g. ['the dog sees a cat .']; got one "
             "string, which would be translated character by character."
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_count(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
     check_beam(beam_size, 1 if n_best is None else n_best)
     check_length_penalty(length_penalty)

@@ -17,6 +17,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.inference.bundle import kernels_choice
 from seq2seq.onednn_guard import bf16_error
 from seq2seq.onednn_guard import report as onednn_report
+from seq2seq.search import is_count
 from seq2seq.training.distributed import is_nonzero_rank_from_env
 
 log = logging.getLogger("seq2seq.pipeline")
@@ -114,8 +115,7 @@ def check_trainer_counts(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, f"trainer.{key}", default=None)
         if value is None:
             continue
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if whole and (value >= least or (unlimited and value == -1)):
+        if is_count(value) and (value >= least or (unlimited and value == -1)):
             continue
         allowed = f"a whole number of at least {least}" + (
             " (or -1: no limit)" if unlimited else ""

@@ -86,7 +86,8 @@ STARTING_FILES = frozenset(
 
 def outermost_missing(path: Path) -> Path | None:
     """The outermost of ``path`` and its parents that does not exist (None where ``path``
-    does): what making ``path`` creates."""
+    does): what making ``path`` creates. Absolute, as Hydra writes it (``a/../b`` is ``b``)."""
+    path = Path(os.path.abspath(path))
     missing = None
     for folder in [path, *path.parents]:
         if folder.exists():
